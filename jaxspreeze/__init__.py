@@ -1,0 +1,20 @@
+"""jaxspreeze: high-throughput actor-critic RL on one machine, in JAX."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["RunConfig", "__version__", "train"]
+
+
+def __getattr__(name: str):
+    # lazy: `import jaxspreeze` stays cheap; jax and the envs load on first use
+    if name == "RunConfig":
+        from jaxspreeze.config import RunConfig
+
+        return RunConfig
+    if name == "train":
+        from jaxspreeze.trainer import train
+
+        return train
+    raise AttributeError(name)

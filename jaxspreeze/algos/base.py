@@ -1,0 +1,114 @@
+"""The interface every algorithm implements, and the off-policy update plumbing.
+
+An algorithm's state is split into an *actor side* and a *critic side* so the device
+split can place them apart. Each side is updated by a *phase* that sees only a view of
+the other side's parameters taken at the start of the iteration (the staleness rule:
+each side sees the other's parameters from the end of the previous iteration).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxspreeze import replay
+from jaxspreeze.types import PyTree
+
+Metrics = dict[str, jax.Array]
+Phase = Callable[[PyTree, PyTree, Any, jax.Array], tuple[PyTree, Metrics]]
+
+
+class AgentState(NamedTuple):
+    """An algorithm's whole state: the actor side and the critic side."""
+
+    actor: PyTree
+    critic: PyTree
+
+
+@dataclass(frozen=True, eq=False)
+class Algorithm:
+    """An algorithm bound to its config and env spec: pure functions, no state.
+
+    - ``init(key) -> AgentState``
+    - ``act(actor, obs [N, ...], key, deterministic) -> action [N, ...]``
+    - ``actor_view(actor)``: what the critic side needs from the actor side (e.g. the
+      policy parameters for target actions); ``critic_view(critic)`` likewise.
+    - ``critic_phase(critic, actor_view, data, key) -> (critic, metrics)``
+    - ``actor_phase(actor, critic_view, data, key) -> (actor, metrics)``
+
+    ``data`` is the replay buffer for off-policy algorithms (the actor side may get an
+    observation-only copy) and the fresh ``[T, N]`` rollout for on-policy ones.
+    Every phase reports ``critic_steps`` / ``actor_steps`` and a ``finite`` guard flag.
+    """
+
+    name: str
+    on_policy: bool
+    init: Callable[[jax.Array], AgentState]
+    act: Callable[[PyTree, jax.Array, jax.Array, bool], jax.Array]
+    actor_view: Callable[[PyTree], PyTree]
+    critic_view: Callable[[PyTree], PyTree]
+    critic_phase: Phase
+    actor_phase: Phase
+    actor_steps_per_iteration: int
+    critic_steps_per_iteration: int
+
+
+def replay_phase(
+    update: Callable[[PyTree, PyTree, Any, jax.Array], tuple[PyTree, Metrics]],
+    num_steps: int,
+    batch_size: int,
+    select: Callable[[Any], Any] = lambda batch: batch,
+) -> Phase:
+    """A phase of ``num_steps`` updates, each on a fresh uniform batch from the buffer.
+
+    ``select`` picks what the update needs from a sampled batch (the actor uses only
+    ``batch.obs``, so it works on an observation-only buffer too).
+    """
+
+    def phase(state: PyTree, view: PyTree, buffer: replay.ReplayState, key: jax.Array):
+        def body(state, key):
+            k_sample, k_update = jax.random.split(key)
+            batch = select(replay.sample(buffer, k_sample, batch_size))
+            return update(state, view, batch, k_update)
+
+        if num_steps == 0:
+            return state, {}
+        state, metrics = jax.lax.scan(body, state, jax.random.split(key, num_steps))
+        metrics = {k: jnp.mean(v) for k, v in metrics.items()}
+        metrics["finite"] = metrics["finite"] > 0.999  # all steps finite
+        return state, metrics
+
+    return phase
+
+
+def check_positive(cfg: Any, prefix: str, names: tuple[str, ...]) -> None:
+    """ConfigError unless every named field is a number > 0."""
+    from jaxspreeze.config import ConfigError
+
+    for name in names:
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ConfigError(f"{prefix}{name}", f"must be > 0, got {value!r}")
+
+
+def check_unit(cfg: Any, prefix: str, names: tuple[str, ...]) -> None:
+    """ConfigError unless every named field lies in [0, 1]."""
+    from jaxspreeze.config import ConfigError
+
+    for name in names:
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise ConfigError(f"{prefix}{name}", f"must be in [0, 1], got {value!r}")
+
+
+def check_hidden(cfg: Any, prefix: str) -> None:
+    """ConfigError unless ``cfg.hidden`` is a non-empty tuple of positive widths."""
+    from jaxspreeze.config import ConfigError
+
+    hidden = cfg.hidden
+    if not hidden or any(not isinstance(w, int) or w <= 0 for w in hidden):
+        raise ConfigError(f"{prefix}hidden", f"must be positive layer widths, got {hidden!r}")

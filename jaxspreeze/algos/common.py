@@ -1,0 +1,74 @@
+"""Maths shared by the algorithms: one gradient step, Polyak averaging, GAE."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxspreeze.types import PyTree
+
+
+def adam(lr: float, max_grad_norm: float | None = None) -> optax.GradientTransformation:
+    """Adam whose learning rate is a state leaf (``inject_hyperparams``), optionally clipped."""
+    opt = optax.inject_hyperparams(optax.adam)(learning_rate=lr)
+    if max_grad_norm is None:
+        return opt
+    return optax.chain(optax.clip_by_global_norm(max_grad_norm), opt)
+
+
+def gradient_step(
+    tx: optax.GradientTransformation,
+    params: PyTree,
+    opt_state: PyTree,
+    loss_fn: Callable[[PyTree], tuple[jax.Array, Any]],
+) -> tuple[PyTree, PyTree, jax.Array, Any, jax.Array]:
+    """One optimiser step on ``loss_fn(params) -> (loss, aux)``.
+
+    Returns ``(params, opt_state, loss, aux, grad_norm)``.
+    """
+    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss, aux, optax.global_norm(grads)
+
+
+def polyak(target: PyTree, online: PyTree, tau: jax.Array) -> PyTree:
+    """Soft target update: ``target <- (1 - tau) * target + tau * online``."""
+    return jax.tree.map(lambda t, o: t + tau * (o - t), target, online)
+
+
+def gae(
+    rewards: jax.Array,
+    values: jax.Array,
+    next_values: jax.Array,
+    terminated: jax.Array,
+    truncated: jax.Array,
+    gamma: jax.Array | float,
+    lam: jax.Array | float,
+) -> tuple[jax.Array, jax.Array]:
+    """Generalised advantage estimation over ``[T, N]`` arrays.
+
+    ``next_values`` is V(next_obs), where ``next_obs`` is the final observation at an
+    episode end: a truncated step bootstraps from it, a terminated one from 0. The
+    recursion stops at every episode end. Returns ``(advantages, returns)``.
+    """
+    not_term = 1.0 - terminated.astype(jnp.float32)
+    not_done = not_term * (1.0 - truncated.astype(jnp.float32))
+    deltas = rewards + gamma * not_term * next_values - values
+
+    def step(next_adv, xs):
+        delta, cont = xs
+        adv = delta + gamma * lam * cont * next_adv
+        return adv, adv
+
+    _, adv = jax.lax.scan(step, jnp.zeros_like(deltas[0]), (deltas, not_done), reverse=True)
+    return adv, adv + values
+
+
+def all_finite(*trees: PyTree) -> jax.Array:
+    """True when every leaf of every tree is finite (a cheap guard flag)."""
+    leaves = [jnp.all(jnp.isfinite(x)) for t in trees for x in jax.tree.leaves(t)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.array(True)

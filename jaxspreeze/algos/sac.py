@@ -1,0 +1,183 @@
+"""Soft Actor-Critic (Haarnoja et al., 2018) with automatic entropy tuning."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxspreeze import networks
+from jaxspreeze.algos import base, common
+from jaxspreeze.types import EnvSpec, PyTree, Transition
+
+
+@dataclass(frozen=True)
+class SACConfig:
+    """SAC's own hyperparameters (the loop's sizes live in RunConfig)."""
+
+    actor_lr: float = 1e-3
+    """Actor learning rate (Adam)."""
+    critic_lr: float = 1e-3
+    """Critic learning rate (Adam)."""
+    alpha_lr: float = 1e-3
+    """Entropy-temperature learning rate (Adam)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    tau: float = 0.005
+    """Polyak coefficient of the soft target update."""
+    init_alpha: float = 1.0
+    """Initial entropy temperature."""
+    target_entropy_scale: float = 1.0
+    """Target entropy is ``-scale * action_dim``."""
+    hidden: tuple[int, ...] = (256, 256)
+    """Hidden layer widths of the actor and the critic."""
+
+
+class SACActor(NamedTuple):
+    """Actor side: policy and entropy temperature, with their optimiser states."""
+
+    params: PyTree
+    opt_state: PyTree
+    log_alpha: jax.Array
+    alpha_opt_state: PyTree
+
+
+class SACCritic(NamedTuple):
+    """Critic side: twin Q, its target and optimiser state; gamma and tau are leaves."""
+
+    params: PyTree
+    target_params: PyTree
+    opt_state: PyTree
+    gamma: jax.Array
+    tau: jax.Array
+
+
+class ActorView(NamedTuple):
+    """What the critic needs from the actor: policy params and temperature."""
+
+    params: PyTree
+    log_alpha: jax.Array
+
+
+def supports(spec: EnvSpec) -> str | None:
+    """Why SAC cannot run on ``spec`` (None when it can)."""
+    if spec.discrete:
+        return "SAC needs a continuous action space; use --algo ppo for discrete actions"
+    return None
+
+
+def validate(cfg: SACConfig, prefix: str, run: Any) -> None:
+    """Raise ConfigError naming the first bad SAC field."""
+    base.check_positive(cfg, prefix, ("actor_lr", "critic_lr", "alpha_lr", "init_alpha"))
+    base.check_unit(cfg, prefix, ("gamma", "tau"))
+    base.check_hidden(cfg, prefix)
+
+
+def make(cfg: SACConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
+    """Bind SAC to its config, env spec and the run's per-iteration update sizes."""
+    grad_steps, batch_size = run.grad_steps, run.batch_size
+    actor = networks.TanhGaussianActor(cfg.hidden, spec.action_dim)
+    critic = networks.QEnsemble(cfg.hidden, num_qs=2)
+    scale, bias = networks.action_scale(spec.action_low, spec.action_high)
+    actor_tx = common.adam(cfg.actor_lr)
+    critic_tx = common.adam(cfg.critic_lr)
+    alpha_tx = common.adam(cfg.alpha_lr)
+    target_entropy = -cfg.target_entropy_scale * spec.action_dim
+
+    def init(key: jax.Array) -> base.AgentState:
+        k_actor, k_critic = jax.random.split(key)
+        obs = jnp.zeros((1, *spec.obs_shape))
+        act = jnp.zeros((1, spec.action_dim))
+        actor_params = actor.init(k_actor, obs)
+        critic_params = critic.init(k_critic, obs, act)
+        log_alpha = jnp.log(jnp.asarray(cfg.init_alpha, jnp.float32))
+        return base.AgentState(
+            SACActor(
+                actor_params, actor_tx.init(actor_params), log_alpha, alpha_tx.init(log_alpha)
+            ),
+            SACCritic(
+                critic_params,
+                critic_params,
+                critic_tx.init(critic_params),
+                jnp.asarray(cfg.gamma, jnp.float32),
+                jnp.asarray(cfg.tau, jnp.float32),
+            ),
+        )
+
+    def sample(params: PyTree, obs: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+        mean, log_std = actor.apply(params, obs)
+        return networks.tanh_gaussian_sample(mean, log_std, key, scale, bias)
+
+    def act(state: SACActor, obs: jax.Array, key: jax.Array, deterministic: bool) -> jax.Array:
+        if deterministic:
+            mean, _ = actor.apply(state.params, obs)
+            return jnp.tanh(mean) * scale + bias
+        return sample(state.params, obs, key)[0]
+
+    def update_critic(c: SACCritic, view: ActorView, batch: Transition, key: jax.Array):
+        # soft Bellman target: bootstrap unless terminated (truncation still bootstraps)
+        next_action, next_logp = sample(view.params, batch.next_obs, key)
+        next_q = critic.apply(c.target_params, batch.next_obs, next_action).min(0)
+        alpha = jnp.exp(view.log_alpha)
+        not_term = 1.0 - batch.terminated.astype(jnp.float32)
+        target = batch.reward + c.gamma * not_term * (next_q - alpha * next_logp)
+        target = jax.lax.stop_gradient(target)
+
+        def loss_fn(params):
+            q = critic.apply(params, batch.obs, batch.action)
+            return 0.5 * ((q - target) ** 2).mean(-1).sum(), q
+
+        params, opt_state, loss, q, gnorm = common.gradient_step(
+            critic_tx, c.params, c.opt_state, loss_fn
+        )
+        target_params = common.polyak(c.target_params, params, c.tau)
+        finite = common.all_finite(loss, gnorm)
+        c = c._replace(params=params, target_params=target_params, opt_state=opt_state)
+        return c, {
+            "critic_loss": loss,
+            "q_mean": q.mean(),
+            "critic_grad_norm": gnorm,
+            "finite": finite.astype(jnp.float32),
+        }
+
+    def update_actor(a: SACActor, critic_params: PyTree, obs: jax.Array, key: jax.Array):
+        alpha = jnp.exp(a.log_alpha)
+
+        def loss_fn(params):
+            action, logp = sample(params, obs, key)
+            q = critic.apply(critic_params, obs, action).min(0)
+            return (alpha * logp - q).mean(), logp
+
+        params, opt_state, loss, logp, gnorm = common.gradient_step(
+            actor_tx, a.params, a.opt_state, loss_fn
+        )
+        # automatic entropy tuning: drive the policy's entropy towards the target
+        entropy_gap = jax.lax.stop_gradient(logp + target_entropy).mean()
+        alpha_grad = -entropy_gap
+        alpha_update, alpha_opt_state = alpha_tx.update(alpha_grad, a.alpha_opt_state)
+        log_alpha = optax.apply_updates(a.log_alpha, alpha_update)
+        finite = common.all_finite(loss, gnorm, log_alpha)
+        a = SACActor(params, opt_state, log_alpha, alpha_opt_state)
+        return a, {
+            "actor_loss": loss,
+            "entropy": -logp.mean(),
+            "alpha": jnp.exp(log_alpha),
+            "actor_grad_norm": gnorm,
+            "finite": finite.astype(jnp.float32),
+        }
+
+    return base.Algorithm(
+        name="sac",
+        on_policy=False,
+        init=init,
+        act=act,
+        actor_view=lambda a: ActorView(a.params, a.log_alpha),
+        critic_view=lambda c: c.params,
+        critic_phase=base.replay_phase(update_critic, grad_steps, batch_size),
+        actor_phase=base.replay_phase(update_actor, grad_steps, batch_size, lambda b: b.obs),
+        actor_steps_per_iteration=grad_steps,
+        critic_steps_per_iteration=grad_steps,
+    )

@@ -1,0 +1,142 @@
+"""Networks (flax linen): MLP torso, actors and critics. Batch shapes are ``[B, ...]``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+class MLP(nn.Module):
+    """Dense layers with ReLU between them; ``out`` adds a final linear layer."""
+
+    hidden: Sequence[int]
+    out: int | None = None
+    out_scale: float = 1.0
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """``[B, in] -> [B, hidden[-1] or out]``."""
+        for width in self.hidden:
+            x = nn.relu(nn.Dense(width)(x))
+        if self.out is not None:
+            init = nn.initializers.variance_scaling(self.out_scale, "fan_avg", "uniform")
+            x = nn.Dense(self.out, kernel_init=init)(x)
+        return x
+
+
+def _flat(obs: jax.Array) -> jax.Array:
+    return obs.reshape(obs.shape[0], -1)
+
+
+def action_scale(low: Sequence[float], high: Sequence[float]) -> tuple[jax.Array, jax.Array]:
+    """(scale, bias) mapping ``[-1, 1]`` to ``[low, high]``."""
+    low_a, high_a = jnp.asarray(low, jnp.float32), jnp.asarray(high, jnp.float32)
+    return (high_a - low_a) / 2.0, (high_a + low_a) / 2.0
+
+
+class TanhGaussianActor(nn.Module):
+    """SAC's actor: a Gaussian squashed by tanh, then scaled to the action bounds."""
+
+    hidden: Sequence[int]
+    action_dim: int
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """``obs [B, ...] -> (mean [B, A], log_std [B, A])`` before squashing."""
+        h = MLP(self.hidden)(_flat(obs))
+        mean = nn.Dense(self.action_dim)(h)
+        log_std = nn.Dense(self.action_dim)(h)
+        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (jnp.tanh(log_std) + 1)
+        return mean, log_std
+
+
+def tanh_gaussian_sample(
+    mean: jax.Array,
+    log_std: jax.Array,
+    key: jax.Array,
+    scale: jax.Array,
+    bias: jax.Array,
+) -> tuple[jax.Array, jax.Array]:
+    """Reparameterised sample scaled to the bounds, and its log-probability ``[B]``."""
+    std = jnp.exp(log_std)
+    eps = jax.random.normal(key, mean.shape)
+    u = mean + std * eps
+    t = jnp.tanh(u)
+    logp = -0.5 * (eps**2 + 2 * log_std + jnp.log(2 * jnp.pi))
+    logp = logp - jnp.log(scale * (1 - t**2) + 1e-6)
+    return t * scale + bias, logp.sum(-1)
+
+
+class DeterministicActor(nn.Module):
+    """TD3/DDPG actor: ``tanh`` output scaled to the action bounds by the caller."""
+
+    hidden: Sequence[int]
+    action_dim: int
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        """``obs [B, ...] -> action in [-1, 1] [B, A]``."""
+        return jnp.tanh(MLP(self.hidden, self.action_dim)(_flat(obs)))
+
+
+class QEnsemble(nn.Module):
+    """``num_qs`` independent Q(s, a) MLPs evaluated together: ``[num_qs, B]``."""
+
+    hidden: Sequence[int]
+    num_qs: int = 2
+
+    @nn.compact
+    def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
+        """``(obs [B, ...], action [B, A]) -> Q [num_qs, B]``."""
+        x = jnp.concatenate([_flat(obs), action], axis=-1)
+        ensemble = nn.vmap(
+            MLP,
+            variable_axes={"params": 0},
+            split_rngs={"params": True},
+            in_axes=None,
+            out_axes=0,
+            axis_size=self.num_qs,
+        )
+        return ensemble(self.hidden, 1)(x)[..., 0]
+
+
+class ValueNet(nn.Module):
+    """State value V(s): ``[B]``."""
+
+    hidden: Sequence[int]
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        """``obs [B, ...] -> V [B]``."""
+        return MLP(self.hidden, 1)(_flat(obs))[..., 0]
+
+
+class CategoricalActor(nn.Module):
+    """Discrete policy: ``obs -> logits [B, num_actions]``."""
+
+    hidden: Sequence[int]
+    num_actions: int
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        """``obs [B, ...] -> logits [B, num_actions]``."""
+        return MLP(self.hidden, self.num_actions, out_scale=0.01)(_flat(obs))
+
+
+class GaussianActor(nn.Module):
+    """Continuous on-policy actor: mean from an MLP, state-independent log std."""
+
+    hidden: Sequence[int]
+    action_dim: int
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """``obs [B, ...] -> (mean [B, A], log_std [A])``."""
+        mean = MLP(self.hidden, self.action_dim, out_scale=0.01)(_flat(obs))
+        log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
+        return mean, log_std
