@@ -85,7 +85,25 @@ def cmd_train(argv: Sequence[str]) -> int:
     return 0
 
 
-COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {"train": cmd_train}
+def _lazy(module: str) -> Callable[[Sequence[str]], int]:
+    """A command implemented by ``jaxspreeze.<module>.main(argv) -> int``, imported on use."""
+
+    def run(argv: Sequence[str]) -> int:
+        import importlib
+
+        return importlib.import_module(f"jaxspreeze.{module}").main(argv)
+
+    return run
+
+
+COMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
+    "train": cmd_train,
+    "eval": _lazy("checkpoint"),
+    "autotune": _lazy("autotune"),
+    "bench": _lazy("bench"),
+    "render": _lazy("render"),
+    "plot": _lazy("plots"),
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
