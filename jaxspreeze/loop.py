@@ -104,7 +104,7 @@ class Loop:
     def _collect(self, actor: PyTree, env: EnvCarry, obs_buffer, key: jax.Array):
         """Actor side: roll out the policy; keep the observations when split."""
         key, k_roll, k_critic, k_actor = jax.random.split(key, 4)
-        policy = lambda obs, k: self.algo.act(actor, obs, k, False)  # noqa: E731
+        policy = lambda obs, k: self.algo.act(actor, obs, k, False)
         env, traj, eps = rollout(self.env, policy, env, k_roll, self.cfg.rollout_steps)
         if obs_buffer is not None:
             obs_buffer = replay.add_rollout(obs_buffer, ObsOnly(traj.obs))
@@ -179,7 +179,7 @@ class Loop:
 
     def _chunk_fused(self, s: TrainState) -> tuple[TrainState, Metrics]:
         """K iterations of all seeds in one program: ``scan(vmap(iteration))``."""
-        step = lambda s, _: jax.vmap(self._iteration)(s)  # noqa: E731
+        step = lambda s, _: jax.vmap(self._iteration)(s)
         return jax.lax.scan(step, s, None, length=self.iterations_per_chunk)
 
     # ---------------------------------------------------------------- host-facing API
