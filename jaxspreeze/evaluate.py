@@ -1,16 +1,24 @@
-"""Evaluation: a pure jitted ``evaluate`` of deterministic episodes on vmapped envs."""
+"""Evaluation: a pure jitted ``evaluate`` of deterministic episodes on vmapped envs, and
+the :class:`Evaluator` thread that runs it on parameter snapshots beside training."""
 
 from __future__ import annotations
 
+import queue
+import threading
+import time
 from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxspreeze.envs import VecEnv
 from jaxspreeze.types import PyTree
 
+_STOP = object()
 ActFn = Callable[[PyTree, jax.Array, jax.Array, bool], jax.Array]
 
 
@@ -53,3 +61,146 @@ def make_evaluate(
         return EvalResult(ret.mean(), ret.std(), length.astype(jnp.float32).mean())
 
     return evaluate
+
+
+def make_seed_evaluate(act: ActFn, env: VecEnv, keys: jax.Array) -> Callable[[PyTree], EvalResult]:
+    """``evaluate(actor)`` for every seed at once: actor leaves ``[S, ...]``, results ``[S]``.
+
+    Seed ``i`` always uses ``keys[i]`` (common random numbers: evaluations of one run
+    differ only by the policy). Jitted; it runs where ``actor`` and ``keys`` live.
+    """
+    fn = jax.jit(jax.vmap(make_evaluate(act, env)))
+    return lambda actor: fn(actor, keys)
+
+
+# ------------------------------------------------------------------------ the thread
+@dataclass
+class Snapshot:
+    """A copy of the actor parameters taken at a chunk boundary, waiting to be evaluated."""
+
+    actor: PyTree
+    env_steps: int
+    chunk: int
+    final: bool
+    future: Future = field(default_factory=Future)
+
+
+OnResult = Callable[[Snapshot, EvalResult, float], None]
+
+
+def snapshot_copy(actor: PyTree, device: jax.Device | None = None) -> PyTree:
+    """A fresh copy of ``actor`` (on ``device`` if given); dispatched, never awaited.
+
+    The copy is enqueued before the next chunk donates ``actor``'s buffers, so the
+    evaluator never reads a donated buffer.
+    """
+    if device is None:
+        return jax.tree.map(jnp.copy, actor)
+    return jax.device_put(actor, device, may_alias=False)
+
+
+class Evaluator:
+    """Evaluates actor snapshots on a host thread, beside training.
+
+    The queue holds one snapshot: a newer one replaces a waiting one (latest wins; the
+    replaced one is counted in :attr:`skipped` and its future cancelled). Errors are
+    reported and counted, never raised into training. :meth:`close` sends the sentinel
+    and waits for the queued snapshot to finish.
+    """
+
+    def __init__(
+        self,
+        evaluate: Callable[[PyTree], EvalResult],
+        *,
+        device: jax.Device | None = None,
+        on_result: OnResult | None = None,
+        report: Callable[[str], None] | None = None,
+    ):
+        from jaxspreeze.metrics import warn
+
+        self._evaluate = evaluate
+        self.device = device
+        self._on_result = on_result
+        self._report = report or warn
+        self._queue: queue.Queue = queue.Queue(maxsize=1)
+        self._lock = threading.Lock()
+        self.submitted = 0
+        self.done = 0
+        self.skipped = 0
+        self.failed = 0
+        self.eval_s = 0.0
+        self.errors: list[str] = []
+        self._thread = threading.Thread(target=self._run, name="jaxspreeze-eval", daemon=True)
+        self._thread.start()
+
+    def submit(
+        self, actor: PyTree, *, env_steps: int, chunk: int = -1, final: bool = False
+    ) -> Future:
+        """Queue a copy of ``actor`` for evaluation; never waits. Returns its future.
+
+        The future gives ``(snapshot, EvalResult of numpy arrays)``, or is cancelled if a
+        newer snapshot replaced this one before it started.
+        """
+        snap = Snapshot(snapshot_copy(actor, self.device), env_steps, chunk, final)
+        with self._lock:
+            self.submitted += 1
+            try:
+                old = self._queue.get_nowait()
+            except queue.Empty:
+                pass
+            else:
+                old.future.cancel()
+                self.skipped += 1
+            self._queue.put_nowait(snap)
+        return snap.future
+
+    def _run(self) -> None:
+        while True:
+            snap = self._queue.get()
+            if snap is _STOP:
+                return
+            if not snap.future.set_running_or_notify_cancel():
+                continue
+            t0 = time.perf_counter()
+            try:
+                result = jax.device_get(self._evaluate(snap.actor))
+                result = EvalResult(*(np.asarray(x) for x in result))
+            except Exception as e:
+                self.failed += 1
+                self._fail(f"evaluation at {snap.env_steps} env steps failed", e)
+                snap.future.set_exception(e)
+                continue
+            finally:
+                self.eval_s += time.perf_counter() - t0
+                snap.actor = None  # free the copy
+            self.done += 1
+            if self._on_result is not None:
+                try:
+                    self._on_result(snap, result, time.perf_counter() - t0)
+                except Exception as e:
+                    self._fail("handling an evaluation result failed", e)
+            snap.future.set_result((snap, result))
+
+    def _fail(self, what: str, e: BaseException) -> None:
+        message = f"{what}: {type(e).__name__}: {e}"
+        self.errors.append(message)
+        if len(self.errors) == 1:
+            self._report(f"evaluator: {message} (training goes on; later errors are counted)")
+
+    def close(self, timeout: float | None = None) -> None:
+        """Finish the queued snapshot, then stop the thread (sentinel)."""
+        try:
+            self._queue.put(_STOP, timeout=timeout)
+        except queue.Full:
+            self._report("evaluator: still busy at shutdown; its last snapshot is abandoned")
+            return
+        self._thread.join(timeout)
+
+    def stats(self) -> dict[str, float | int]:
+        """Evaluations done, skipped and failed, and the wall time spent evaluating."""
+        return {
+            "evaluations_done": self.done,
+            "evaluations_skipped": self.skipped,
+            "evaluations_failed": self.failed,
+            "eval_wall_s": self.eval_s,
+        }

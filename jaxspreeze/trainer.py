@@ -1,11 +1,14 @@
 """The host side: ``train(config)`` drives the jitted chunks and everything that waits.
 
-The device runs chunk c+1 while the host turns chunk c's metrics into a record and hands
-it to the sinks; the host only blocks on a chunk that has already been overtaken.
+The main thread only dispatches chunks: it hands each chunk's metrics (device arrays,
+not yet computed) to the metrics thread, which waits for them and feeds the sinks, and
+every ``eval_every`` env steps it hands a copy of the actor to the evaluator thread. The
+main thread waits for the device once, after the last chunk.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -21,9 +24,10 @@ from jaxspreeze import config as config_lib
 from jaxspreeze import devices
 from jaxspreeze.config import RunConfig
 from jaxspreeze.envs import make_env
-from jaxspreeze.evaluate import make_evaluate
+from jaxspreeze.evaluate import EvalResult, Evaluator, Snapshot, make_seed_evaluate
 from jaxspreeze.loop import Loop, TrainState, buffer_nbytes
-from jaxspreeze.metrics import ConsoleSink, JsonlSink, Record, Sink, clean
+from jaxspreeze.metrics import MetricsThread, Record, Sink, clean, make_sinks
+from jaxspreeze.policy import save_policy
 
 SUMMED = ("episode_return_sum", "episode_length_sum", "episodes")
 
@@ -107,19 +111,63 @@ def chunk_record(metrics: Any, cfg: RunConfig) -> Record:
 
 def default_sinks(cfg: RunConfig, run_dir: Path, quiet: bool = False) -> list[Sink]:
     """The sinks named in ``cfg.sinks`` that are available here."""
-    sinks: list[Sink] = []
-    if "console" in cfg.sinks and not quiet:
-        sinks.append(ConsoleSink(cfg.total_steps))
-    if "jsonl" in cfg.sinks:
-        sinks.append(JsonlSink(run_dir))
-    return sinks
+    return make_sinks(
+        cfg.sinks,
+        run_dir,
+        total_steps=cfg.total_steps,
+        config=config_lib.to_dict(cfg),
+        num_seeds=cfg.num_seeds,
+        quiet=quiet,
+    )
 
 
-def train(cfg: RunConfig, *, quiet: bool = False, sinks: list[Sink] | None = None) -> RunResult:
+def eval_record(snap: Snapshot, result: EvalResult, wall_s: float, eval_s: float, seeds: int):
+    """An eval record: mean over seeds, plus ``<name>_per_seed`` when ``seeds`` > 1."""
+    record: Record = {
+        "kind": "eval",
+        "env_steps": snap.env_steps,
+        "chunk": snap.chunk,
+        "wall_s": wall_s,
+        "final": snap.final,
+        "eval_s": eval_s,
+    }
+    fields = {
+        "eval_return": result.return_mean,
+        "eval_return_std": result.return_std,
+        "eval_length": result.length_mean,
+    }
+    for name, value in fields.items():
+        value = np.asarray(value, np.float64).reshape(-1)
+        record[name] = float(value.mean())
+        if seeds > 1:
+            record[f"{name}_per_seed"] = value.tolist()
+    return record
+
+
+def eval_due(cfg: RunConfig, steps_before: int, steps_after: int) -> bool:
+    """True when a multiple of ``eval_every`` lies in ``(steps_before, steps_after]``."""
+    if cfg.eval_every <= 0:
+        return False
+    return steps_after // cfg.eval_every > steps_before // cfg.eval_every
+
+
+def train(
+    cfg: RunConfig,
+    *,
+    quiet: bool = False,
+    sinks: list[Sink] | None = None,
+    save: bool = True,
+) -> RunResult:
     """Train an agent as configured; returns the run directory and summary.
 
     Validates ``cfg`` first (raising :class:`~jaxspreeze.config.ConfigError` before any
-    compile), then compiles, warms up, runs the chunks and evaluates the final policy.
+    compile), then compiles, warms up and runs the chunks. A host thread turns each
+    chunk's metrics into a record for the sinks named in ``cfg.sinks``; ``sinks`` are
+    *added* to those (e.g. ``train(cfg, sinks=[plots.NotebookPlotSink()])`` in a
+    notebook; pass ``cfg.replace(sinks=())`` to use only your own). Every
+    ``cfg.eval_every`` env steps a copy of the actor goes to the evaluator thread; the
+    final evaluation is awaited and written to ``summary.json``. ``quiet`` silences the
+    console; ``save`` writes ``policy.msgpack`` (the final actor of every seed).
     """
     t_start = time.perf_counter()
     config_lib.validate(cfg)
@@ -130,7 +178,7 @@ def train(cfg: RunConfig, *, quiet: bool = False, sinks: list[Sink] | None = Non
     loop = Loop(cfg, placement)
     k_iter, n_chunks = loop.iterations_per_chunk, loop.num_chunks
     run_dir = make_run_dir(cfg)
-    sinks = default_sinks(cfg, run_dir, quiet) if sinks is None else sinks
+    all_sinks = default_sinks(cfg, run_dir, quiet) + list(sinks or [])
     say(
         f"jaxspreeze: {cfg.algo} on {cfg.env} | {cfg.num_seeds} seed(s) x {cfg.num_envs} envs | "
         f"{placement.describe()} | replay buffer {buffer_nbytes(cfg, loop.env) / 2**20:.1f} MiB"
@@ -142,58 +190,97 @@ def train(cfg: RunConfig, *, quiet: bool = False, sinks: list[Sink] | None = Non
     state = loop.warmup(state)
     jax.block_until_ready(state)
 
-    steps_per_chunk = k_iter * cfg.steps_per_iteration * cfg.num_seeds
+    steps_per_iteration = cfg.steps_per_iteration  # per seed
+    steps_per_chunk = k_iter * steps_per_iteration * cfg.num_seeds
     updates_per_chunk = k_iter * loop.algo.critic_steps_per_iteration * cfg.num_seeds
     actor_updates_per_chunk = k_iter * loop.algo.actor_steps_per_iteration * cfg.num_seeds
-    records: list[Record] = []
 
-    def emit(metrics: Any, chunk: int, t_prev: float) -> float:
+    # host threads: metrics -> sinks, snapshots -> evaluator -> metrics
+    metrics_thread = MetricsThread(all_sinks)
+    chunk_wall: dict[int, float] = {}
+    t_train = time.perf_counter()
+    clock = {"prev": t_train}
+
+    def build_chunk(metrics: Any, chunk: int) -> Record:
+        # runs on the metrics thread: device_get waits for the chunk, not the main thread
         record = chunk_record(jax.device_get(metrics), cfg)
         now = time.perf_counter()
-        dt = max(now - t_prev, 1e-9)
+        dt = max(now - clock["prev"], 1e-9)
+        clock["prev"] = now
+        chunk_wall[chunk] = now - t_start
         record.update(
             chunk=chunk,
             wall_s=now - t_start,
             env_steps_per_s=steps_per_chunk / dt,
             update_samples_per_s=updates_per_chunk * cfg.batch_size / dt,
         )
-        records.append(record)
-        for sink in sinks:
-            sink.write(record)
-        return now
+        return record
 
-    t_train = time.perf_counter()
-    t_prev, pending = t_train, None
-    for chunk in range(n_chunks):
-        state, metrics = loop.chunk(state)
-        if pending is not None:
-            t_prev = emit(*pending, t_prev)
-        pending = (metrics, chunk)
-    jax.block_until_ready(state)
-    train_s = time.perf_counter() - t_train
-    if pending is not None:
-        emit(*pending, t_prev)
+    def on_eval(snap: Snapshot, result: EvalResult, eval_s: float) -> None:
+        # runs on the evaluator thread; the record is built on the metrics thread, after
+        # the record of the chunk the snapshot was taken at (FIFO), whose wall_s it reuses
+        metrics_thread.submit(
+            lambda: eval_record(
+                snap,
+                result,
+                chunk_wall.get(snap.chunk, time.perf_counter() - t_start),
+                eval_s,
+                cfg.num_seeds,
+            )
+        )
 
-    # final evaluation: deterministic policy, vmapped envs, every seed
     eval_env = make_env(cfg.env, cfg.eval_episodes)
-    evaluate = jax.jit(jax.vmap(make_evaluate(loop.algo.act, eval_env)))
-    actor = jax.device_put(state.agent.actor, placement.eval)
-    keys = jax.device_put(
+    eval_keys = jax.device_put(
         jax.random.split(jax.random.key(cfg.seed + 10_000), cfg.num_seeds), placement.eval
     )
-    result = jax.device_get(evaluate(actor, keys))
-    per_seed_return = np.asarray(result.return_mean).tolist()
+    evaluator = Evaluator(
+        make_eval_fn(loop.algo.act, eval_env, eval_keys),
+        device=placement.eval,
+        on_result=on_eval,
+    )
+
+    # the hot loop: dispatch, hand over, snapshot. The only wait is for chunk c-1 once
+    # chunk c is queued (as before), so at most two chunks are in flight.
+    steps, in_flight = cfg.warmup_steps, None
+    for chunk in range(n_chunks):
+        state, metrics = loop.chunk(state)
+        metrics_thread.submit(functools.partial(build_chunk, metrics, chunk))
+        steps_before, steps = steps, steps + k_iter * steps_per_iteration
+        if chunk < n_chunks - 1 and eval_due(cfg, steps_before, steps):
+            evaluator.submit(state.agent.actor, env_steps=steps, chunk=chunk)
+        if in_flight is not None:
+            jax.block_until_ready(in_flight)
+        in_flight = metrics
+    jax.block_until_ready(state)
+    train_s = time.perf_counter() - t_train
+
+    # final evaluation: deterministic policy, vmapped envs, every seed (awaited)
+    final = evaluator.submit(state.agent.actor, env_steps=steps, chunk=n_chunks - 1, final=True)
+    try:
+        _, result = final.result()
+    except Exception:  # reported by the evaluator; the run still finishes
+        result = None
+    evaluator.close()
+    sink_drops = metrics_thread.close()
 
     env_steps = int(np.asarray(state.env_steps).sum())
     train_steps = steps_per_chunk * n_chunks
+    if result is not None:
+        per_seed_return = np.asarray(result.return_mean).tolist()
+        final_eval = {
+            "final_eval_return": float(np.mean(per_seed_return)),
+            "final_eval_return_std": float(np.std(per_seed_return)),
+            "final_eval_return_per_seed": per_seed_return,
+            "final_eval_episode_return_std": np.asarray(result.return_std).tolist(),
+            "final_eval_length": float(np.mean(result.length_mean)),
+        }
+    else:
+        final_eval = {"final_eval_return": None, "final_eval_error": evaluator.errors[-1]}
     summary = {
         "algo": cfg.algo,
         "env": cfg.env,
         "num_seeds": cfg.num_seeds,
-        "final_eval_return": float(np.mean(per_seed_return)),
-        "final_eval_return_std": float(np.std(per_seed_return)),
-        "final_eval_return_per_seed": per_seed_return,
-        "final_eval_episode_return_std": np.asarray(result.return_std).tolist(),
+        **final_eval,
         "env_steps": env_steps,
         "wall_s": time.perf_counter() - t_start,
         "train_s": train_s,
@@ -206,19 +293,28 @@ def train(cfg: RunConfig, *, quiet: bool = False, sinks: list[Sink] | None = Non
         },
         "replay_ratio": updates_per_chunk * cfg.batch_size / steps_per_chunk,
         "policy_lag": loop.algo.actor_steps_per_iteration,
+        **evaluator.stats(),
+        "sink_drops": sink_drops,
+        "sink_errors": metrics_thread.errors,
         "placement": placement.describe(),
         "hardware": devices.describe_hardware(),
         "chunks": n_chunks,
         "iterations_per_chunk": k_iter,
     }
     summary = clean(summary)
+    if save:
+        save_policy(run_dir, state.agent.actor)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    for sink in sinks:
-        sink.close()
     say(f"run directory: {run_dir}")
+    ret = summary["final_eval_return"]
     say(
-        f"final eval return: {summary['final_eval_return']:.1f} (mean over {cfg.num_seeds} seed(s), "
-        f"{cfg.eval_episodes} episodes each) | {summary['env_steps_per_s']:,.0f} env steps/s | "
-        f"wall {summary['wall_s']:.1f}s"
+        f"final eval return: {'n/a' if ret is None else f'{ret:.1f}'} (mean over "
+        f"{cfg.num_seeds} seed(s), {cfg.eval_episodes} episodes each) | "
+        f"{summary['env_steps_per_s']:,.0f} env steps/s | wall {summary['wall_s']:.1f}s"
     )
     return RunResult(run_dir, summary, state, loop)
+
+
+def make_eval_fn(act: Any, env: Any, keys: jax.Array):
+    """The evaluator's function: every seed's deterministic return (tests replace this)."""
+    return make_seed_evaluate(act, env, keys)

@@ -1,0 +1,70 @@
+"""The trained policy of a run: ``<run>/policy.msgpack`` (flax serialization).
+
+A small, separate format for rendering and evaluating a finished run: the actor side of
+every seed (leaves ``[S, ...]``). Full resumable checkpoints are a different module.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from jaxspreeze.algos.base import Algorithm
+from jaxspreeze.config import RunConfig
+from jaxspreeze.types import PyTree
+
+POLICY_FILE = "policy.msgpack"
+
+
+class Policy(NamedTuple):
+    """A run's config, its algorithm (bound to the env) and the actor of every seed."""
+
+    cfg: RunConfig
+    algo: Algorithm
+    actor: PyTree  # leaves [S, ...]
+
+    def seed(self, i: int = 0) -> PyTree:
+        """The actor of seed ``i`` (leaves without the seed axis)."""
+        return jax.tree.map(lambda x: x[i], self.actor)
+
+
+def save_policy(run_dir: str | Path, actor: PyTree) -> Path:
+    """Write the actor of every seed to ``<run_dir>/policy.msgpack``; returns the path."""
+    from flax import serialization
+
+    path = Path(run_dir) / POLICY_FILE
+    host = jax.tree.map(np.asarray, jax.device_get(actor))
+    path.write_bytes(serialization.to_bytes(host))
+    return path
+
+
+def make_algorithm(cfg: RunConfig) -> Algorithm:
+    """The run's algorithm bound to its env spec (no compile)."""
+    from jaxspreeze import algos
+    from jaxspreeze.envs import env_spec
+
+    return algos.get(cfg.algo).make(cfg.algo_config, env_spec(cfg.env), cfg)
+
+
+def load_policy(run_dir: str | Path) -> Policy:
+    """Read ``config.json`` and ``policy.msgpack`` of a finished run."""
+    from flax import serialization
+
+    from jaxspreeze import config as config_lib
+
+    run_dir = Path(run_dir)
+    path = run_dir / POLICY_FILE
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{path} not found: the run has no saved policy (train it to the end first)"
+        )
+    cfg = config_lib.load(run_dir / "config.json")
+    algo = make_algorithm(cfg)
+    keys = jax.random.split(jax.random.key(0), cfg.num_seeds)
+    target: Any = jax.eval_shape(jax.vmap(algo.init), keys).actor
+    state = serialization.msgpack_restore(path.read_bytes())
+    actor = serialization.from_state_dict(target, state)
+    return Policy(cfg, algo, jax.tree.map(np.asarray, actor))

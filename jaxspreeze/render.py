@@ -1,0 +1,268 @@
+"""Watch a trained policy: a GIF for gymnax tasks, an HTML viewer for brax tasks.
+
+``jaxspreeze render RUN_DIR [--out FILE] [--seed-index I] [--max-steps N]`` loads the
+run's ``policy.msgpack``, rolls out one deterministic episode with the policy of seed 0
+(by default) and writes ``FILE`` (default ``<run>/render.gif`` or ``render.html``).
+gymnax frames are drawn here from the env state (gymnax's own renderer needs gym): see
+:data:`DRAWERS` for the supported tasks. brax episodes use ``brax.io.html.render``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jaxspreeze.policy import Policy, load_policy
+
+WIDTH, HEIGHT = 320, 240
+Frame = np.ndarray  # [H, W, 3] uint8
+
+
+# ------------------------------------------------------------------- gymnax drawings
+class _Canvas:
+    """A PIL image with world coordinates: x in [x0, x1], y in [y0, y0 + aspect span]."""
+
+    def __init__(self, x0: float, x1: float, y0: float):
+        from PIL import Image, ImageDraw
+
+        self.image = Image.new("RGB", (WIDTH, HEIGHT), (250, 250, 250))
+        self.draw = ImageDraw.Draw(self.image)
+        self.x0, self.y0 = x0, y0
+        self.scale = WIDTH / (x1 - x0)
+
+    def px(self, x: float, y: float) -> tuple[float, float]:
+        return (x - self.x0) * self.scale, HEIGHT - (y - self.y0) * self.scale
+
+    def line(self, a, b, width: float, fill) -> None:
+        self.draw.line([self.px(*a), self.px(*b)], fill=fill, width=max(int(width * self.scale), 1))
+
+    def disc(self, c, r: float, fill) -> None:
+        x, y = self.px(*c)
+        r = r * self.scale
+        self.draw.ellipse([x - r, y - r, x + r, y + r], fill=fill)
+
+    def box(self, a, b, fill) -> None:
+        (xa, ya), (xb, yb) = self.px(*a), self.px(*b)
+        self.draw.rectangle([min(xa, xb), min(ya, yb), max(xa, xb), max(ya, yb)], fill=fill)
+
+    def text(self, s: str) -> None:
+        self.draw.text((6, 4), s, fill=(40, 40, 40))
+
+    def frame(self) -> Frame:
+        return np.asarray(self.image, np.uint8)
+
+
+def draw_pendulum(state: Any, params: Any, t: int) -> Frame:
+    """Pendulum-v1: a rod from the pivot at angle ``theta`` (0 = upright), torque as a bar."""
+    c = _Canvas(-1.6, 1.6, -1.2)
+    theta, u = float(state.theta), float(state.last_u)
+    tip = (math.sin(theta), math.cos(theta))
+    c.box((0, -1.05), (u / 2.0 * 0.8, -0.95), (90, 140, 220))  # applied torque
+    c.line((0, 0), tip, 0.12, (200, 70, 60))
+    c.disc((0, 0), 0.06, (30, 30, 30))
+    c.text(f"step {t}   torque {u:+.2f}")
+    return c.frame()
+
+
+def draw_cartpole(state: Any, params: Any, t: int) -> Frame:
+    """CartPole-v1: the cart on its track and the pole at angle ``theta`` (0 = upright)."""
+    c = _Canvas(-2.6, 2.6, -0.6)
+    x, theta = float(state.x), float(state.theta)
+    pole = 2 * float(params.length)
+    c.line((-2.4, 0), (2.4, 0), 0.02, (120, 120, 120))
+    c.box((x - 0.25, -0.08), (x + 0.25, 0.08), (60, 60, 60))
+    c.line(
+        (x, 0.05), (x + pole * math.sin(theta), 0.05 + pole * math.cos(theta)), 0.08, (200, 150, 80)
+    )
+    c.disc((x, 0.05), 0.04, (130, 130, 200))
+    c.text(f"step {t}")
+    return c.frame()
+
+
+def draw_mountain_car(state: Any, params: Any, t: int) -> Frame:
+    """MountainCar(-Continuous): the car on the hill ``0.45 sin(3x) + 0.55``, and the flag."""
+    lo, hi = float(params.min_position), float(params.max_position)
+    c = _Canvas(lo, hi, -0.2)
+    xs = np.linspace(lo, hi, 100)
+    ys = 0.45 * np.sin(3 * xs) + 0.55
+    for i in range(len(xs) - 1):
+        c.line((xs[i], ys[i]), (xs[i + 1], ys[i + 1]), 0.01, (90, 90, 90))
+    goal = float(params.goal_position)
+    gy = 0.45 * math.sin(3 * goal) + 0.55
+    c.line((goal, gy), (goal, gy + 0.15), 0.006, (40, 40, 40))
+    c.box((goal, gy + 0.1), (goal + 0.07, gy + 0.15), (220, 190, 40))
+    x = float(state.position)
+    c.disc((x, 0.45 * math.sin(3 * x) + 0.55 + 0.04), 0.045, (200, 70, 60))
+    c.text(f"step {t}   velocity {float(state.velocity):+.3f}")
+    return c.frame()
+
+
+def draw_acrobot(state: Any, params: Any, t: int) -> Frame:
+    """Acrobot-v1: two links hanging from the pivot (angles 0 = straight down)."""
+    c = _Canvas(-2.4, 2.4, -1.8)
+    a1, a2 = float(state.joint_angle1), float(state.joint_angle2)
+    l1, l2 = float(params.link_length_1), float(params.link_length_2)
+    p1 = (l1 * math.sin(a1), -l1 * math.cos(a1))
+    p2 = (p1[0] + l2 * math.sin(a1 + a2), p1[1] - l2 * math.cos(a1 + a2))
+    c.line((-2.4, 1.0), (2.4, 1.0), 0.01, (160, 160, 160))  # the goal height
+    c.line((0, 0), p1, 0.1, (60, 120, 200))
+    c.line(p1, p2, 0.1, (60, 120, 200))
+    c.disc((0, 0), 0.06, (30, 30, 30))
+    c.disc(p1, 0.06, (200, 180, 60))
+    c.text(f"step {t}")
+    return c.frame()
+
+
+DRAWERS: dict[str, Callable[[Any, Any, int], Frame]] = {
+    "Pendulum-v1": draw_pendulum,
+    "CartPole-v1": draw_cartpole,
+    "MountainCar-v0": draw_mountain_car,
+    "MountainCarContinuous-v0": draw_mountain_car,
+    "Acrobot-v1": draw_acrobot,
+}
+
+
+# ------------------------------------------------------------------------- the episode
+def rollout_episode(
+    policy: Policy, seed_index: int = 0, max_steps: int | None = None, key: int = 0
+):
+    """One deterministic episode of seed ``seed_index``'s policy in one env.
+
+    Returns (inner env states before each step, stacked ``[T, 1, ...]``; the episode's
+    number of steps; its return).
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from jaxspreeze.envs import make_env
+
+    env = make_env(policy.cfg.env, 1)
+    steps = max_steps or env.spec.max_episode_steps
+    actor = jax.tree.map(jnp.asarray, policy.seed(seed_index))
+    act = policy.algo.act
+
+    @jax.jit
+    def run(actor, key):
+        k_reset, k_run = jax.random.split(key)
+        obs, env_state = env.reset(k_reset)
+
+        def step(carry, k):
+            obs, env_state, done = carry
+            k_act, k_env = jax.random.split(k)
+            action = act(actor, obs, k_act, True)
+            nxt, nxt_state, reward, term, trunc, _ = env.step(k_env, env_state, action)
+            out = (env_state.inner, done[0], jnp.where(done, 0.0, reward)[0])
+            return (nxt, nxt_state, done | term | trunc), out
+
+        init = (obs, env_state, jnp.zeros(1, bool))
+        _, (inner, done, reward) = jax.lax.scan(step, init, jax.random.split(k_run, steps))
+        return inner, done, reward
+
+    inner, done, reward = jax.device_get(run(actor, jax.random.key(key)))
+    length = int(np.argmax(done)) if done.any() else steps
+    return inner, length, float(np.sum(reward))
+
+
+def gif_frames(policy: Policy, seed_index: int = 0, max_steps: int | None = None) -> list[Frame]:
+    """The frames of one episode of a gymnax task (see :data:`DRAWERS`)."""
+    import jax
+
+    name = policy.cfg.env.partition("/")[2]
+    draw = DRAWERS.get(name)
+    if draw is None:
+        raise ValueError(
+            f"no renderer for {policy.cfg.env}; GIFs are drawn for gymnax/"
+            + ", gymnax/".join(DRAWERS)
+        )
+    from jaxspreeze.envs import make_env
+
+    _, params = make_env(policy.cfg.env, 1).render_state
+    inner, length, _ = rollout_episode(policy, seed_index, max_steps)
+    return [draw(jax.tree.map(lambda x: x[t, 0], inner), params, t) for t in range(max(length, 1))]
+
+
+def write_gif(frames: Sequence[Frame], out: str | Path, fps: int = 30) -> Path:
+    """Write ``frames`` as a looping GIF (imageio)."""
+    import imageio.v3 as iio
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    iio.imwrite(out, np.stack(frames), extension=".gif", duration=1000 / fps, loop=0)
+    return out
+
+
+def brax_html(policy: Policy, seed_index: int = 0, max_steps: int | None = None) -> str:
+    """The brax viewer (``brax.io.html.render``) of one deterministic episode."""
+    import jax
+    from brax.io import html
+
+    from jaxspreeze.envs import make_env
+
+    brax_env = make_env(policy.cfg.env, 1).render_state
+    inner, length, _ = rollout_episode(policy, seed_index, max_steps)
+    states = inner.state.pipeline_state
+    frames = [jax.tree.map(lambda x: x[t, 0], states) for t in range(max(length, 1))]
+    return html.render(brax_env.sys.tree_replace({"opt.timestep": brax_env.dt}), frames)
+
+
+def render_run(
+    run_dir: str | Path,
+    out: str | Path | None = None,
+    *,
+    seed_index: int = 0,
+    max_steps: int | None = None,
+    fps: int = 30,
+) -> Path:
+    """Render a finished run's policy to ``out`` (GIF for gymnax, HTML for brax)."""
+    policy = load_policy(run_dir)
+    brax = policy.cfg.env.startswith("brax/")
+    if out is None:
+        out = Path(run_dir) / ("render.html" if brax else "render.gif")
+    out = Path(out)
+    if not 0 <= seed_index < policy.cfg.num_seeds:
+        raise ValueError(
+            f"seed index {seed_index} out of range: the run has {policy.cfg.num_seeds} seed(s)"
+        )
+    if brax:
+        if out.suffix.lower() not in (".html", ".htm"):
+            raise ValueError(f"brax tasks render to HTML; got --out {out}")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(brax_html(policy, seed_index, max_steps))
+        return out
+    if out.suffix.lower() != ".gif":
+        raise ValueError(f"gymnax tasks render to a GIF; got --out {out}")
+    return write_gif(gif_frames(policy, seed_index, max_steps), out, fps)
+
+
+def main(argv: Sequence[str]) -> int:
+    """``jaxspreeze render RUN_DIR [--out FILE]``."""
+    parser = argparse.ArgumentParser(
+        prog="jaxspreeze render",
+        description="Roll out a trained policy (deterministic, one episode) to a GIF (gymnax) "
+        "or an HTML viewer (brax).",
+    )
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a finished run directory")
+    parser.add_argument("--out", default=None, help="output file (.gif for gymnax, .html for brax)")
+    parser.add_argument("--seed-index", type=int, default=0, help="which seed's policy (default 0)")
+    parser.add_argument("--max-steps", type=int, default=None, help="cap on the episode length")
+    parser.add_argument("--fps", type=int, default=30, help="GIF frames per second")
+    args = parser.parse_args(list(argv))
+    try:
+        path = render_run(
+            args.run_dir,
+            args.out,
+            seed_index=args.seed_index,
+            max_steps=args.max_steps,
+            fps=args.fps,
+        )
+    except (FileNotFoundError, ValueError) as e:
+        print(f"jaxspreeze: error: {e}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0
