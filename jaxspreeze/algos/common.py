@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -72,3 +72,63 @@ def all_finite(*trees: PyTree) -> jax.Array:
     """True when every leaf of every tree is finite (a cheap guard flag)."""
     leaves = [jnp.all(jnp.isfinite(x)) for t in trees for x in jax.tree.leaves(t)]
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.array(True)
+
+
+def explore(
+    action: jax.Array,
+    key: jax.Array,
+    std: jax.Array | float,
+    scale: jax.Array,
+    bias: jax.Array,
+) -> jax.Array:
+    """A deterministic action in ``[-1, 1]`` plus Gaussian noise, clipped and scaled to bounds.
+
+    ``std`` is a fraction of the half-width of the action range (``[-1, 1]`` units).
+    """
+    noisy = action + std * jax.random.normal(key, action.shape)
+    return jnp.clip(noisy, -1.0, 1.0) * scale + bias
+
+
+class RunningStats(NamedTuple):
+    """Running mean and variance of observations (parallel Welford), ``count`` a float."""
+
+    mean: jax.Array
+    var: jax.Array
+    count: jax.Array
+
+
+def stats_init(shape: tuple[int, ...]) -> RunningStats:
+    """Mean 0, variance 1 and a tiny prior count (so the first batch dominates)."""
+    return RunningStats(
+        jnp.zeros(shape, jnp.float32), jnp.ones(shape, jnp.float32), jnp.asarray(1e-4)
+    )
+
+
+def stats_update(stats: RunningStats, x: jax.Array) -> RunningStats:
+    """Merge a batch ``x [B, *shape]`` into the running statistics."""
+    b_mean, b_var, b_count = x.mean(0), x.var(0), jnp.asarray(x.shape[0], jnp.float32)
+    delta = b_mean - stats.mean
+    total = stats.count + b_count
+    mean = stats.mean + delta * b_count / total
+    m2 = stats.var * stats.count + b_var * b_count + delta**2 * stats.count * b_count / total
+    return RunningStats(mean, m2 / total, total)
+
+
+def normalize(stats: RunningStats, x: jax.Array, clip: float = 10.0) -> jax.Array:
+    """``(x - mean) / std`` clipped to ``[-clip, clip]``."""
+    return jnp.clip((x - stats.mean) / jnp.sqrt(stats.var + 1e-8), -clip, clip)
+
+
+def _inject_state(opt_state: PyTree) -> Any:
+    nodes = jax.tree.leaves(opt_state, is_leaf=lambda x: hasattr(x, "hyperparams"))
+    return next(n for n in nodes if hasattr(n, "hyperparams"))
+
+
+def opt_step_count(opt_state: PyTree) -> jax.Array:
+    """Optimiser steps taken so far by an :func:`adam` state."""
+    return _inject_state(opt_state).count
+
+
+def set_learning_rate(opt_state: PyTree, lr: jax.Array) -> PyTree:
+    """An :func:`adam` state whose next step uses learning rate ``lr``."""
+    return optax.tree_utils.tree_set(opt_state, learning_rate=jnp.asarray(lr, jnp.float32))

@@ -1,8 +1,25 @@
-"""PPO (Schulman et al., 2017). Placeholder config until the algorithm lands."""
+"""PPO (Schulman et al., 2017): clipped surrogate, GAE(lambda), minibatch epochs.
+
+The value function is the critic side and the policy the actor side, so the device split
+places them apart like the off-policy algorithms. Both phases get the fresh rollout
+``[T, N]`` and compute the same GAE advantages from the value parameters and observation
+statistics as they were at the start of the iteration (the staleness rule).
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxspreeze import networks
+from jaxspreeze.algos import base, common
+from jaxspreeze.types import EnvSpec, PyTree, Transition
 
 
 @dataclass(frozen=True)
@@ -33,3 +50,253 @@ class PPOConfig:
     """Normalise advantages per minibatch."""
     hidden: tuple[int, ...] = (64, 64)
     """Hidden layer widths of the policy and the value network."""
+
+
+class PPOActor(NamedTuple):
+    """Actor side: policy, optimiser, base learning rate and observation statistics."""
+
+    params: PyTree
+    opt_state: PyTree
+    lr: jax.Array
+    obs_stats: common.RunningStats
+
+
+class PPOCritic(NamedTuple):
+    """Critic side: value function, optimiser; lr, gamma and lambda are leaves."""
+
+    params: PyTree
+    opt_state: PyTree
+    lr: jax.Array
+    gamma: jax.Array
+    gae_lambda: jax.Array
+
+
+class CriticView(NamedTuple):
+    """What the actor needs from the critic to compute advantages."""
+
+    params: PyTree
+    gamma: jax.Array
+    gae_lambda: jax.Array
+
+
+class PolicyBatch(NamedTuple):
+    """One minibatch of the policy update, ``[B, ...]``."""
+
+    obs: jax.Array
+    action: jax.Array
+    old_logp: jax.Array
+    advantage: jax.Array
+
+
+class ValueBatch(NamedTuple):
+    """One minibatch of the value update, ``[B, ...]``."""
+
+    obs: jax.Array
+    returns: jax.Array
+
+
+def supports(spec: EnvSpec) -> str | None:
+    """PPO handles discrete (categorical) and continuous (Gaussian) actions."""
+    return None
+
+
+def validate(cfg: PPOConfig, prefix: str, run: Any) -> None:
+    """Raise ConfigError naming the first bad PPO field."""
+    from jaxspreeze.config import ConfigError
+
+    base.check_positive(cfg, prefix, ("lr", "clip_eps", "vf_coef", "epochs", "max_grad_norm"))
+    base.check_unit(cfg, prefix, ("gamma", "gae_lambda"))
+    if not isinstance(cfg.epochs, int) or isinstance(cfg.epochs, bool):
+        raise ConfigError(f"{prefix}epochs", f"must be an integer, got {cfg.epochs!r}")
+    ent = cfg.ent_coef
+    if isinstance(ent, bool) or not isinstance(ent, (int, float)) or ent < 0:
+        raise ConfigError(f"{prefix}ent_coef", f"must be >= 0, got {ent!r}")
+    base.check_hidden(cfg, prefix)
+
+
+def _flat(x: jax.Array) -> jax.Array:
+    """``[T, N, ...] -> [T * N, ...]``."""
+    return x.reshape(-1, *x.shape[2:])
+
+
+def minibatch_epochs(
+    update: Callable[[PyTree, Any], tuple[PyTree, base.Metrics]],
+    state: PyTree,
+    data: Any,
+    key: jax.Array,
+    epochs: int,
+    batch_size: int,
+) -> tuple[PyTree, base.Metrics]:
+    """``epochs`` shuffled passes of ``update`` over ``data`` (leaves ``[M * B, ...]``)."""
+    size = jax.tree.leaves(data)[0].shape[0]
+    num_mb = size // batch_size
+
+    def epoch(state, key):
+        perm = jax.random.permutation(key, size).reshape(num_mb, batch_size)
+        return jax.lax.scan(
+            lambda s, idx: update(s, jax.tree.map(lambda x: x[idx], data)), state, perm
+        )
+
+    state, metrics = jax.lax.scan(epoch, state, jax.random.split(key, epochs))
+    metrics = {k: jnp.mean(v) for k, v in metrics.items()}
+    metrics["finite"] = metrics["finite"] > 0.999  # all steps finite
+    return state, metrics
+
+
+def make(cfg: PPOConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
+    """Bind PPO to its config, env spec and the run's rollout and minibatch sizes."""
+    rollout_size = run.num_envs * run.rollout_steps
+    batch_size = run.batch_size
+    updates_per_phase = cfg.epochs * (rollout_size // batch_size)
+    total_updates = max(math.ceil(run.total_steps / rollout_size), 1) * updates_per_phase
+    value_net = networks.ValueNet(cfg.hidden)
+    if spec.discrete:
+        policy_net = networks.CategoricalActor(cfg.hidden, spec.action_dim)
+    else:
+        policy_net = networks.GaussianActor(cfg.hidden, spec.action_dim)
+        scale, bias = networks.action_scale(spec.action_low, spec.action_high)
+    tx = common.adam(cfg.lr, cfg.max_grad_norm)
+
+    def norm(stats: common.RunningStats, obs: jax.Array) -> jax.Array:
+        return common.normalize(stats, obs) if cfg.normalize_obs else obs
+
+    def init(key: jax.Array) -> base.AgentState:
+        k_actor, k_critic = jax.random.split(key)
+        obs = jnp.zeros((1, *spec.obs_shape))
+        actor_params = policy_net.init(k_actor, obs)
+        critic_params = value_net.init(k_critic, obs)
+        lr = jnp.asarray(cfg.lr, jnp.float32)
+        return base.AgentState(
+            PPOActor(actor_params, tx.init(actor_params), lr, common.stats_init(spec.obs_shape)),
+            PPOCritic(
+                critic_params,
+                tx.init(critic_params),
+                lr,
+                jnp.asarray(cfg.gamma, jnp.float32),
+                jnp.asarray(cfg.gae_lambda, jnp.float32),
+            ),
+        )
+
+    # ---------------------------------------------------------------- the policy
+    def log_prob_entropy(params: PyTree, obs: jax.Array, action: jax.Array):
+        """``(log pi(action | obs) [B], entropy [B])`` on normalised observations."""
+        if spec.discrete:
+            logits = jax.nn.log_softmax(policy_net.apply(params, obs))
+            logp = jnp.take_along_axis(logits, action[:, None].astype(jnp.int32), -1)[:, 0]
+            entropy = -(jnp.exp(logits) * logits).sum(-1)
+            return logp, entropy
+        # Gaussian in [-1, 1] units; the env action is clip(u, -1, 1) * scale + bias
+        mean, log_std = policy_net.apply(params, obs)
+        u = (action - bias) / scale
+        z = (u - mean) / jnp.exp(log_std)
+        logp = (-0.5 * z**2 - log_std - 0.5 * jnp.log(2 * jnp.pi)).sum(-1)
+        entropy = jnp.broadcast_to((log_std + 0.5 * (1 + jnp.log(2 * jnp.pi))).sum(), logp.shape)
+        return logp, entropy
+
+    def act(state: PPOActor, obs: jax.Array, key: jax.Array, deterministic: bool) -> jax.Array:
+        obs = norm(state.obs_stats, obs)
+        if spec.discrete:
+            logits = policy_net.apply(state.params, obs)
+            if deterministic:
+                return jnp.argmax(logits, -1).astype(jnp.int32)
+            return jax.random.categorical(key, logits).astype(jnp.int32)
+        mean, log_std = policy_net.apply(state.params, obs)
+        u = mean if deterministic else mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
+        return jnp.clip(u, -1.0, 1.0) * scale + bias
+
+    def annealed(opt_state: PyTree, lr: jax.Array) -> PyTree:
+        """The optimiser state with this step's learning rate (linear decay to 0)."""
+        if not cfg.anneal_lr:
+            return opt_state
+        frac = 1.0 - common.opt_step_count(opt_state) / total_updates
+        return common.set_learning_rate(opt_state, lr * jnp.maximum(frac, 0.0))
+
+    def values(params: PyTree, obs: jax.Array) -> jax.Array:
+        """V over ``[T, N, ...]`` observations -> ``[T, N]``."""
+        return value_net.apply(params, _flat(obs)).reshape(obs.shape[:2])
+
+    def advantages(params, gamma, lam, stats, traj: Transition) -> tuple[jax.Array, jax.Array]:
+        """GAE(lambda) ``(advantages, returns)`` ``[T, N]`` of a rollout."""
+        v = values(params, norm(stats, traj.obs))
+        next_v = values(params, norm(stats, traj.next_obs))
+        return common.gae(traj.reward, v, next_v, traj.terminated, traj.truncated, gamma, lam)
+
+    # ---------------------------------------------------------------- critic: value fn
+    def update_critic(c: PPOCritic, batch: ValueBatch):
+        def loss_fn(params):
+            v = value_net.apply(params, batch.obs)
+            return cfg.vf_coef * 0.5 * ((v - batch.returns) ** 2).mean(), v
+
+        opt_state = annealed(c.opt_state, c.lr)
+        params, opt_state, loss, v, gnorm = common.gradient_step(tx, c.params, opt_state, loss_fn)
+        finite = common.all_finite(loss, gnorm)
+        return c._replace(params=params, opt_state=opt_state), {
+            "value_loss": loss,
+            "value_mean": v.mean(),
+            "critic_grad_norm": gnorm,
+            "finite": finite.astype(jnp.float32),
+        }
+
+    def critic_phase(c: PPOCritic, stats: common.RunningStats, traj: Transition, key):
+        # returns from the critic's own params at the start of the phase
+        _, returns = advantages(c.params, c.gamma, c.gae_lambda, stats, traj)
+        data = ValueBatch(_flat(norm(stats, traj.obs)), _flat(returns))
+        return minibatch_epochs(update_critic, c, data, key, cfg.epochs, batch_size)
+
+    # ---------------------------------------------------------------- actor: policy
+    def update_actor(a: PPOActor, batch: PolicyBatch):
+        adv = batch.advantage
+        if cfg.normalize_advantages:
+            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+
+        def loss_fn(params):
+            logp, entropy = log_prob_entropy(params, batch.obs, batch.action)
+            log_ratio = logp - batch.old_logp
+            ratio = jnp.exp(log_ratio)
+            clipped = jnp.clip(ratio, 1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps)
+            surrogate = jnp.minimum(ratio * adv, clipped * adv).mean()
+            loss = -surrogate - cfg.ent_coef * entropy.mean()
+            kl = ((ratio - 1.0) - log_ratio).mean()
+            clip_frac = (jnp.abs(ratio - 1.0) > cfg.clip_eps).mean()
+            return loss, (entropy.mean(), kl, clip_frac)
+
+        opt_state = annealed(a.opt_state, a.lr)
+        params, opt_state, loss, aux, gnorm = common.gradient_step(tx, a.params, opt_state, loss_fn)
+        entropy, kl, clip_frac = aux
+        finite = common.all_finite(loss, gnorm)
+        lr = optax.tree_utils.tree_get(opt_state, "learning_rate")
+        return a._replace(params=params, opt_state=opt_state), {
+            "actor_loss": loss,
+            "entropy": entropy,
+            "approx_kl": kl,
+            "clip_frac": clip_frac,
+            "actor_grad_norm": gnorm,
+            "lr": lr,
+            "finite": finite.astype(jnp.float32),
+        }
+
+    def actor_phase(a: PPOActor, view: CriticView, traj: Transition, key):
+        # advantages from the critic's params at the start of the iteration; old
+        # log-probs from the params (and observation statistics) that acted
+        adv, _ = advantages(view.params, view.gamma, view.gae_lambda, a.obs_stats, traj)
+        obs = _flat(norm(a.obs_stats, traj.obs))
+        action = _flat(traj.action)
+        old_logp, _ = log_prob_entropy(a.params, obs, action)
+        data = PolicyBatch(obs, action, jax.lax.stop_gradient(old_logp), _flat(adv))
+        a, metrics = minibatch_epochs(update_actor, a, data, key, cfg.epochs, batch_size)
+        if cfg.normalize_obs:  # the next rollout (and the critic's view) use the new stats
+            a = a._replace(obs_stats=common.stats_update(a.obs_stats, _flat(traj.obs)))
+        return a, metrics
+
+    return base.Algorithm(
+        name="ppo",
+        on_policy=True,
+        init=init,
+        act=act,
+        actor_view=lambda a: a.obs_stats,
+        critic_view=lambda c: CriticView(c.params, c.gamma, c.gae_lambda),
+        critic_phase=critic_phase,
+        actor_phase=actor_phase,
+        actor_steps_per_iteration=updates_per_phase,
+        critic_steps_per_iteration=updates_per_phase,
+    )
