@@ -164,6 +164,29 @@ class CsvSink:
             self._f.close()
 
 
+def read_tensorboard(logdir: str | Path) -> dict[str, dict[int, float]]:
+    """``{tag: {step: value}}`` of the scalars in the event files under ``logdir``.
+
+    Reads the TFRecord framing directly and parses events with tensorboardX's protobuf
+    classes (the ``tensorboard`` package is not needed).
+    """
+    import struct
+
+    from tensorboardX.proto import event_pb2
+
+    out: dict[str, dict[int, float]] = {}
+    for path in sorted(Path(logdir).glob("events.out.tfevents.*")):
+        data = path.read_bytes()
+        pos = 0
+        while pos + 12 <= len(data):
+            (length,) = struct.unpack("<Q", data[pos : pos + 8])
+            event = event_pb2.Event.FromString(data[pos + 12 : pos + 12 + length])
+            pos += 12 + length + 4  # length, its crc, the event, its crc
+            for value in event.summary.value:
+                out.setdefault(value.tag, {})[int(event.step)] = float(value.simple_value)
+    return out
+
+
 def read_csv(path: str | Path) -> list[dict[str, str]]:
     """The rows of a ``metrics.csv`` (cells as strings, missing values as '')."""
     with Path(path).open(newline="") as f:
@@ -229,11 +252,22 @@ def _fmt(value: Any, spec: str = ",.0f") -> str:
     return format(value, spec) if _finite_number(value) else "n/a"
 
 
+def _si(value: Any) -> str:
+    """Compact count: 950, 12.3k, 4.56M."""
+    if not _finite_number(value):
+        return "n/a"
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= div:
+            return f"{value / div:.3g}{suffix}"
+    return f"{value:.0f}"
+
+
 class ConsoleSink:
     """Live progress on the terminal: a rich progress bar, plain lines when not a TTY.
 
-    The bar shows env steps, env steps/s, update samples/s, the latest training and
-    eval return and the ETA; eval results are also printed as lines above it.
+    The bar shows env steps, env steps/s, update samples/s (``upd/s``), the latest
+    training and eval return, elapsed time and ETA; eval results are also printed as
+    lines above it.
     """
 
     name = "console"
@@ -252,20 +286,16 @@ class ConsoleSink:
             BarColumn,
             Progress,
             TextColumn,
-            TimeElapsedColumn,
             TimeRemainingColumn,
         )
 
         console = Console(file=self._file)
         self._progress = Progress(
-            TextColumn("[bold]train"),
-            BarColumn(),
-            TextColumn("{task.fields[steps]}"),
-            TextColumn("| {task.fields[sps]} steps/s | {task.fields[ups]} samples/s"),
-            TextColumn("| return {task.fields[ret]} | eval {task.fields[ev]} |"),
-            TimeElapsedColumn(),
-            TextColumn("eta"),
-            TimeRemainingColumn(),
+            BarColumn(bar_width=12),
+            TextColumn("{task.fields[steps]} {task.fields[sps]} steps/s {task.fields[ups]} upd/s"),
+            TextColumn("ret {task.fields[ret]} eval {task.fields[ev]}"),
+            TextColumn("ETA"),
+            TimeRemainingColumn(compact=True),
             console=console,
             transient=False,
         )
@@ -285,15 +315,15 @@ class ConsoleSink:
         if record.get("kind") == "eval":
             self._eval = record.get("eval_return", math.nan)
             self._progress.console.print(self._eval_line(record))
-            self._progress.update(self._task, ev=_fmt(self._eval, ".1f"))
+            self._progress.update(self._task, ev=_fmt(self._eval, ".0f"))
             return
         self._progress.update(
             self._task,
             completed=min(steps, self.total_steps),
-            steps=f"{steps:,}/{self.total_steps:,}",
-            sps=_fmt(record.get("env_steps_per_s")),
-            ups=_fmt(record.get("update_samples_per_s")),
-            ret=_fmt(record.get("episode_return"), ".1f"),
+            steps=f"{_si(steps)}/{_si(self.total_steps)}",
+            sps=_si(record.get("env_steps_per_s")),
+            ups=_si(record.get("update_samples_per_s")),
+            ret=_fmt(record.get("episode_return"), ".0f"),
         )
 
     @staticmethod
@@ -385,9 +415,9 @@ class _SinkWorker:
         except queue.Full:
             pass
         self._thread.join(max(deadline - time.perf_counter(), 0.01))
+        left = sum(r is not _STOP for r in list(self._queue.queue))
+        self._drop(left)
         if self._thread.is_alive():
-            left = self._queue.qsize()
-            self._drop(left)
             self._report(
                 f"sink {self.name!r} did not finish in time; {left} queued record(s) dropped"
             )
@@ -399,7 +429,8 @@ class MetricsThread:
     ``submit(item)`` never waits: ``item`` is a finished record or a zero-argument
     callable that builds one (e.g. fetching a chunk's device metrics with
     ``jax.device_get``, which blocks this thread, not the caller). Each sink has its own
-    bounded queue and thread; records it cannot take are counted in :attr:`drops`.
+    bounded queue (``sink.queue_size`` if it has one, else ``sink_maxsize``) and thread;
+    records it cannot take are counted in :attr:`drops`.
     """
 
     def __init__(
@@ -408,11 +439,13 @@ class MetricsThread:
         *,
         maxsize: int = 1024,
         sink_maxsize: int = 1024,
-        report: Report = warn,
+        report: Report | None = None,
     ):
-        self._report = report
+        self._report = report or warn
         self._queue: queue.Queue = queue.Queue(maxsize)
-        self._workers = [_SinkWorker(s, sink_maxsize, report) for s in sinks]
+        self._workers = [
+            _SinkWorker(s, getattr(s, "queue_size", sink_maxsize), self._report) for s in sinks
+        ]
         self.records = 0
         self.build_errors = 0
         self._lost = 0
@@ -478,12 +511,13 @@ def make_sinks(
     config: dict[str, Any] | None = None,
     num_seeds: int = 1,
     quiet: bool = False,
-    report: Report = warn,
+    report: Report | None = None,
 ) -> list[Sink]:
     """The sinks named in ``names`` that can run here (a missing package is noted, skipped).
 
     ``quiet`` leaves out the console sink.
     """
+    report = report or warn
     eval_columns = list(EVAL_COLUMNS)
     if num_seeds > 1:
         per_seed = ("eval_return", "eval_return_std", "eval_length")

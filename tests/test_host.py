@@ -1,0 +1,250 @@
+"""The host side: the evaluator thread, snapshots, and a training run with held and
+failing host threads (training never waits on them and never traces the chunk again)."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxspreeze import metrics, trainer
+from jaxspreeze.algos.sac import SACConfig
+from jaxspreeze.config import RunConfig
+from jaxspreeze.evaluate import EvalResult, Evaluator, make_seed_evaluate, snapshot_copy
+from jaxspreeze.metrics import read_csv, read_tensorboard
+from jaxspreeze.policy import load_policy, make_algorithm
+
+
+def tiny(tmp, **changes) -> RunConfig:
+    """A SAC run on Pendulum small enough to compile and train in seconds."""
+    base = RunConfig(
+        total_steps=600,
+        num_envs=4,
+        grad_steps=2,
+        batch_size=32,
+        buffer_size=2_000,
+        learning_starts=200,
+        chunk_iterations=20,
+        eval_episodes=2,
+        logdir=str(tmp),
+        run_name="host",
+        sac=SACConfig(hidden=(32, 32)),
+    )
+    return base.replace(**changes)
+
+
+# ---------------------------------------------------------------------------- units
+def test_snapshot_is_a_copy_that_survives_donation():
+    step = jax.jit(lambda t: jax.tree.map(lambda x: x + 1, t), donate_argnums=0)
+    actor = {"w": jnp.arange(4.0), "b": jnp.ones(2)}
+    on_device = snapshot_copy(actor, jax.devices()[0])
+    local = snapshot_copy(actor)
+    new = step(actor)  # donates `actor`'s buffers, as the next chunk does
+    np.testing.assert_array_equal(new["w"], np.arange(4.0) + 1)
+    for snap in (on_device, local):
+        np.testing.assert_array_equal(snap["w"], np.arange(4.0))
+        np.testing.assert_array_equal(snap["b"], np.ones(2))
+
+
+def test_evaluator_latest_wins_counts_skips_and_survives_errors():
+    started, gate, reports = threading.Event(), threading.Event(), []
+
+    def evaluate(actor):
+        if not started.is_set():
+            started.set()
+            gate.wait(60)
+            raise RuntimeError("nan policy")
+        return EvalResult(actor["v"], jnp.zeros(()), jnp.ones(()))
+
+    ev = Evaluator(evaluate, report=reports.append)
+    first = ev.submit({"v": jnp.float32(0)}, env_steps=0)
+    assert started.wait(60)  # the thread holds snapshot 0 inside evaluate()
+    later = [ev.submit({"v": jnp.float32(i)}, env_steps=i) for i in range(1, 5)]
+    gate.set()
+    snap, result = later[-1].result(60)
+    ev.close()
+    assert snap.env_steps == 4 and float(result.return_mean) == 4.0
+    assert all(f.cancelled() for f in later[:-1])
+    assert isinstance(first.exception(), RuntimeError)
+    assert ev.stats()["evaluations_done"] == 1
+    assert ev.skipped == 3 and ev.failed == 1 and ev.submitted == 5
+    assert len(reports) == 1 and "nan policy" in reports[0]
+
+
+def test_evaluator_return_equals_a_direct_call_of_evaluate(tmp_path):
+    from jaxspreeze.envs import make_env
+    from jaxspreeze.evaluate import make_evaluate
+
+    cfg = tiny(tmp_path, num_seeds=2)
+    algo = make_algorithm(cfg)
+    actor = jax.vmap(algo.init)(jax.random.split(jax.random.key(1), 2)).actor
+    env = make_env(cfg.env, 3)
+    keys = jax.random.split(jax.random.key(7), 2)
+    direct = jax.jit(make_evaluate(algo.act, env))
+    expected = [
+        jax.device_get(direct(jax.tree.map(lambda x: x[i], actor), keys[i])) for i in (0, 1)
+    ]
+
+    ev = Evaluator(make_seed_evaluate(algo.act, env, keys), device=jax.devices()[0])
+    _, result = ev.submit(actor, env_steps=0).result(300)
+    ev.close()
+    for i in (0, 1):
+        for got, want in zip(result, expected[i], strict=True):
+            np.testing.assert_allclose(got[i], want, rtol=1e-5)
+
+
+# ------------------------------------------------------------ a run with held threads
+class Recorder:
+    """Keeps records; releases the held evaluator once the last chunk's record arrives."""
+
+    name = "recorder"
+
+    def __init__(self, last_chunk: int, gate: threading.Event):
+        self.last_chunk, self.gate = last_chunk, gate
+        self.records: list[dict] = []
+        self.chunks_before_release: list[int] = []
+
+    def write(self, record):
+        self.records.append(record)
+        if record["kind"] == "chunk" and record["chunk"] == self.last_chunk:
+            self.chunks_before_release = [r["chunk"] for r in self.records if r["kind"] == "chunk"]
+            self.gate.set()
+
+    def close(self):
+        pass
+
+
+class Boom:
+    """A sink whose every write fails."""
+
+    name = "boom"
+
+    def write(self, record):
+        raise RuntimeError("sink exploded")
+
+    def close(self):
+        pass
+
+
+@pytest.fixture(scope="module")
+def held_run(tmp_path_factory):
+    """5 chunks with an evaluator that blocks (then raises) until the last chunk is done."""
+    cfg = tiny(
+        tmp_path_factory.mktemp("runs"),
+        num_seeds=2,
+        eval_every=80,  # a snapshot at every chunk boundary (80 env steps per chunk)
+        sinks=("jsonl", "csv", "tensorboard", "plots"),
+    )
+    gate, held, reports = threading.Event(), {}, []
+    real = trainer.make_eval_fn
+
+    def held_eval_fn(act, env, keys):
+        fn = real(act, env, keys)
+
+        def evaluate(actor):
+            if "timed_out" not in held:  # the first evaluation waits for the last chunk
+                held["timed_out"] = not gate.wait(300)
+                raise RuntimeError("evaluator exploded")
+            return fn(actor)
+
+        return evaluate
+
+    recorder = Recorder(last_chunk=4, gate=gate)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(trainer, "make_eval_fn", held_eval_fn)
+        mp.setattr(metrics, "warn", reports.append)
+        result = trainer.train(cfg, quiet=True, sinks=[recorder, Boom()])
+    return result, recorder, held, reports
+
+
+def test_training_finishes_every_chunk_while_the_evaluator_is_held(held_run):
+    result, recorder, held, _ = held_run
+    assert result.summary["chunks"] == 5
+    assert held == {"timed_out": False}  # released by the last chunk's record, not a timeout
+    assert recorder.chunks_before_release == [0, 1, 2, 3, 4]
+    s = result.summary
+    # snapshots at chunks 0-3 and the final one: 0 was held (then failed), 1 and 2 were
+    # replaced while it was held; 3 either ran or was replaced by the final one
+    assert s["evaluations_failed"] == 1
+    assert s["evaluations_skipped"] + s["evaluations_done"] == 4
+    assert s["evaluations_skipped"] >= 2
+    assert np.isfinite(s["final_eval_return"]) and len(s["final_eval_return_per_seed"]) == 2
+    evals = [r for r in recorder.records if r["kind"] == "eval"]
+    assert len(evals) == s["evaluations_done"]
+    assert evals[-1]["final"] and evals[-1]["env_steps"] == 600
+    assert evals[-1]["eval_return"] == pytest.approx(s["final_eval_return"])
+
+
+def test_a_failing_sink_and_evaluator_are_reported_not_raised(held_run):
+    result, recorder, _, reports = held_run
+    s = result.summary
+    n_records = len(recorder.records)
+    assert n_records == 5 + result.summary["evaluations_done"]  # chunks + evaluations
+    assert s["sink_drops"] == {
+        "jsonl": 0,
+        "csv": 0,
+        "tensorboard": 0,
+        "plots": 0,
+        "recorder": 0,
+        "boom": n_records,
+    }
+    assert s["sink_errors"] == {"boom": "RuntimeError: sink exploded"}
+    assert sum("'boom'" in r for r in reports) == 1
+    assert sum("evaluator exploded" in r for r in reports) == 1
+    saved = json.loads((result.run_dir / "summary.json").read_text())
+    assert saved["sink_drops"]["boom"] == n_records
+    for key in (
+        "final_eval_return",
+        "env_steps",
+        "wall_s",
+        "compile_s",
+        "env_steps_per_s",
+        "update_samples_per_s",
+        "grad_steps_per_s",
+        "replay_ratio",
+        "policy_lag",
+        "eval_wall_s",
+    ):
+        assert key in saved
+
+
+def test_chunk_traces_once_with_sinks_and_evaluator_on(held_run):
+    result = held_run[0]
+    assert result.loop.trace_count == 1
+    hlo = result.loop._compiled["chunk"].as_text().lower()
+    assert "callback" not in hlo and "print" not in hlo
+
+
+def test_jsonl_csv_and_tensorboard_agree_for_the_run(held_run):
+    run_dir = held_run[0].run_dir
+    jsonl = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rows = read_csv(run_dir / "metrics.csv")
+    tb = read_tensorboard(run_dir / "tb")
+    assert [r["env_steps"] for r in jsonl] == [int(r["env_steps"]) for r in rows]
+    assert [r["kind"] for r in jsonl].count("chunk") == 5
+    for rec, row in zip(jsonl, rows, strict=True):
+        prefix = "eval" if rec["kind"] == "eval" else "train"
+        for key in ("critic_loss", "env_steps_per_s", "eval_return", "wall_s"):
+            if rec.get(key) is None:
+                continue
+            assert float(row[key]) == rec[key]
+            assert tb[f"{prefix}/{key}"][rec["env_steps"]] == pytest.approx(rec[key], rel=1e-6)
+        for i, v in enumerate(rec.get("critic_loss_per_seed", [])):
+            assert float(row[f"critic_loss_seed{i}"]) == v
+            assert tb[f"train/critic_loss/seed{i}"][rec["env_steps"]] == pytest.approx(v, rel=1e-6)
+
+
+def test_run_dir_holds_pictures_and_the_final_policy(held_run):
+    result = held_run[0]
+    for name in ("learning_curve.png", "throughput.png"):
+        data = (result.run_dir / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000
+    policy = load_policy(result.run_dir)
+    assert policy.cfg.num_seeds == 2
+    jax.tree.map(
+        np.testing.assert_array_equal, policy.actor, jax.device_get(result.state.agent.actor)
+    )

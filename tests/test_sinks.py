@@ -1,0 +1,207 @@
+"""Metric sinks: JSONL, CSV and TensorBoard agree; console output; the fan-out thread."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import threading
+
+import pytest
+
+from jaxspreeze import metrics
+from jaxspreeze.metrics import (
+    ConsoleSink,
+    CsvSink,
+    JsonlSink,
+    MetricsThread,
+    TensorBoardSink,
+    make_sinks,
+    read_csv,
+    read_tensorboard,
+)
+
+
+def chunk(i: int, seeds: int = 2) -> dict:
+    """A synthetic chunk record like the trainer's (per-seed lists, a NaN, a bool)."""
+    rec = {
+        "kind": "chunk",
+        "env_steps": 100 * (i + 1),
+        "chunk": i,
+        "wall_s": 1.5 * i + 0.25,
+        "critic_loss": 1.0 / (i + 1),
+        "critic_loss_per_seed": [1.0 / (i + 1) + s / 10 for s in range(seeds)],
+        "episode_return": math.nan if i == 0 else -100.0 * i,
+        "critic_finite": True,
+        "env_steps_per_s": 1234.5 + i,
+    }
+    return rec
+
+
+def evalrec(steps: int) -> dict:
+    """A synthetic eval record."""
+    return {
+        "kind": "eval",
+        "env_steps": steps,
+        "chunk": 1,
+        "wall_s": 3.0,
+        "final": False,
+        "eval_s": 0.5,
+        "eval_return": -321.0,
+        "eval_return_per_seed": [-300.0, -342.0],
+        "eval_return_std": 12.0,
+        "eval_length": 200.0,
+    }
+
+
+def test_jsonl_csv_tensorboard_hold_the_same_values(tmp_path):
+    records = [chunk(0), chunk(1), evalrec(200), chunk(2)]
+    thread = MetricsThread([JsonlSink(tmp_path), CsvSink(tmp_path), TensorBoardSink(tmp_path)])
+    for r in records:
+        thread.submit(r)
+    assert thread.close() == {"jsonl": 0, "csv": 0, "tensorboard": 0}
+
+    jsonl = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    rows = read_csv(tmp_path / "metrics.csv")
+    tb = read_tensorboard(tmp_path / "tb")
+    assert len(jsonl) == len(rows) == len(records)
+    for rec, row in zip(jsonl, rows, strict=True):
+        prefix = "eval" if rec["kind"] == "eval" else "train"
+        step = rec["env_steps"]
+        assert row["kind"] == rec["kind"] and int(row["env_steps"]) == step
+        for key, value in rec.items():
+            if key in ("kind", "env_steps", "chunk"):
+                continue
+            if isinstance(value, list):
+                base = key.removesuffix("_per_seed")
+                for s, v in enumerate(value):
+                    assert float(row[f"{base}_seed{s}"]) == v
+                    assert tb[f"{prefix}/{base}/seed{s}"][step] == pytest.approx(v, rel=1e-6)
+            elif value is None:  # NaN: null in JSONL, empty in CSV, absent from TensorBoard
+                assert row[key] == ""
+                assert step not in tb.get(f"{prefix}/{key}", {})
+            elif isinstance(value, bool):
+                assert row[key] == str(value)
+                assert tb[f"{prefix}/{key}"][step] == float(value)
+            else:
+                assert float(row[key]) == value
+                assert tb[f"{prefix}/{key}"][step] == pytest.approx(value, rel=1e-6)
+
+
+def test_csv_widens_when_a_column_first_appears_later(tmp_path):
+    sink = CsvSink(tmp_path, extra_columns=())
+    sink.write({"kind": "chunk", "env_steps": 1, "a": 1.0})
+    sink.write({"kind": "eval", "env_steps": 2, "b": 2.0})
+    sink.write({"kind": "chunk", "env_steps": 3, "a": 3.0})
+    sink.close()
+    rows = read_csv(tmp_path / "metrics.csv")
+    assert [r["env_steps"] for r in rows] == ["1", "2", "3"]
+    assert [r["a"] for r in rows] == ["1.0", "", "3.0"]
+    assert [r["b"] for r in rows] == ["", "2.0", ""]
+
+
+def test_console_plain_lines_when_not_a_tty():
+    out = io.StringIO()
+    sink = ConsoleSink(1000, live=False, file=out)
+    sink.write(chunk(1))
+    sink.write(evalrec(200))
+    sink.close()
+    text = out.getvalue()
+    assert "200/1,000 steps" in text and "steps/s" in text and "samples/s" in text
+    assert "eval @" in text and "-321.0" in text
+
+
+def test_console_live_progress_bar():
+    out = io.StringIO()
+    sink = ConsoleSink(1000, live=True, file=out)
+    sink.write(chunk(1))
+    sink.write(evalrec(200))
+    sink.close()
+    text = out.getvalue()
+    assert "200/1k" in text and "steps/s" in text and "ETA" in text and "eval @" in text
+
+
+class Boom:
+    """A sink that always raises."""
+
+    name = "boom"
+
+    def write(self, record):
+        raise RuntimeError("disk on fire")
+
+    def close(self):
+        pass
+
+
+class Held:
+    """A sink that blocks on an event until released."""
+
+    name = "held"
+    queue_size = 3
+
+    def __init__(self):
+        self.release = threading.Event()
+        self.got = []
+
+    def write(self, record):
+        self.release.wait(60)
+        self.got.append(record)
+
+    def close(self):
+        pass
+
+
+class Keep:
+    """A sink that keeps its records."""
+
+    name = "keep"
+
+    def __init__(self):
+        self.got = []
+
+    def write(self, record):
+        self.got.append(record)
+
+    def close(self):
+        self.closed = True
+
+
+def test_failing_and_slow_sinks_never_block_and_are_counted():
+    reports = []
+    held, keep = Held(), Keep()
+    thread = MetricsThread([Boom(), held, keep], report=reports.append)
+    for i in range(10):
+        thread.submit(chunk(i))  # returns at once although `held` is stuck
+    thread.submit(lambda: 1 / 0)  # a record that fails to build: reported, skipped
+    while thread.records < 10:  # the fan-out itself never waits for a sink
+        threading.Event().wait(0.01)
+    held.release.set()
+    drops = thread.close()
+    assert len(keep.got) == 10 and keep.closed
+    assert drops["boom"] == 10 and drops["keep"] == 0
+    # held took one record into write() and 3 into its queue before it filled up
+    assert drops["held"] == 10 - len(held.got) and drops["held"] >= 6
+    assert thread.errors == {"boom": "RuntimeError: disk on fire"}
+    assert sum("'boom'" in r for r in reports) == 1  # reported once, by name
+    assert any("ZeroDivisionError" in r for r in reports)
+
+
+def test_make_sinks_skips_what_is_not_installed(tmp_path, monkeypatch):
+    notes = []
+    real = metrics.importlib.util.find_spec
+    monkeypatch.setattr(
+        metrics.importlib.util,
+        "find_spec",
+        lambda name: None if name in ("tensorboardX", "wandb") else real(name),
+    )
+    sinks = make_sinks(
+        ("console", "jsonl", "csv", "tensorboard", "wandb"),
+        tmp_path,
+        total_steps=10,
+        quiet=True,
+        report=notes.append,
+    )
+    assert [s.name for s in sinks] == ["jsonl", "csv"]
+    assert any("tensorboardX" in n for n in notes) and any("wandb" in n for n in notes)
+    for s in sinks:
+        s.close()
