@@ -1,0 +1,432 @@
+"""The measured cases: sampling, update step, training chunk, end to end.
+
+Each ``prepare`` function builds and compiles the work outside any timer and returns a
+:class:`~jaxspreeze.bench.record.Workload`; the pytest-benchmark suite
+(``tests/benchmarks``) and ``jaxspreeze bench`` time the very same workloads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxspreeze import algos, devices, networks, replay
+from jaxspreeze.algos.base import AgentState
+from jaxspreeze.bench.record import Record, Workload, flops_of, throughput_record
+from jaxspreeze.config import RunConfig
+from jaxspreeze.envs import VecEnv, env_spec, make_env
+from jaxspreeze.evaluate import make_evaluate
+from jaxspreeze.loop import Loop
+from jaxspreeze.rollout import env_init, rollout
+from jaxspreeze.types import EnvSpec, Transition
+
+HIDDEN = (256, 256)
+UPDATE_ENV = "gymnax/Pendulum-v1"
+PPO_ROLLOUT_STEPS = 16
+PPO_MINIBATCHES = 4
+
+
+class Unavailable(RuntimeError):
+    """A case cannot run here (an algorithm not implemented yet, a missing library)."""
+
+
+def unavailable_reason(algo: str) -> str | None:
+    """Why ``algo`` cannot be benchmarked yet (None when its ``make`` exists)."""
+    try:
+        module = algos.get(algo)
+    except Exception as e:  # an algorithm module that does not import yet
+        return f"{algo}: {e}"
+    if not hasattr(module, "make"):
+        return f"{algo} is not implemented yet (jaxspreeze.algos.{algo} has no make())"
+    return None
+
+
+def run_config(algo: str, env: str, hidden: tuple[int, ...] = HIDDEN, **fields: Any) -> RunConfig:
+    """A RunConfig for ``algo`` on ``env`` with the algorithm's networks set to ``hidden``."""
+    base = RunConfig()
+    algo_cfg = dataclasses.replace(getattr(base, algo), hidden=tuple(hidden))
+    return dataclasses.replace(base, algo=algo, env=env, **{algo: algo_cfg}, **fields)
+
+
+def _compile(fn: Callable, *args: Any, donate: tuple[int, ...] = ()) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    compiled = jax.jit(fn, donate_argnums=donate).lower(*args).compile()
+    return compiled, time.perf_counter() - t0
+
+
+# ----------------------------------------------------------------------------- sampling
+def _policy(spec: EnvSpec, num_envs: int, hidden: tuple[int, ...]):
+    """(init(key) -> params, act(params, obs, key) -> action, name) of a 2-layer policy.
+
+    The training algorithms' own ``act``: SAC's tanh-Gaussian for continuous actions,
+    PPO's categorical for discrete ones (a bare CategoricalActor until PPO exists).
+    """
+    algo = "ppo" if spec.discrete else "sac"
+    if unavailable_reason(algo) is None:
+        cfg = run_config(algo, spec.name, hidden, num_envs=num_envs, batch_size=num_envs)
+        a = algos.get(algo).make(cfg.algo_config, spec, cfg)
+        return (
+            lambda key: a.init(key).actor,
+            lambda params, obs, key: a.act(params, obs, key, False),
+            f"{algo}.act",
+        )
+    net = networks.CategoricalActor(hidden, spec.action_dim)
+    obs0 = jnp.zeros((1, *spec.obs_shape))
+    return (
+        lambda key: net.init(key, obs0),
+        lambda params, obs, key: jax.random.categorical(key, net.apply(params, obs)),
+        "CategoricalActor",
+    )
+
+
+def sampling_steps(num_envs: int, env_name: str) -> int:
+    """Rollout length per timed call: about 64k env steps (16k for brax), 16 to 1000 steps."""
+    budget = 16_384 if env_name.startswith("brax/") else 65_536
+    return int(np.clip(budget // num_envs, 16, 1000))
+
+
+def sampling(
+    env_name: str, num_envs: int, steps: int | None = None, hidden=HIDDEN, seed: int = 0
+) -> Workload:
+    """jaxspreeze's collect: ``rollout`` of the policy in ``num_envs`` vmapped envs, T steps."""
+    steps = steps or sampling_steps(num_envs, env_name)
+    env: VecEnv = make_env(env_name, num_envs)
+    init_params, act, policy_name = _policy(env.spec, num_envs, hidden)
+    k_params, k_env, key = jax.random.split(jax.random.key(seed), 3)
+    params = jax.jit(init_params)(k_params)
+    carry = jax.jit(lambda k: env_init(env, k))(k_env)
+
+    def collect(params, carry, key):
+        key, k = jax.random.split(key)
+        carry, traj, _ = rollout(env, lambda obs, kk: act(params, obs, kk), carry, k, steps)
+        return carry, key, traj
+
+    compiled, compile_s = _compile(collect, params, carry, key, donate=(1,))
+    state = [carry, key]
+
+    def run() -> None:
+        state[0], state[1], traj = compiled(params, state[0], state[1])
+        jax.block_until_ready((state, traj))
+
+    return Workload(
+        name=f"sampling[{env_name}-n{num_envs}]",
+        run=run,
+        env_steps=num_envs * steps,
+        compile_s=compile_s,
+        params={
+            "kind": "sampling",
+            "env": env_name,
+            "num_envs": num_envs,
+            "rollout_steps": steps,
+            "policy": f"{policy_name} {'x'.join(map(str, hidden))}",
+        },
+    )
+
+
+# ----------------------------------------------------------------------------- updates
+def update_grad_steps(batch_size: int) -> int:
+    """Gradient steps per timed call: about 16k samples, between 1 and 32 steps."""
+    return int(np.clip(16_384 // batch_size, 1, 32))
+
+
+def random_transitions(spec: EnvSpec, key: jax.Array, shape: tuple[int, ...]) -> Transition:
+    """Random transitions ``[*shape, ...]`` shaped like ``spec``'s (a stand-in buffer)."""
+    k = jax.random.split(key, 5)
+    obs = jax.random.normal(k[0], (*shape, *spec.obs_shape))
+    if spec.discrete:
+        action = jax.random.randint(k[1], shape, 0, spec.action_dim)
+    else:
+        low, high = jnp.asarray(spec.action_low), jnp.asarray(spec.action_high)
+        action = jax.random.uniform(k[1], (*shape, spec.action_dim), minval=low, maxval=high)
+    reward = jax.random.normal(k[2], shape)
+    terminated = jax.random.uniform(k[3], shape) < 0.01
+    next_obs = jax.random.normal(k[4], (*shape, *spec.obs_shape))
+    return Transition(obs, action, reward, terminated, jnp.zeros(shape, bool), next_obs)
+
+
+def _update_config(algo: str, env: str, batch_size: int, steps: int, hidden) -> RunConfig:
+    if algo == "ppo":  # `steps` minibatches per epoch, each of batch_size samples
+        n = max(1, steps * batch_size // PPO_ROLLOUT_STEPS)
+        return run_config(
+            algo, env, hidden, num_envs=n, rollout_steps=PPO_ROLLOUT_STEPS, batch_size=batch_size
+        )
+    capacity = max(100_000, 4 * batch_size)
+    return run_config(
+        algo, env, hidden, grad_steps=steps, batch_size=batch_size, buffer_size=capacity
+    )
+
+
+def _update_program(
+    algo_name: str, cfg: RunConfig, spec: EnvSpec, seed: int, abstract: bool = False
+):
+    """(step(agent, data, key), agent, data, algorithm) for one update call.
+
+    ``abstract``: agent and data are shapes only (for lowering, e.g. cost analysis).
+    """
+    algo = algos.get(algo_name).make(cfg.algo_config, spec, cfg)
+    k_agent, k_data = jax.random.split(jax.random.key(seed))
+
+    def make_data(key: jax.Array):
+        if algo.on_policy:
+            return random_transitions(spec, key, (cfg.rollout_steps, cfg.num_envs))
+        items = random_transitions(spec, key, (cfg.buffer_size,))
+        return replay.ReplayState(
+            items, jnp.zeros((), jnp.int32), jnp.asarray(cfg.buffer_size, jnp.int32)
+        )
+
+    if abstract:
+        agent, data = jax.eval_shape(algo.init, k_agent), jax.eval_shape(make_data, k_data)
+    else:
+        agent, data = jax.jit(algo.init)(k_agent), jax.jit(make_data)(k_data)
+
+    def step(agent: AgentState, data: Any, key: jax.Array):
+        key, k_critic, k_actor = jax.random.split(key, 3)
+        # views of the other side, as at the start of the iteration (staleness rule)
+        actor_view = algo.actor_view(agent.actor)
+        critic_view = algo.critic_view(agent.critic)
+        critic, cm = algo.critic_phase(agent.critic, actor_view, data, k_critic)
+        actor, am = algo.actor_phase(agent.actor, critic_view, data, k_actor)
+        return AgentState(actor, critic), key, (cm, am)
+
+    return step, agent, data, algo
+
+
+def _one_step_config(algo: str, env: str, batch_size: int, steps: int, hidden) -> RunConfig:
+    cfg = _update_config(algo, env, batch_size, steps, hidden)
+    if algo == "ppo":  # one epoch over one minibatch
+        n = max(1, batch_size // PPO_ROLLOUT_STEPS)
+        cfg = dataclasses.replace(cfg, ppo=dataclasses.replace(cfg.ppo, epochs=1), num_envs=n)
+    return cfg
+
+
+def _flops_per_step(
+    algo_name: str, env_name: str, batch_size: int, hidden, seed: int
+) -> tuple[float | None, float | None]:
+    """(critic, actor) FLOPs of one gradient step, from XLA's cost analysis.
+
+    XLA counts a loop body once whatever its trip count, so each side is analysed in a
+    program where it takes exactly one step (TD3 needs ``policy_delay`` critic steps
+    for one actor step: the actor side is analysed alone).
+    """
+    spec = env_spec(env_name)
+    key = jax.random.key(seed)
+    out: list[float | None] = []
+    for side in ("critic", "actor"):
+        for steps in range(1, 9):
+            cfg = _one_step_config(algo_name, env_name, batch_size, steps, hidden)
+            _, agent, data, algo = _update_program(algo_name, cfg, spec, seed, abstract=True)
+            n = getattr(algo, f"{side}_steps_per_iteration")
+            if n >= 1:
+                break
+        if n != 1:
+            out.append(None)
+            continue
+        if side == "critic":
+            fn = lambda ag, d, k, a=algo: a.critic_phase(ag.critic, a.actor_view(ag.actor), d, k)
+        else:
+            fn = lambda ag, d, k, a=algo: a.actor_phase(ag.actor, a.critic_view(ag.critic), d, k)
+        out.append(flops_of(jax.jit(fn).lower(agent, data, key)))
+    return out[0], out[1]
+
+
+def update(
+    algo_name: str,
+    batch_size: int,
+    grad_steps: int | None = None,
+    env_name: str = UPDATE_ENV,
+    hidden=HIDDEN,
+    seed: int = 0,
+) -> Workload:
+    """One update call of ``algo_name``: critic and actor phases on ``batch_size`` samples.
+
+    Off-policy: ``grad_steps`` steps, each on a fresh batch from a full replay buffer.
+    PPO: all of its epochs over a rollout of 4 minibatches of ``batch_size``.
+    FLOPs per call: XLA's cost analysis of one step per side, times the steps per call.
+    """
+    reason = unavailable_reason(algo_name)
+    if reason:
+        raise Unavailable(reason)
+    spec = env_spec(env_name)
+    steps = PPO_MINIBATCHES if algo_name == "ppo" else grad_steps or update_grad_steps(batch_size)
+    cfg = _update_config(algo_name, env_name, batch_size, steps, hidden)
+    step, agent, data, algo = _update_program(algo_name, cfg, spec, seed)
+    key = jax.random.key(seed + 1)
+    compiled, compile_s = _compile(step, agent, data, key, donate=(0,))
+
+    critic_flops, actor_flops = _flops_per_step(algo_name, env_name, batch_size, hidden, seed)
+    flops = None
+    if critic_flops and (actor_flops or not algo.actor_steps_per_iteration):
+        flops = critic_flops * algo.critic_steps_per_iteration
+        flops += (actor_flops or 0.0) * algo.actor_steps_per_iteration
+
+    state = [agent, key]
+
+    def run() -> None:
+        state[0], state[1], metrics = compiled(state[0], data, state[1])
+        jax.block_until_ready((state, metrics))
+
+    critic_steps = algo.critic_steps_per_iteration
+    return Workload(
+        name=f"update[{algo_name}-b{batch_size}]",
+        run=run,
+        update_samples=critic_steps * batch_size,
+        grad_steps={"critic": critic_steps, "actor": algo.actor_steps_per_iteration},
+        compile_s=compile_s,
+        flops=flops,
+        params={
+            "kind": "update",
+            "algo": algo_name,
+            "env": env_name,
+            "batch_size": batch_size,
+            "hidden": "x".join(map(str, hidden)),
+            "flops_per_sample": flops / (critic_steps * batch_size) if flops else None,
+        },
+    )
+
+
+# ----------------------------------------------------------------------------- chunk
+def chunk_config(
+    algo: str,
+    env: str,
+    num_envs: int,
+    batch_size: int,
+    chunk_iterations: int,
+    grad_steps: int = 1,
+    rollout_steps: int = 1,
+    hidden=HIDDEN,
+    **fields: Any,
+) -> RunConfig:
+    """A config whose run is ten chunks of ``chunk_iterations`` iterations."""
+    cfg = run_config(
+        algo,
+        env,
+        hidden,
+        num_envs=num_envs,
+        batch_size=batch_size,
+        grad_steps=grad_steps,
+        rollout_steps=rollout_steps,
+        chunk_iterations=chunk_iterations,
+        placement="single",
+        **fields,
+    )
+    total = cfg.warmup_steps + 10 * chunk_iterations * cfg.steps_per_iteration
+    return dataclasses.replace(cfg, total_steps=total)
+
+
+def chunk(cfg: RunConfig) -> Workload:
+    """One jitted training chunk (collect + store + update, K iterations) of ``Loop``."""
+    reason = unavailable_reason(cfg.algo)
+    if reason:
+        raise Unavailable(reason)
+    loop = Loop(cfg, devices.single())
+    state = loop.init()
+    compile_s = loop.compile(state)
+    state = loop.warmup(state)
+    jax.block_until_ready(state)
+    holder = [state]
+
+    def run() -> None:
+        holder[0], metrics = loop.chunk(holder[0])
+        jax.block_until_ready((holder[0], metrics))
+
+    k, s = loop.iterations_per_chunk, cfg.num_seeds
+    critic_steps = k * loop.algo.critic_steps_per_iteration * s
+    return Workload(
+        name=f"chunk[{cfg.algo}-{cfg.env}-n{cfg.num_envs}]",
+        run=run,
+        env_steps=k * cfg.steps_per_iteration * s,
+        update_samples=critic_steps * cfg.batch_size,
+        grad_steps={"critic": critic_steps, "actor": k * loop.algo.actor_steps_per_iteration * s},
+        compile_s=compile_s,
+        policy_lag=float(loop.algo.actor_steps_per_iteration),
+        params={
+            "kind": "chunk",
+            "algo": cfg.algo,
+            "env": cfg.env,
+            "num_envs": cfg.num_envs,
+            "rollout_steps": cfg.rollout_steps,
+            "grad_steps": cfg.grad_steps,
+            "batch_size": cfg.batch_size,
+            "chunk_iterations": k,
+            "num_seeds": s,
+        },
+    )
+
+
+# ----------------------------------------------------------------------------- end to end
+def end_to_end(cfg: RunConfig, threshold: float, eval_episodes: int = 16) -> Record:
+    """Train chunk by chunk, evaluating after each, until the return reaches ``threshold``.
+
+    ``wall_to_threshold_s`` runs from the end of compilation to the evaluation that
+    first reaches the threshold (warm-up, chunks and evaluations included);
+    ``compile_s`` (chunk, warm-up and evaluator programs) is reported apart.
+    """
+    reason = unavailable_reason(cfg.algo)
+    if reason:
+        raise Unavailable(reason)
+    loop = Loop(cfg, devices.single())
+    state = loop.init()
+    compile_s = loop.compile(state)
+    evaluate = jax.vmap(make_evaluate(loop.algo.act, make_env(cfg.env, eval_episodes)))
+    keys = jax.random.split(jax.random.key(cfg.seed + 10_000), cfg.num_seeds)
+    ev, ev_compile_s = _compile(evaluate, state.agent.actor, keys)
+    compile_s += ev_compile_s
+
+    t0 = time.perf_counter()
+    state = loop.warmup(state)
+    train_s = eval_s = 0.0
+    curve: list[tuple[int, float, float]] = []
+    reached_at: float | None = None
+    for _ in range(loop.num_chunks):
+        t = time.perf_counter()
+        state, _ = loop.chunk(state)
+        jax.block_until_ready(state)
+        train_s += time.perf_counter() - t
+        t = time.perf_counter()
+        ret = float(np.mean(jax.device_get(ev(state.agent.actor, keys).return_mean)))
+        eval_s += time.perf_counter() - t
+        steps = int(np.asarray(state.env_steps).sum())
+        curve.append((steps, time.perf_counter() - t0, ret))
+        if ret >= threshold:
+            reached_at = time.perf_counter() - t0
+            break
+    wall = time.perf_counter() - t0
+    steps = curve[-1][0] if curve else 0
+    k_done = len(curve) * loop.iterations_per_chunk * cfg.num_seeds
+    critic_steps = k_done * loop.algo.critic_steps_per_iteration
+    w = Workload(
+        name=f"end_to_end[{cfg.algo}-{cfg.env}]",
+        run=lambda: None,
+        env_steps=k_done * cfg.steps_per_iteration,
+        update_samples=critic_steps * cfg.batch_size,
+        grad_steps={"critic": critic_steps, "actor": k_done * loop.algo.actor_steps_per_iteration},
+        compile_s=compile_s,
+        policy_lag=float(loop.algo.actor_steps_per_iteration),
+        params={
+            "kind": "end_to_end",
+            "algo": cfg.algo,
+            "env": cfg.env,
+            "num_envs": cfg.num_envs,
+            "batch_size": cfg.batch_size,
+            "grad_steps": cfg.grad_steps,
+            "threshold": threshold,
+        },
+    )
+    record = throughput_record(w, max(train_s, 1e-9))  # rates over the chunks only
+    record.update(
+        reached=reached_at is not None,
+        wall_to_threshold_s=reached_at,
+        env_steps_to_threshold=steps if reached_at is not None else None,
+        final_return=curve[-1][2] if curve else None,
+        wall_s=wall,
+        train_s=train_s,
+        eval_s=eval_s,
+        curve=[{"env_steps": s, "wall_s": t, "return": r} for s, t, r in curve],
+    )
+    return record

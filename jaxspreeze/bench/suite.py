@@ -1,0 +1,260 @@
+"""Which cases run, at which sizes, and how one case is measured end to end.
+
+``Case`` names a measurement and its arguments; :func:`prepare` builds jaxspreeze's
+workload, :func:`prepare_reference` the bare reference's, and :func:`measure` times both
+(interleaved) into one record with their ratio. The pytest-benchmark suite uses the same
+``prepare`` functions and lets pytest-benchmark time jaxspreeze's side.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import jax
+
+from jaxspreeze.bench import cases
+from jaxspreeze.bench.record import (
+    Record,
+    Workload,
+    matmul_peak_flops,
+    throughput_record,
+    time_pair,
+    time_workload,
+    with_reference,
+)
+from jaxspreeze.config import RunConfig
+
+SAMPLING_ENVS = ("gymnax/Pendulum-v1", "gymnax/CartPole-v1", "brax/ant")
+UPDATE_ALGOS = ("sac", "td3", "ppo")
+REFERENCE_UPDATE_ALGOS = ("sac",)  # the minimal flax/optax reference is a SAC update
+
+# sizes per scale: "cpu" fits 2 cores, "gpu" goes to 65,536 envs and samples per batch
+SIZES: dict[str, dict[str, Any]] = {
+    "cpu": {
+        "sampling_envs": (1, 64, 1024, 8192),
+        "sampling_envs_brax": (16, 128, 512),
+        "batch_sizes": (256, 1024, 4096),
+        "sac_chunk": dict(num_envs=8, grad_steps=8, batch_size=256, chunk_iterations=16),
+        "ppo_chunk": dict(num_envs=32, rollout_steps=64, batch_size=512, chunk_iterations=2),
+        "brax_sac": dict(num_envs=128, grad_steps=8, batch_size=256, num_timesteps=30_720),
+        "brax_ppo": dict(num_envs=256, rollout_steps=16, num_timesteps=98_304),
+    },
+    "gpu": {
+        "sampling_envs": (1, 1024, 16384, 65536),
+        "sampling_envs_brax": (1024, 16384),
+        "batch_sizes": (256, 4096, 65536),
+        "sac_chunk": dict(num_envs=1024, grad_steps=16, batch_size=16384, chunk_iterations=32),
+        "ppo_chunk": dict(num_envs=4096, rollout_steps=32, batch_size=32768, chunk_iterations=2),
+        "brax_sac": dict(num_envs=2048, grad_steps=16, batch_size=8192, num_timesteps=1_228_800),
+        "brax_ppo": dict(num_envs=4096, rollout_steps=16, num_timesteps=3_932_160),
+    },
+}
+QUICK = {
+    "cpu": {"sampling_envs": (1024,), "sampling_envs_brax": (16,), "batch_sizes": (256,)},
+    "gpu": {"sampling_envs": (16384,), "sampling_envs_brax": (1024,), "batch_sizes": (4096,)},
+}
+
+E2E = {
+    "sac": dict(
+        config=dict(
+            algo="sac",
+            env="gymnax/Pendulum-v1",
+            num_envs=8,
+            grad_steps=8,
+            batch_size=256,
+            chunk_iterations=125,
+            total_steps=30_000,
+        ),
+        threshold=-200.0,
+    ),
+    "ppo": dict(
+        config=dict(
+            algo="ppo",
+            env="gymnax/CartPole-v1",
+            num_envs=16,
+            rollout_steps=64,
+            batch_size=256,
+            chunk_iterations=5,
+            total_steps=300_000,
+        ),
+        algo_config=dict(lr=1e-3),
+        threshold=475.0,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measurement: its kind (sampling, update, chunk, trainer, end_to_end) and args."""
+
+    kind: str
+    args: dict[str, Any] = field(default_factory=dict, hash=False)
+
+    @property
+    def id(self) -> str:
+        """A short readable id, e.g. ``sampling-gymnax/Pendulum-v1-1024``."""
+        return "-".join([self.kind, *(str(v) for v in self.args.values())])
+
+
+def selection(full: bool = False, scale: str | None = None) -> list[Case]:
+    """The cases of the quick (default) or full selection at ``scale`` (cpu/gpu; auto)."""
+    scale = scale or ("cpu" if jax.default_backend() == "cpu" else "gpu")
+    sizes = dict(SIZES[scale])
+    if not full:
+        sizes.update(QUICK[scale])
+    out: list[Case] = []
+    for env in SAMPLING_ENVS:
+        key = "sampling_envs_brax" if env.startswith("brax/") else "sampling_envs"
+        out += [Case("sampling", {"env": env, "num_envs": n}) for n in sizes[key]]
+    for algo in UPDATE_ALGOS:
+        out += [Case("update", {"algo": algo, "batch_size": b}) for b in sizes["batch_sizes"]]
+    out += [
+        Case("chunk", {"algo": "sac", "scale": scale}),
+        Case("chunk", {"algo": "ppo", "scale": scale}),
+    ]
+    if full:
+        out += [
+            Case("trainer", {"algo": a, "env": "brax/ant", "scale": scale}) for a in ("sac", "ppo")
+        ]
+        out += [Case("end_to_end", {"algo": a}) for a in ("sac", "ppo")]
+    return out
+
+
+def _chunk_config(algo: str, scale: str) -> RunConfig:
+    env = "gymnax/Pendulum-v1" if algo == "sac" else "gymnax/CartPole-v1"
+    return cases.chunk_config(algo, env, **SIZES[scale][f"{algo}_chunk"])
+
+
+def trainer_config(algo: str, env: str, scale: str) -> tuple[RunConfig, dict[str, Any]]:
+    """jaxspreeze's chunk config matched to brax's trainer, and the trainer's arguments."""
+    s = dict(SIZES[scale][f"brax_{algo}"])
+    steps = s.pop("num_timesteps")
+    if algo == "sac":
+        cfg = cases.chunk_config(
+            "sac",
+            env,
+            s["num_envs"],
+            s["batch_size"],
+            4096 // s["num_envs"] or 1,
+            grad_steps=s["grad_steps"],
+            learning_starts=s["num_envs"],
+        )
+        kw = dict(batch_size=s["batch_size"], grad_updates_per_step=s["grad_steps"])
+    else:
+        n, t = s["num_envs"], s["rollout_steps"]
+        cfg = cases.chunk_config("ppo", env, n, n * t // 4, 4, rollout_steps=t)
+        kw = dict(unroll_length=t, num_minibatches=4, epochs=cfg.ppo.epochs)
+    return cfg, dict(algo=algo, env_name=env, num_envs=s["num_envs"], num_timesteps=steps, **kw)
+
+
+def prepare(case: Case) -> Workload:
+    """jaxspreeze's compiled workload for ``case`` (raises ``cases.Unavailable``)."""
+    a = case.args
+    if case.kind == "sampling":
+        return cases.sampling(a["env"], a["num_envs"])
+    if case.kind == "update":
+        return cases.update(a["algo"], a["batch_size"])
+    if case.kind == "chunk":
+        return cases.chunk(_chunk_config(a["algo"], a["scale"]))
+    if case.kind == "trainer":
+        return cases.chunk(trainer_config(a["algo"], a["env"], a["scale"])[0])
+    raise ValueError(f"{case.kind} cases are not workloads; use measure()")
+
+
+def prepare_reference(case: Case, refs: ModuleType | None, like: Workload) -> Workload | None:
+    """The bare reference's workload doing ``like``'s work (None where there is none)."""
+    if refs is None:
+        return None
+    a, p = case.args, like.params
+    if case.kind == "sampling":
+        return refs.sampling(a["env"], a["num_envs"], p["rollout_steps"])
+    if case.kind == "update" and a["algo"] in REFERENCE_UPDATE_ALGOS:
+        return refs.sac_update(a["batch_size"], like.grad_steps["critic"])
+    return None
+
+
+def record_of(w: Workload, times: list[float], peak: float | None) -> Record:
+    """The throughput record of ``w`` at the median of ``times``."""
+    return throughput_record(w, statistics.median(times), peak, times)
+
+
+def measure(case: Case, refs: ModuleType | None = None, rounds: int = 3, warmup: int = 1) -> Record:
+    """Measure ``case`` and its reference in this process; a skipped case says why."""
+    try:
+        if case.kind == "end_to_end":
+            spec = E2E[case.args["algo"]]
+            algo, env = spec["config"]["algo"], spec["config"]["env"]
+            hidden = getattr(RunConfig(), algo).hidden  # the algorithm's tuned default
+            cfg = cases.run_config(algo, env, hidden, **_e2e_fields(spec["config"]))
+            algo_cfg = dataclasses.replace(cfg.algo_config, **spec.get("algo_config", {}))
+            cfg = dataclasses.replace(cfg, **{algo: algo_cfg})
+            return {"id": case.id, **cases.end_to_end(cfg, spec["threshold"])}
+        w = prepare(case)
+    except cases.Unavailable as e:
+        return {"id": case.id, "kind": case.kind, **case.args, "skipped": str(e)}
+    peak = matmul_peak_flops(fresh=True) if case.kind == "update" else None
+    reference: Record | None = None
+    if case.kind == "trainer":
+        times = time_workload(w, rounds, warmup)
+        cfg_kw = trainer_config(case.args["algo"], case.args["env"], case.args["scale"])[1]
+        if refs is not None:
+            reference = _brax_reference(refs, cfg_kw)
+    else:
+        ref = prepare_reference(case, refs, w)
+        if ref is None:
+            times = time_workload(w, rounds, warmup)
+        else:
+            times, ref_times = time_pair(w, ref, rounds, warmup)
+            reference = record_of(ref, ref_times, peak)
+    return {"id": case.id, **with_reference(record_of(w, times, peak), reference)}
+
+
+def _brax_reference(refs: ModuleType, kw: dict[str, Any]) -> Record:
+    try:
+        return refs.brax_trainer(**kw)
+    except Exception as e:  # brax's trainers are a third party: report, do not crash
+        return {"name": f"brax-{kw['algo']}", "error": f"{type(e).__name__}: {e}"}
+
+
+def _e2e_fields(config: dict[str, Any]) -> dict[str, Any]:
+    fields = {k: v for k, v in config.items() if k not in ("algo", "env")}
+    fields.setdefault("placement", "single")
+    return fields
+
+
+def run(
+    cases_: list[Case],
+    refs: ModuleType | None,
+    rounds: int,
+    warmup: int,
+    say: Callable[[str], None] = print,
+    budget_s: float | None = None,
+    on_record: Callable[[list[Record]], None] | None = None,
+) -> list[Record]:
+    """Measure every case in order, saying each one's headline as it finishes.
+
+    Cases that would start after ``budget_s`` seconds are recorded as skipped;
+    ``on_record(records so far)`` is called after each case (to save partial results).
+    """
+    from jaxspreeze.bench.report import row
+
+    records: list[Record] = []
+    start = time.perf_counter()
+    for case in cases_:
+        t0 = time.perf_counter()
+        if budget_s is not None and t0 - start > budget_s:
+            rec = {"id": case.id, "kind": case.kind, **case.args}
+            rec["skipped"] = f"time budget of {budget_s:.0f}s spent"
+        else:
+            rec = measure(case, refs, rounds, warmup)
+        records.append(rec)
+        say(f"{row(rec)}  [{time.perf_counter() - t0:.0f}s]")
+        if on_record is not None:
+            on_record(records)
+    return records

@@ -1,0 +1,356 @@
+"""Bare references timed side by side with jaxspreeze on the same work, same process.
+
+- :func:`sampling` : a hand-fused ``jit(lax.scan(vmap(env.step) + policy MLP))`` over the
+  library's own env (gymnax, or brax with brax's training wrappers), emitting the same
+  transitions jaxspreeze's collect emits;
+- :func:`sac_update` : a minimal flax/optax SAC update (twin Q, tanh-Gaussian actor,
+  entropy temperature, Polyak target) on uniform batches from an on-device buffer;
+- :func:`brax_trainer` : brax's own ``brax.training.agents.sac`` / ``ppo`` trainers.
+
+They return the library's :class:`~jaxspreeze.bench.record.Workload` / record so that
+both sides are timed and reported the same way, but they use none of jaxspreeze's
+env adapter, rollout, replay buffer, networks or algorithms. They live outside the
+library on purpose: ``jaxspreeze bench`` loads this file from the source checkout.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Any, NamedTuple
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxspreeze.bench.record import Record, Workload, flops_of
+from jaxspreeze.envs import env_spec
+
+HIDDEN = (256, 256)
+
+
+class MLP(nn.Module):
+    """Dense + ReLU layers, then a linear output."""
+
+    hidden: tuple[int, ...]
+    out: int
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """``[B, in] -> [B, out]``."""
+        for width in self.hidden:
+            x = nn.relu(nn.Dense(width)(x))
+        return nn.Dense(self.out)(x)
+
+
+def _squash(mean, log_std, key, scale, bias):
+    log_std = -5.0 + 3.5 * (jnp.tanh(log_std) + 1.0)
+    eps = jax.random.normal(key, mean.shape)
+    u = mean + jnp.exp(log_std) * eps
+    t = jnp.tanh(u)
+    logp = -0.5 * (eps**2 + 2 * log_std + jnp.log(2 * jnp.pi)) - jnp.log(scale * (1 - t**2) + 1e-6)
+    return t * scale + bias, logp.sum(-1)
+
+
+# ----------------------------------------------------------------------------- sampling
+def sampling(env_name: str, num_envs: int, steps: int, hidden=HIDDEN, seed: int = 0) -> Workload:
+    """Hand-fused rollout: scan over T steps of (policy MLP, vmapped env.step)."""
+    spec = env_spec(env_name)  # shapes and bounds only
+    lib, _, name = env_name.partition("/")
+    out = spec.action_dim if spec.discrete else 2 * spec.action_dim
+    net = MLP(tuple(hidden), out)
+    scale = (
+        (jnp.asarray(spec.action_high) - jnp.asarray(spec.action_low)) / 2
+        if not spec.discrete
+        else 1.0
+    )
+    bias = (
+        (jnp.asarray(spec.action_high) + jnp.asarray(spec.action_low)) / 2
+        if not spec.discrete
+        else 0.0
+    )
+
+    def act(params, obs, key):
+        y = net.apply(params, obs)
+        if spec.discrete:
+            return jax.random.categorical(key, y)
+        mean, log_std = jnp.split(y, 2, axis=-1)
+        return _squash(mean, log_std, key, scale, bias)[0]
+
+    if lib == "gymnax":
+        import gymnax
+
+        env, env_params = gymnax.make(name)
+        v_reset = jax.vmap(env.reset, in_axes=(0, None))
+        v_step = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+        reset = lambda key: v_reset(jax.random.split(key, num_envs), env_params)
+
+        def env_step(key, state, action):
+            obs, state, reward, terminated, truncated, _ = v_step(
+                jax.random.split(key, num_envs), state, action, env_params
+            )
+            return obs, state, reward, terminated | truncated
+    else:
+        from brax import envs as brax_envs
+
+        env = brax_envs.training.wrap(brax_envs.get_environment(name), episode_length=1000)
+
+        def reset(key):
+            state = env.reset(jax.random.split(key, num_envs))
+            return state.obs, state
+
+        def env_step(key, state, action):
+            state = env.step(state, action)
+            return state.obs, state, state.reward, state.done
+
+    def collect(params, carry, key):
+        def body(carry, key):
+            obs, state = carry
+            k_act, k_env = jax.random.split(key)
+            action = act(params, obs, k_act)
+            next_obs, state, reward, done = env_step(k_env, state, action)
+            return (next_obs, state), (obs, action, reward, done, next_obs)
+
+        key, k = jax.random.split(key)
+        carry, traj = jax.lax.scan(body, carry, jax.random.split(k, steps))
+        return carry, key, traj
+
+    k_params, k_env, key = jax.random.split(jax.random.key(seed), 3)
+    params = net.init(k_params, jnp.zeros((1, *spec.obs_shape)))
+    carry = jax.jit(reset)(k_env)
+    t0 = time.perf_counter()
+    compiled = jax.jit(collect, donate_argnums=(1,)).lower(params, carry, key).compile()
+    compile_s = time.perf_counter() - t0
+    state = [carry, key]
+
+    def run() -> None:
+        state[0], state[1], traj = compiled(params, state[0], state[1])
+        jax.block_until_ready((state, traj))
+
+    return Workload(
+        name=f"reference-sampling[{env_name}-n{num_envs}]",
+        run=run,
+        env_steps=num_envs * steps,
+        compile_s=compile_s,
+        params={"kind": "sampling", "env": env_name, "num_envs": num_envs, "rollout_steps": steps},
+    )
+
+
+# ----------------------------------------------------------------------------- SAC update
+class DoubleQ(nn.Module):
+    """Two Q(s, a) MLPs: ``[2, B]``."""
+
+    hidden: tuple[int, ...]
+
+    @nn.compact
+    def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
+        """``(obs [B, O], action [B, A]) -> [2, B]``."""
+        x = jnp.concatenate([obs, action], -1)
+        return jnp.stack([MLP(self.hidden, 1)(x)[:, 0], MLP(self.hidden, 1)(x)[:, 0]])
+
+
+class SACState(NamedTuple):
+    """Minimal SAC state."""
+
+    actor: Any
+    critic: Any
+    target: Any
+    log_alpha: jax.Array
+    actor_opt: Any
+    critic_opt: Any
+    alpha_opt: Any
+
+
+def sac_update(
+    batch_size: int,
+    grad_steps: int,
+    env_name: str = "gymnax/Pendulum-v1",
+    hidden=HIDDEN,
+    capacity: int = 100_000,
+    seed: int = 0,
+) -> Workload:
+    """``grad_steps`` SAC updates (critic, actor, temperature, target) on uniform batches."""
+    spec = env_spec(env_name)
+    obs_dim, act_dim = spec.obs_shape[0], spec.action_dim
+    actor, critic = MLP(tuple(hidden), 2 * act_dim), DoubleQ(tuple(hidden))
+    tx = optax.adam(1e-3)
+    gamma, tau, target_entropy = 0.99, 0.005, -float(act_dim)
+    scale, bias = 2.0, 0.0
+    k = jax.random.split(jax.random.key(seed), 8)
+    buffer = {
+        "obs": jax.random.normal(k[0], (capacity, obs_dim)),
+        "action": jax.random.uniform(k[1], (capacity, act_dim), minval=-2, maxval=2),
+        "reward": jax.random.normal(k[2], (capacity,)),
+        "terminated": (jax.random.uniform(k[3], (capacity,)) < 0.01).astype(jnp.float32),
+        "next_obs": jax.random.normal(k[4], (capacity, obs_dim)),
+    }
+    a_params = actor.init(k[5], jnp.zeros((1, obs_dim)))
+    c_params = critic.init(k[6], jnp.zeros((1, obs_dim)), jnp.zeros((1, act_dim)))
+    log_alpha = jnp.zeros(())
+    state = SACState(
+        a_params,
+        c_params,
+        jax.tree.map(jnp.copy, c_params),  # a buffer of its own: the state is donated
+        log_alpha,
+        tx.init(a_params),
+        tx.init(c_params),
+        tx.init(log_alpha),
+    )
+
+    def pi(params, obs, key):
+        mean, log_std = jnp.split(actor.apply(params, obs), 2, -1)
+        return _squash(mean, log_std, key, scale, bias)
+
+    def one_step(s: SACState, key: jax.Array) -> tuple[SACState, jax.Array]:
+        k_idx, k_next, k_pi = jax.random.split(key, 3)
+        idx = jax.random.randint(k_idx, (batch_size,), 0, capacity)
+        b = jax.tree.map(lambda x: x[idx], buffer)
+        alpha = jnp.exp(s.log_alpha)
+        # critic
+        next_a, next_logp = pi(s.actor, b["next_obs"], k_next)
+        next_q = critic.apply(s.target, b["next_obs"], next_a).min(0)
+        y = b["reward"] + gamma * (1 - b["terminated"]) * (next_q - alpha * next_logp)
+        y = jax.lax.stop_gradient(y)
+        c_loss, c_grad = jax.value_and_grad(
+            lambda p: 0.5 * ((critic.apply(p, b["obs"], b["action"]) - y) ** 2).mean(-1).sum()
+        )(s.critic)
+        c_upd, critic_opt = tx.update(c_grad, s.critic_opt)
+        c_params = optax.apply_updates(s.critic, c_upd)
+
+        # actor
+        def actor_loss(p):
+            a, logp = pi(p, b["obs"], k_pi)
+            return (alpha * logp - critic.apply(s.critic, b["obs"], a).min(0)).mean(), logp
+
+        (a_loss, logp), a_grad = jax.value_and_grad(actor_loss, has_aux=True)(s.actor)
+        a_upd, actor_opt = tx.update(a_grad, s.actor_opt)
+        a_params = optax.apply_updates(s.actor, a_upd)
+        # temperature
+        alpha_grad = -jax.lax.stop_gradient(logp + target_entropy).mean()
+        al_upd, alpha_opt = tx.update(alpha_grad, s.alpha_opt)
+        log_alpha = optax.apply_updates(s.log_alpha, al_upd)
+        target = jax.tree.map(lambda t, o: t + tau * (o - t), s.target, c_params)
+        s = SACState(a_params, c_params, target, log_alpha, actor_opt, critic_opt, alpha_opt)
+        return s, c_loss + a_loss
+
+    def update(s: SACState, key: jax.Array, n: int):
+        key, k = jax.random.split(key)
+        s, losses = jax.lax.scan(one_step, s, jax.random.split(k, n))
+        return s, key, losses
+
+    key = jax.random.key(seed + 1)
+    t0 = time.perf_counter()
+    compiled = (
+        jax.jit(functools.partial(update, n=grad_steps), donate_argnums=(0,))
+        .lower(state, key)
+        .compile()
+    )
+    compile_s = time.perf_counter() - t0
+    one = flops_of(jax.jit(functools.partial(update, n=1)).lower(state, key))
+    holder = [state, key]
+
+    def run() -> None:
+        holder[0], holder[1], losses = compiled(holder[0], holder[1])
+        jax.block_until_ready((holder, losses))
+
+    return Workload(
+        name=f"reference-update[sac-b{batch_size}]",
+        run=run,
+        update_samples=grad_steps * batch_size,
+        grad_steps={"critic": grad_steps, "actor": grad_steps},
+        compile_s=compile_s,
+        flops=one * grad_steps if one else None,
+        params={"kind": "update", "algo": "sac", "env": env_name, "batch_size": batch_size},
+    )
+
+
+# ----------------------------------------------------------------------------- brax trainers
+def brax_trainer(
+    algo: str,
+    env_name: str,
+    num_envs: int,
+    num_timesteps: int,
+    hidden=HIDDEN,
+    batch_size: int = 256,
+    grad_updates_per_step: int = 1,
+    unroll_length: int = 16,
+    num_minibatches: int = 4,
+    epochs: int = 4,
+    num_evals: int = 3,
+    seed: int = 0,
+) -> Record:
+    """Train with brax's own SAC or PPO; env steps/s after the first (compiling) epoch.
+
+    Matched to jaxspreeze's chunk: SAC takes ``num_envs`` env steps and
+    ``grad_updates_per_step`` updates of ``batch_size`` per step; PPO collects
+    ``num_envs x unroll_length`` steps per update round and splits them into
+    ``num_minibatches`` minibatches for ``epochs`` passes.
+    """
+    import brax_compat
+
+    brax_compat.install()
+    from brax import envs as brax_envs
+
+    env = brax_envs.get_environment(env_name.partition("/")[2])
+    log: list[tuple[int, float, dict]] = []
+    progress = lambda step, metrics: log.append((step, time.perf_counter(), dict(metrics)))
+    common = dict(
+        environment=env,
+        num_timesteps=num_timesteps,
+        episode_length=1000,
+        num_envs=num_envs,
+        num_evals=num_evals,
+        num_eval_envs=1,
+        seed=seed,
+        progress_fn=progress,
+    )
+    t0 = time.perf_counter()
+    if algo == "sac":
+        from brax.training.agents.sac import networks as sac_networks
+        from brax.training.agents.sac import train as sac
+
+        sac.train(
+            **common,
+            batch_size=batch_size,
+            grad_updates_per_step=grad_updates_per_step,
+            min_replay_size=num_envs,
+            max_replay_size=100_000,
+            network_factory=functools.partial(
+                sac_networks.make_sac_networks, hidden_layer_sizes=tuple(hidden)
+            ),
+        )
+        samples_per_env_step = grad_updates_per_step * batch_size / num_envs
+    else:
+        from brax.training.agents.ppo import networks as ppo_networks
+        from brax.training.agents.ppo import train as ppo
+
+        ppo.train(
+            **common,
+            unroll_length=unroll_length,
+            batch_size=num_envs // num_minibatches,
+            num_minibatches=num_minibatches,
+            num_updates_per_batch=epochs,
+            network_factory=functools.partial(
+                ppo_networks.make_ppo_networks,
+                policy_hidden_layer_sizes=tuple(hidden),
+                value_hidden_layer_sizes=tuple(hidden),
+            ),
+        )
+        samples_per_env_step = float(epochs)
+    wall = time.perf_counter() - t0
+    sps = [m["training/sps"] for _, _, m in log[1:] if "training/sps" in m]
+    rate = sps[-1] if sps else None
+    return {
+        "name": f"brax-{algo}[{env_name}-n{num_envs}]",
+        "kind": "trainer",
+        "algo": algo,
+        "env": env_name,
+        "num_envs": num_envs,
+        "env_steps_per_s": rate,
+        "update_samples_per_s": rate * samples_per_env_step if rate else None,
+        "replay_ratio": samples_per_env_step,
+        "wall_s": wall,
+        "num_timesteps": num_timesteps,
+        "trainer": f"brax.training.agents.{algo}.train",
+    }
