@@ -1,0 +1,71 @@
+"""The command line: bad input exits 2 with one line naming the field, before any compile."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+BAD = [
+    (["--total-steps", "-5"], "--total-steps"),
+    (["--batch-size", "512", "--buffer-size", "100"], "--batch-size"),
+    (["--env", "gymnax/Nope-v0"], "--env"),
+    (["--algo", "sac", "--env", "gymnax/CartPole-v1"], "--algo"),
+    (["--num-envs", "0"], "--num-envs"),
+    (["--sac.gamma", "1.5"], "--sac.gamma"),
+]
+
+
+def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run ``python -m jaxspreeze ARGS`` and capture its output."""
+    return subprocess.run(
+        [sys.executable, "-m", "jaxspreeze", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.parametrize(("args", "flag"), BAD)
+def test_bad_train_input_exits_2_naming_the_field(args, flag, tmp_path):
+    out = run_cli("train", *args, "--logdir", str(tmp_path))
+    assert out.returncode == 2, out.stderr
+    lines = [line for line in out.stderr.strip().splitlines() if line.strip()]
+    assert len(lines) == 1, out.stderr
+    assert flag in lines[0] and "Traceback" not in out.stderr
+    assert not any(tmp_path.iterdir()), "nothing is written for a rejected config"
+
+
+def test_unknown_algo_is_rejected(tmp_path):
+    out = run_cli("train", "--algo", "a2c", "--logdir", str(tmp_path))
+    assert out.returncode == 2 and "algo" in out.stderr
+
+
+def test_preset_file_and_flags_override(tmp_path):
+    from jaxspreeze.cli import parse_train_args
+
+    preset = tmp_path / "p.toml"
+    preset.write_text('total_steps = 1234\nnum_envs = 4\n[sac]\nhidden = [64, 64]\n')
+    cfg = parse_train_args(["--config", str(preset), "--num-envs", "2"])
+    assert cfg.total_steps == 1234 and cfg.num_envs == 2 and cfg.sac.hidden == (64, 64)
+
+
+def test_train_cli_writes_run_directory(tmp_path):
+    out = run_cli(
+        "train", "--total-steps", "600", "--num-envs", "4", "--grad-steps", "1",
+        "--batch-size", "32", "--learning-starts", "200", "--eval-episodes", "2",
+        "--sac.hidden", "32", "32", "--logdir", str(tmp_path), "--run-name", "cli",
+    )
+    assert out.returncode == 0, out.stderr
+    run = tmp_path / "cli"
+    summary = json.loads((run / "summary.json").read_text())
+    for key in ("final_eval_return", "env_steps", "wall_s", "compile_s", "env_steps_per_s",
+                "update_samples_per_s", "grad_steps_per_s", "replay_ratio"):
+        assert key in summary
+    assert summary["env_steps"] >= 600
+    assert json.loads((run / "config.json").read_text())["total_steps"] == 600
+    assert (run / "metrics.jsonl").read_text().count("\n") >= 1
+    last = out.stdout.strip().splitlines()[-2:]
+    assert str(run) in last[0] and "final eval return" in last[1]

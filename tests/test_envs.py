@@ -1,0 +1,74 @@
+"""The env contract for gymnax and brax: shapes, auto-reset, terminated vs truncated."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxspreeze.envs import UnknownEnvError, available_envs, env_spec, make_env
+
+
+def _run(env, steps, action_fn, seed=0):
+    key = jax.random.key(seed)
+    obs, state = env.reset(key)
+
+    def body(carry, k):
+        obs, state = carry
+        ka, ks = jax.random.split(k)
+        out = env.step(ks, state, action_fn(ka))
+        return (out[0], out[1]), (obs, *out)
+
+    _, outs = jax.jit(lambda: jax.lax.scan(body, (obs, state), jax.random.split(key, steps)))()
+    return outs
+
+
+def test_gymnax_pendulum_contract():
+    env = make_env("gymnax/Pendulum-v1", 3)
+    spec = env.spec
+    assert spec.obs_shape == (3,) and not spec.discrete and spec.action_dim == 1
+    assert spec.action_low == (-2.0,) and spec.action_high == (2.0,)
+    assert spec.max_episode_steps == 200
+    prev_obs, obs, state, reward, term, trunc, final_obs = _run(env, 201, env.random_actions)
+    assert obs.shape == (201, 3, 3) and reward.shape == (201, 3) and reward.dtype == jnp.float32
+    # Pendulum never terminates; it is truncated exactly at step 200 in every env
+    assert not term.any()
+    assert trunc[199].all() and not trunc[:199].any() and not trunc[200].any()
+    # final_obs is the observation before the reset; the returned obs is the reset one
+    assert not np.allclose(final_obs[199], obs[199])
+    # away from episode ends, final_obs equals the next observation
+    np.testing.assert_allclose(final_obs[:199], obs[:199], atol=1e-5)
+    # episode bookkeeping: return of the finished episode equals the summed rewards
+    np.testing.assert_allclose(state.last_return[199], reward[:200].sum(0), rtol=1e-5)
+    assert (state.last_length[199] == 200).all() and (state.episodes[199] == 1).all()
+    assert (state.episode_length[200] == 1).all()
+
+
+def test_gymnax_cartpole_terminates():
+    env = make_env("gymnax/CartPole-v1", 4)
+    assert env.spec.discrete and env.spec.action_dim == 2 and env.spec.action_shape == ()
+    _, obs, state, reward, term, trunc, final_obs = _run(env, 100, lambda k: jnp.zeros(4, jnp.int32))
+    assert term.any(), "always pushing left must topple the pole"
+    assert not (term & trunc).any()
+    t, i = np.argwhere(np.asarray(term))[0]
+    assert not np.allclose(final_obs[t, i], obs[t, i])  # obs was reset
+    assert abs(final_obs[t, i, 2]) > 0.2 or abs(final_obs[t, i, 0]) > 2.4  # fell or left
+
+
+def test_brax_contract_keeps_final_obs():
+    env = make_env("brax/inverted_pendulum", 2)
+    spec = env.spec
+    assert spec.obs_shape == (4,) and spec.action_dim == 1 and not spec.discrete
+    # full force one way topples the pendulum: an episode terminates
+    _, obs, state, reward, term, trunc, final_obs = _run(env, 60, lambda k: jnp.ones((2, 1)))
+    assert term.any() and not trunc.any()
+    t, i = np.argwhere(np.asarray(term))[0]
+    assert not np.allclose(final_obs[t, i], obs[t, i])
+    assert abs(final_obs[t, i, 1]) > 0.2  # the pole angle that ended the episode
+
+
+def test_unknown_env_lists_names():
+    with pytest.raises(UnknownEnvError, match="gymnax/Pendulum-v1"):
+        env_spec("gymnax/Nope-v0")
+    assert "brax/ant" in available_envs()
