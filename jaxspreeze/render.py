@@ -88,7 +88,7 @@ def draw_cartpole(state: Any, params: Any, t: int) -> Frame:
 def draw_mountain_car(state: Any, params: Any, t: int) -> Frame:
     """MountainCar(-Continuous): the car on the hill ``0.45 sin(3x) + 0.55``, and the flag."""
     lo, hi = float(params.min_position), float(params.max_position)
-    c = _Canvas(lo, hi, -0.2)
+    c = _Canvas(lo, hi, -0.1)
     xs = np.linspace(lo, hi, 100)
     ys = 0.45 * np.sin(3 * xs) + 0.55
     for i in range(len(xs) - 1):

@@ -1,0 +1,118 @@
+"""``jaxspreeze plot`` and ``jaxspreeze render`` on a short run directory."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import jax
+import pytest
+
+from jaxspreeze import plots, render, trainer
+from jaxspreeze.algos.ppo import PPOConfig
+from jaxspreeze.algos.sac import SACConfig
+from jaxspreeze.config import RunConfig
+from jaxspreeze.metrics import JsonlSink
+from jaxspreeze.policy import make_algorithm, save_policy
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def short_run(tmp: Path, name: str, env: str = "gymnax/Pendulum-v1", algo: str = "sac") -> Path:
+    """A run directory as a short 2-seed run leaves it: config, metrics, policy."""
+    cfg = RunConfig(
+        algo=algo,
+        env=env,
+        num_seeds=2,
+        total_steps=1000,
+        logdir=str(tmp),
+        run_name=name,
+        sac=SACConfig(hidden=(32, 32)),
+        ppo=PPOConfig(hidden=(32, 32)),
+    )
+    run_dir = trainer.make_run_dir(cfg)
+    algorithm = make_algorithm(cfg)
+    save_policy(run_dir, jax.vmap(algorithm.init)(jax.random.split(jax.random.key(0), 2)).actor)
+    sink = JsonlSink(run_dir)
+    for i in range(6):
+        steps = 200 * (i + 1)
+        ret = [-1500.0 + 100 * i + 30 * s for s in range(2)]
+        sink.write(
+            {
+                "kind": "chunk",
+                "env_steps": steps,
+                "chunk": i,
+                "wall_s": 2.0 + i,
+                "episode_return": math.nan if i == 0 else sum(ret) / 2,
+                "episode_return_per_seed": [math.nan, math.nan] if i == 0 else ret,
+                "env_steps_per_s": 1000.0 + 50 * i,
+                "update_samples_per_s": 2.5e5 + 1e4 * i,
+            }
+        )
+        if i % 2:
+            sink.write(
+                {
+                    "kind": "eval",
+                    "env_steps": steps,
+                    "chunk": i,
+                    "wall_s": 2.0 + i,
+                    "final": i == 5,
+                    "eval_return": sum(ret) / 2 + 50,
+                    "eval_return_per_seed": [r + 50 for r in ret],
+                }
+            )
+    sink.close()
+    return run_dir
+
+
+def test_plot_writes_the_run_pngs(tmp_path, capsys):
+    run_dir = short_run(tmp_path, "a")
+    assert plots.main([str(run_dir)]) == 0
+    for name in (plots.LEARNING_CURVE, plots.THROUGHPUT):
+        data = (run_dir / name).read_bytes()
+        assert data[:8] == PNG and len(data) > 5000
+    assert str(run_dir / plots.LEARNING_CURVE) in capsys.readouterr().out
+
+
+def test_plot_compares_several_runs(tmp_path):
+    runs = [str(short_run(tmp_path, name)) for name in ("a", "b")]
+    out = tmp_path / "figs" / "compare.png"
+    assert plots.main([*runs, "--out", str(out)]) == 0
+    assert out.read_bytes()[:8] == PNG
+
+
+def test_plot_of_a_missing_run_is_an_error(tmp_path, capsys):
+    assert plots.main([str(tmp_path / "nope")]) == 2
+    assert "metrics.jsonl" in capsys.readouterr().err
+
+
+def test_render_pendulum_gif(tmp_path):
+    import imageio.v3 as iio
+
+    run_dir = short_run(tmp_path, "pendulum")
+    out = tmp_path / "pendulum.gif"
+    assert render.main([str(run_dir), "--out", str(out), "--max-steps", "40"]) == 0
+    assert out.read_bytes()[:6] == b"GIF89a"
+    frames = iio.imread(out, index=None)
+    assert frames.shape == (40, render.HEIGHT, render.WIDTH, 3)
+    assert frames[0].std() > 0  # something is drawn
+
+
+def test_render_cartpole_gif_with_a_discrete_policy(tmp_path):
+    run_dir = short_run(tmp_path, "cartpole", env="gymnax/CartPole-v1", algo="ppo")
+    path = render.render_run(run_dir, tmp_path / "cartpole.gif", max_steps=60)
+    assert path.read_bytes()[:6] == b"GIF89a"
+
+
+def test_render_rejects_a_wrong_file_type(tmp_path, capsys):
+    run_dir = short_run(tmp_path, "pendulum")
+    assert render.main([str(run_dir), "--out", str(tmp_path / "x.mp4")]) == 2
+    assert "GIF" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_render_brax_html(tmp_path):
+    run_dir = short_run(tmp_path, "brax", env="brax/inverted_pendulum")
+    path = render.render_run(run_dir, tmp_path / "brax.html", max_steps=20)
+    text = path.read_text()
+    assert text.lstrip().lower().startswith("<html") and "brax" in text.lower()
