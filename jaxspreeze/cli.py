@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 USAGE = """usage: jaxspreeze COMMAND [options]
 
@@ -64,25 +65,84 @@ def parse_train_args(argv: Sequence[str]):
     )
 
 
+TRAIN_EXTRA_HELP = """
+extra train options:
+  --config FILE      TOML preset (or a run's config.json) supplying the defaults
+  --autotune         probe this machine first and train with the chosen num_envs,
+                     batch size, grad steps and chunk length (flags you set are kept)
+  --profile FILE     reuse the choice of an earlier `jaxspreeze autotune` (autotune.json)
+"""
+
+
 def cmd_train(argv: Sequence[str]) -> int:
-    """``jaxspreeze train [--config FILE] [flags]``."""
+    """``jaxspreeze train [--config FILE] [--autotune | --profile FILE] [flags]``."""
+    import dataclasses
+
     from jaxspreeze.config import ConfigError, validate
     from jaxspreeze.devices import PlacementError
 
+    argv = list(argv)
+    if "-h" in argv or "--help" in argv:
+        print(TRAIN_EXTRA_HELP)
+    autotune = "--autotune" in argv
+    argv = [a for a in argv if a != "--autotune"]
+    profile = _pop_option(argv, "--profile")
     try:
         cfg = parse_train_args(argv)
         validate(cfg)
+        tuned: dict | None = None
+        if autotune or profile:
+            from jaxspreeze import autotune as autotune_lib
+
+            pinned = autotune_lib.pinned_fields(argv)
+            if profile:
+                cfg = autotune_lib.apply_profile(cfg, profile, pinned)
+            if autotune:
+                from jaxspreeze.trainer import default_run_name
+
+                cfg = dataclasses.replace(cfg, run_name=cfg.run_name or default_run_name(cfg))
+                out_dir = Path(cfg.logdir) / cfg.run_name
+                cfg, prof = autotune_lib.tune(cfg, out_dir=out_dir, pinned=pinned)
+                tuned = prof["choice"]
+            print(
+                "autotune choice: "
+                + ", ".join(f"{k}={getattr(cfg, k)}" for k in autotune_lib.TUNED)
+            )
     except ConfigError as e:
         return fail(f"{flag(e.field)}: {str(e).split(': ', 1)[1]}")
+    except PlacementError as e:
+        return fail(str(e))
     from jaxspreeze.trainer import train
 
     try:
-        train(cfg)
+        result = train(cfg)
     except PlacementError as e:
         return fail(str(e))
     except ConfigError as e:
         return fail(f"{flag(e.field)}: {str(e).split(': ', 1)[1]}")
+    if autotune or profile:
+        _record_tuning(result.run_dir, cfg, tuned, profile)
     return 0
+
+
+def _record_tuning(run_dir: Path, cfg, choice: dict | None, profile: str | None) -> None:
+    """Add the autotuned sizes (and where they came from) to the run's summary.json."""
+    import json
+    import os
+
+    path = Path(run_dir) / "summary.json"
+    summary = json.loads(path.read_text())
+    summary["autotune"] = {
+        "source": profile or "autotune",
+        "num_envs": cfg.num_envs,
+        "batch_size": cfg.batch_size,
+        "grad_steps": cfg.grad_steps,
+        "chunk_iterations": cfg.chunk_iterations,
+        "choice": choice,
+    }
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(summary, indent=2))
+    os.replace(tmp, path)
 
 
 def _lazy(module: str) -> Callable[[Sequence[str]], int]:
