@@ -50,12 +50,14 @@ FORMAT = "jaxspreeze-autotune"
 VERSION = 1
 
 MIN_BUDGET_S = 2.0  # below this not even one compiled probe can fit
-SAMPLING_SHARE = 0.4  # of the budget, for the sampling grid (the rest: update grid)
+SAMPLING_SHARE = 0.35  # of the budget, for the sampling grid ...
+WALK_SHARE = 0.85  # ... both grids (the rest: timing all points again, see _retime)
 TOLERANCE = 0.05  # "within a few percent of the best"
 MIN_GAIN = 0.05  # a grid point must gain this much over the best so far ...
 PATIENCE = 2  # ... or the grid stops after this many such points in a row
 REPS = 5  # timed repetitions per point (the rate is their median)
-MIN_REP_S = 0.02  # each repetition runs enough calls to last at least this long
+MIN_REP_S = 0.05  # each repetition runs enough calls to last at least this long
+RETIME_ROUNDS = 2  # then every point is timed again, round-robin, while budget is left
 MAX_CALLS = 64
 ENV_GRID = (1, 4, 2**16)  # start, factor, largest num_envs
 BATCH_GRID = (256, 2, 2**16)  # start, factor, largest batch (off-policy)
@@ -188,8 +190,8 @@ def choose(
     ``G = max(1, round(rho n T / B))`` (a G rounded up counts its extra updates, one
     rounded down is charged as if it met rho). Among the pairs within ``tolerance`` of
     the best score the smallest n wins, then the replay ratio nearest rho, then the
-    smallest B. ``overlap`` (split
-    placement) models sampling and updates running concurrently (max instead of sum).
+    smallest B. ``overlap`` (split placement) models sampling and updates running
+    concurrently (max instead of sum).
     Pinned fields keep ``cfg``'s values (rates there are interpolated if unmeasured).
     A pair needs ``fixed_bytes + S.bytes_est + U.bytes_est <= memory_limit``.
     """
@@ -413,6 +415,7 @@ class RealProber:
         self.fixed_bytes = self.agent_bytes + self.buffer_bytes
         self._buffer: Any = None
         self._agent_state: Any = None
+        self._timers: dict[tuple[str, int], Callable[[int], list[float]]] = {}
 
     # memory, estimated before anything is allocated
     def _probe_steps(self, num_envs: int) -> int:
@@ -440,7 +443,10 @@ class RealProber:
         return data + ACTIVATION_PASSES * batch * self.width * 4
 
     # timing
-    def _time(self, fn: Callable, state: Any, const: Any, work: int, value: int, nbytes: int):
+    def _time(
+        self, kind: str, fn: Callable, state: Any, const: Any, work: int, value: int, nbytes: int
+    ) -> Point | None:
+        """Compile ``fn``, run it once, then time REPS repetitions (kept for :meth:`retime`)."""
         import jax
 
         key = jax.device_put(jax.random.key(self.cfg.seed), _device_of(state))
@@ -464,15 +470,23 @@ class RealProber:
         state, _ = jax.block_until_ready(compiled(state, const, key))
         warm_s = time.perf_counter() - t0
         calls = min(max(math.ceil(MIN_REP_S / max(warm_s, 1e-6)), 1), MAX_CALLS)
-        rates, call_times = [], []
-        for _ in range(REPS):
-            t0 = time.perf_counter()
-            for _ in range(calls):  # chained: each call consumes the previous state
-                state, aux = compiled(state, const, key)
-            jax.block_until_ready((state, aux))
-            dt = time.perf_counter() - t0
-            rates.append(calls * work / dt)
-            call_times.append(dt / calls)
+        call_times: list[float] = []
+
+        def timed(reps: int) -> list[float]:
+            nonlocal state
+            rates = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                for _ in range(calls):  # chained: each call consumes the previous state
+                    state, aux = compiled(state, const, key)
+                jax.block_until_ready((state, aux))
+                dt = time.perf_counter() - t0
+                rates.append(calls * work / dt)
+                call_times.append(dt / calls)
+            return rates
+
+        rates = timed(REPS)
+        self._timers[kind, value] = timed
         return Point(
             value,
             statistics.median(rates),
@@ -509,7 +523,7 @@ class RealProber:
             return carry, traj
 
         return self._time(
-            fn, carry, actor, num_envs * steps, num_envs, self.sampling_bytes(num_envs)
+            "sampling", fn, carry, actor, num_envs * steps, num_envs, self.sampling_bytes(num_envs)
         )
 
     def _ppo_envs(self, batch: int) -> int:
@@ -586,7 +600,12 @@ class RealProber:
             actor, _ = algo.actor_phase(agent.actor, critic_view, data, k_actor)
             return AgentState(actor, critic), ()
 
-        return self._time(fn, agent, data, steps * batch, batch, self.update_bytes(batch))
+        nbytes = self.update_bytes(batch)
+        return self._time("update", fn, agent, data, steps * batch, batch, nbytes)
+
+    def retime(self, kind: str, value: int) -> list[float]:
+        """REPS more timed repetitions of an already compiled grid point."""
+        return self._timers[kind, value](REPS)
 
 
 def _device_of(tree: Any) -> Any:
@@ -732,7 +751,7 @@ def tune(
         prober.update,
         lambda b: fixed + prober.sampling_bytes(env_values[0]) + prober.update_bytes(b),
         memory_limit,
-        t0 + budget,
+        t0 + WALK_SHARE * budget,
         clock,
         say,
     )
@@ -742,16 +761,19 @@ def tune(
             prober.sampling,
             lambda n: fixed + prober.sampling_bytes(n) + prober.update_bytes(batch_values[0]),
             memory_limit,
-            t0 + budget,
+            t0 + WALK_SHARE * budget,
             clock,
             say,
         )
     for grid, name in ((sampling, "num_envs"), (update, "batch_size")):
         if name in pinned:
             grid.stop = "pinned"
+    retimed = _retime(prober, (sampling, update), t0 + budget, clock)
     elapsed = clock() - t0
 
-    choice = choose(cfg, sampling.points, update.points, pinned, memory_limit, fixed, TOLERANCE)
+    choice = choose(
+        cfg, sampling.points, update.points, pinned, memory_limit, fixed, TOLERANCE, placement.split
+    )
     chosen = cfg.replace(**{k: choice[k] for k in TUNED if k not in pinned})
     config_lib.validate(chosen)
     profile: dict[str, Any] = {
@@ -769,6 +791,7 @@ def tune(
         "elapsed_s": elapsed,
         "setup_s": setup_s,
         "over_budget": elapsed > budget,
+        "retime_rounds": retimed,
         "memory": {"limit_bytes": memory_limit, "fixed_bytes": fixed},
         "rules": {
             "tolerance": TOLERANCE,
@@ -790,6 +813,26 @@ def tune(
     if out_dir is not None:
         write(profile, Path(out_dir), say)
     return chosen, profile
+
+
+def _retime(prober: Any, grids: Sequence[Grid], deadline: float, clock: Callable) -> int:
+    """Time every measured point again, round-robin, while the budget allows.
+
+    Rates on a shared machine drift with its load; timing all points close together
+    (compiled programs are kept) and taking the median of all repetitions evens that out.
+    """
+    retime = getattr(prober, "retime", None)
+    points = [(g.kind, p) for g in grids for p in g.points]
+    if retime is None or len(points) < 2:
+        return 0
+    for done in range(RETIME_ROUNDS):
+        cost = 1.2 * sum(REPS * max(MIN_REP_S, p.call_s) for _, p in points)
+        if clock() + cost > deadline:
+            return done
+        for kind, p in points:
+            p.rates += retime(kind, p.value)
+            p.rate = statistics.median(p.rates)
+    return RETIME_ROUNDS
 
 
 def _check_memory(
