@@ -14,8 +14,10 @@ timed over several repetitions (``block_until_ready`` before each timer stops); 
 is the median. A grid stops growing when the rate gained < 5% twice in a row, when the
 next point's memory (estimated before allocating, from ``replay.nbytes`` and
 ``jax.eval_shape``; on GPU against the device's free memory) would not fit, or when the
-next point's predicted cost would overrun ``--autotune-budget-s``. One point of each
-grid is always measured: that is the minimum the choice needs.
+next point's predicted cost would overrun its share of ``--autotune-budget-s`` (the
+sampling grid gets sampling's share of an iteration's time, 15-50%, both grids 85%; the
+rest times every point again, round-robin, against load drift). One point of each grid
+is always measured: that is the minimum the choice needs.
 
 The choice (``choose``) maximises the end-to-end rate of training at the target replay
 ratio rho (update samples per env step; ``--replay-ratio`` or a per-algorithm default):
@@ -50,8 +52,8 @@ FORMAT = "jaxspreeze-autotune"
 VERSION = 1
 
 MIN_BUDGET_S = 2.0  # below this not even one compiled probe can fit
-SAMPLING_SHARE = 0.35  # of the budget, for the sampling grid ...
-WALK_SHARE = 0.85  # ... both grids (the rest: timing all points again, see _retime)
+SAMPLING_SHARE = (0.15, 0.5)  # of the budget, for the sampling grid (see sampling_share)
+WALK_SHARE = 0.85  # both grids (the rest: timing all points again, see _retime)
 TOLERANCE = 0.05  # "within a few percent of the best"
 MIN_GAIN = 0.05  # a grid point must gain this much over the best so far ...
 PATIENCE = 2  # ... or the grid stops after this many such points in a row
@@ -737,34 +739,25 @@ def tune(
     )
     sampling = Grid("sampling", env_values)
     update = Grid("update", batch_values)
-    walk(
-        sampling,
-        prober.sampling,
-        lambda n: fixed + prober.sampling_bytes(n) + prober.update_bytes(batch_values[0]),
-        memory_limit,
-        t0 + SAMPLING_SHARE * budget,
-        clock,
-        say,
-    )
-    walk(
-        update,
-        prober.update,
-        lambda b: fixed + prober.sampling_bytes(env_values[0]) + prober.update_bytes(b),
-        memory_limit,
-        t0 + WALK_SHARE * budget,
-        clock,
-        say,
-    )
+    s_need = lambda n: fixed + prober.sampling_bytes(n) + prober.update_bytes(batch_values[0])
+    u_need = lambda b: fixed + prober.sampling_bytes(env_values[0]) + prober.update_bytes(b)
+    # the first point of each grid (a deadline in the past measures exactly one) ...
+    walk(sampling, prober.sampling, s_need, memory_limit, t0, clock, say)
+    walk(update, prober.update, u_need, memory_limit, t0, clock, say)
+    for grid, name in ((sampling, "num_envs"), (update, "batch_size")):
+        if not grid.points:
+            raise ConfigError(
+                name if name in pinned else "buffer_size",
+                f"the smallest {grid.kind} probe ({name} {grid.values[0]}) compiled to more "
+                f"than the {_mib(memory_limit)} free",
+            )
+    # ... then the sampling grid gets a share of the budget as large as sampling's share
+    # of an iteration's time there (clamped to 15-50%): SAC on a CPU is update-bound
+    share = sampling_share(cfg, sampling.points[0], update.points[0])
+    walk(sampling, prober.sampling, s_need, memory_limit, t0 + share * budget, clock, say)
+    walk(update, prober.update, u_need, memory_limit, t0 + WALK_SHARE * budget, clock, say)
     if sampling.stop == "budget":  # the update grid left time over: go on sampling
-        walk(
-            sampling,
-            prober.sampling,
-            lambda n: fixed + prober.sampling_bytes(n) + prober.update_bytes(batch_values[0]),
-            memory_limit,
-            t0 + WALK_SHARE * budget,
-            clock,
-            say,
-        )
+        walk(sampling, prober.sampling, s_need, memory_limit, t0 + WALK_SHARE * budget, clock, say)
     for grid, name in ((sampling, "num_envs"), (update, "batch_size")):
         if name in pinned:
             grid.stop = "pinned"
@@ -813,6 +806,18 @@ def tune(
     if out_dir is not None:
         write(profile, Path(out_dir), say)
     return chosen, profile
+
+
+def sampling_share(cfg: RunConfig, s0: Point, u0: Point) -> float:
+    """The sampling grid's share of the budget (within the grids' WALK_SHARE).
+
+    It is sampling's share of an iteration's time at the first points (n0, B0) and the
+    target replay ratio, clamped to SAMPLING_SHARE: an update-bound run (SAC on a CPU)
+    spends its budget on batch sizes, a sampling-bound one on num_envs.
+    """
+    t_sample, t_update = 1 / s0.rate, target_replay_ratio(cfg) / u0.rate
+    lo, hi = SAMPLING_SHARE
+    return WALK_SHARE * min(max(t_sample / (t_sample + t_update), lo), hi)
 
 
 def _retime(prober: Any, grids: Sequence[Grid], deadline: float, clock: Callable) -> int:

@@ -165,8 +165,8 @@ def test_impossible_requests_fail_before_any_probe():
 
 
 def test_budget_stops_the_grids():
-    # 3 s per point, 12 s budget: the sampling grid may use 35% (one point), both grids
-    # 85% (two update points), the rest is left for timing every point again
+    # 3 s per point, 12 s budget: one point of each grid first; update-bound, so the
+    # sampling grid gets 15% (no more point), both grids 85% (a 2nd update point)
     _, profile, fake = run(budget=12.0, cost_s=3.0)
     assert profile["sampling"]["stop"] == "budget"
     assert profile["update"]["stop"] == "budget"
