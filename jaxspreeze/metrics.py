@@ -323,8 +323,9 @@ class ConsoleSink:
             steps=f"{_si(steps)}/{_si(self.total_steps)}",
             sps=_si(record.get("env_steps_per_s")),
             ups=_si(record.get("update_samples_per_s")),
-            ret=_fmt(record.get("episode_return"), ".0f"),
         )
+        if _finite_number(record.get("episode_return")):  # keep the latest finished episodes'
+            self._progress.update(self._task, ret=_fmt(record["episode_return"], ".0f"))
 
     @staticmethod
     def _eval_line(record: Record) -> str:
