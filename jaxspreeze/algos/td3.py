@@ -152,6 +152,7 @@ def make(cfg: TD3Config, spec: EnvSpec, run: Any) -> base.Algorithm:
             "critic_loss": loss,
             "q_mean": q.mean(),
             "critic_grad_norm": gnorm,
+            "target_updates": due.astype(jnp.float32),  # phase mean: 1 / policy_delay
             "finite": finite.astype(jnp.float32),
         }
 
