@@ -488,7 +488,7 @@ class MetricsThread:
         """The first error of each sink that failed, by sink name."""
         return {w.name: w.error for w in self._workers if w.error is not None}
 
-    def close(self, timeout: float = 30.0) -> dict[str, int]:
+    def close(self, timeout: float = 120.0) -> dict[str, int]:
         """Build the queued records, let every sink drain and close; returns :attr:`drops`."""
         deadline = time.perf_counter() + timeout
         try:

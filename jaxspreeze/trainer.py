@@ -239,43 +239,39 @@ def train(
         on_result=on_eval,
     )
 
-    # the hot loop: dispatch, hand over, snapshot. The only wait is for chunk c-1 once
-    # chunk c is queued (as before), so at most two chunks are in flight.
-    steps, in_flight = cfg.warmup_steps, None
-    for chunk in range(n_chunks):
-        state, metrics = loop.chunk(state)
-        metrics_thread.submit(functools.partial(build_chunk, metrics, chunk))
-        steps_before, steps = steps, steps + k_iter * steps_per_iteration
-        if chunk < n_chunks - 1 and eval_due(cfg, steps_before, steps):
-            evaluator.submit(state.agent.actor, env_steps=steps, chunk=chunk)
-        if in_flight is not None:
-            jax.block_until_ready(in_flight)
-        in_flight = metrics
-    jax.block_until_ready(state)
-    train_s = time.perf_counter() - t_train
-
-    # final evaluation: deterministic policy, vmapped envs, every seed (awaited)
-    final = evaluator.submit(state.agent.actor, env_steps=steps, chunk=n_chunks - 1, final=True)
     try:
-        _, result = final.result()
-    except Exception:  # reported by the evaluator; the run still finishes
-        result = None
+        # the hot loop: dispatch, hand over, snapshot. The only wait is for chunk c-1
+        # once chunk c is queued (as before), so at most two chunks are in flight.
+        steps, in_flight = cfg.warmup_steps, None
+        for chunk in range(n_chunks):
+            state, metrics = loop.chunk(state)
+            metrics_thread.submit(functools.partial(build_chunk, metrics, chunk))
+            steps_before, steps = steps, steps + k_iter * steps_per_iteration
+            if chunk < n_chunks - 1 and eval_due(cfg, steps_before, steps):
+                evaluator.submit(state.agent.actor, env_steps=steps, chunk=chunk)
+            if in_flight is not None:
+                jax.block_until_ready(in_flight)
+            in_flight = metrics
+        jax.block_until_ready(state)
+        train_s = time.perf_counter() - t_train
+
+        # final evaluation: deterministic policy, vmapped envs, every seed (awaited)
+        final = evaluator.submit(state.agent.actor, env_steps=steps, chunk=n_chunks - 1, final=True)
+        try:
+            _, result = final.result()
+        except Exception:  # reported by the evaluator; the run still finishes
+            result = None
+    except BaseException:
+        # an error or Ctrl-C: flush what the sinks have and stop the live console (the
+        # evaluator is a daemon thread and is left to the interpreter's exit)
+        metrics_thread.close(timeout=10.0)
+        raise
     evaluator.close()
     sink_drops = metrics_thread.close()
 
     env_steps = int(np.asarray(state.env_steps).sum())
     train_steps = steps_per_chunk * n_chunks
-    if result is not None:
-        per_seed_return = np.asarray(result.return_mean).tolist()
-        final_eval = {
-            "final_eval_return": float(np.mean(per_seed_return)),
-            "final_eval_return_std": float(np.std(per_seed_return)),
-            "final_eval_return_per_seed": per_seed_return,
-            "final_eval_episode_return_std": np.asarray(result.return_std).tolist(),
-            "final_eval_length": float(np.mean(result.length_mean)),
-        }
-    else:
-        final_eval = {"final_eval_return": None, "final_eval_error": evaluator.errors[-1]}
+    final_eval = final_eval_fields(result, evaluator.errors)
     summary = {
         "algo": cfg.algo,
         "env": cfg.env,
@@ -313,6 +309,20 @@ def train(
         f"{summary['env_steps_per_s']:,.0f} env steps/s | wall {summary['wall_s']:.1f}s"
     )
     return RunResult(run_dir, summary, state, loop)
+
+
+def final_eval_fields(result: EvalResult | None, errors: list[str]) -> dict[str, Any]:
+    """The summary's ``final_eval_*`` fields (``final_eval_error`` if it failed)."""
+    if result is None:
+        return {"final_eval_return": None, "final_eval_error": errors[-1] if errors else None}
+    per_seed_return = np.asarray(result.return_mean).tolist()
+    return {
+        "final_eval_return": float(np.mean(per_seed_return)),
+        "final_eval_return_std": float(np.std(per_seed_return)),
+        "final_eval_return_per_seed": per_seed_return,
+        "final_eval_episode_return_std": np.asarray(result.return_std).tolist(),
+        "final_eval_length": float(np.mean(result.length_mean)),
+    }
 
 
 def make_eval_fn(act: Any, env: Any, keys: jax.Array):
