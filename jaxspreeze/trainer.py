@@ -288,7 +288,7 @@ def train(
             "actor": actor_updates_per_chunk * n_chunks / train_s,
         },
         "replay_ratio": updates_per_chunk * cfg.batch_size / steps_per_chunk,
-        "policy_lag": loop.algo.actor_steps_per_iteration,
+        "policy_lag": loop.policy_lag,
         **evaluator.stats(),
         "sink_drops": sink_drops,
         "sink_errors": metrics_thread.errors,
