@@ -56,6 +56,7 @@ from jaxspreeze.probes import (
 )
 
 TUNED = ("num_envs", "batch_size", "grad_steps", "chunk_iterations")
+PPO_SIZES = {"num_envs", "batch_size"}
 FORMAT = "jaxspreeze-autotune"
 VERSION = 1
 
@@ -69,6 +70,7 @@ RETIME_ROUNDS = 2  # then every point is timed again, round-robin, while budget 
 ENV_GRID = (1, 4, 2**16)  # start, factor, largest num_envs
 BATCH_GRID = (256, 2, 2**16)  # start, factor, largest batch (off-policy)
 PPO_BATCH_GRID = (64, 2, 2**16)  # PPO minibatch
+PPO_MIN_MINIBATCHES = 4  # PPO: a rollout holds at least this many minibatches
 MIN_ITERATIONS = 10  # num_envs is capped so a run has at least this many iterations
 TARGET_CHUNK_S = 1.0  # one chunk should take about this long (0.5-2 s)
 MAX_CHUNK_ITERATIONS = 10_000
@@ -204,8 +206,8 @@ def choose(
                 rejected.append(f"num_envs {n} x batch {b}: memory")
                 continue
             if ppo:
-                if b > nT or nT % b:
-                    continue  # the minibatch must divide the rollout
+                if nT % b or (nT < PPO_MIN_MINIBATCHES * b and len(pinned & PPO_SIZES) < 2):
+                    continue  # the minibatch must divide the rollout, a few times over
                 g = cfg.grad_steps  # unused by PPO: epochs x minibatches instead
                 samples = rho * nT
                 charged = samples
@@ -350,19 +352,27 @@ def _mib(nbytes: float | None) -> str:
 
 
 def plan_grids(cfg: RunConfig, pinned: set[str]) -> tuple[list[int], list[int]]:
-    """The num_envs grid and the batch grid for ``cfg`` (a pinned field is a 1-point grid)."""
+    """The num_envs grid and the batch grid for ``cfg`` (a pinned field is a 1-point grid).
+
+    PPO's env grid starts where the rollout ``n T`` holds PPO_MIN_MINIBATCHES of the
+    smallest minibatch (and is a multiple of it), so every num_envs has a feasible batch.
+    """
     T = cfg.rollout_steps
     start, factor, top = ENV_GRID
-    if cfg.algo != "ppo":
-        cap = max(cfg.total_steps - cfg.learning_starts, 1) // (T * MIN_ITERATIONS)
-        top = max(1, min(top, cfg.buffer_size // T, cap))
-    envs = [cfg.num_envs] if "num_envs" in pinned else geometric(start, factor, top)
     if cfg.algo == "ppo":
         b_start, b_factor, b_top = PPO_BATCH_GRID
-        b_top = min(b_top, max(envs) * T)
+        b0 = cfg.batch_size if "batch_size" in pinned else b_start
+        unit = b0 // math.gcd(b0, T)  # n T is a multiple of b0 iff n is one of unit
+        start = unit * max(1, math.ceil(PPO_MIN_MINIBATCHES * b0 / (unit * T)))
+        top = max(top, start)
     else:
+        cap = max(cfg.total_steps - cfg.learning_starts, 1) // (T * MIN_ITERATIONS)
+        top = max(1, min(top, cfg.buffer_size // T, cap))
         b_start, b_factor, b_top = BATCH_GRID
         b_top = min(b_top, cfg.buffer_size)
+    envs = [cfg.num_envs] if "num_envs" in pinned else geometric(start, factor, top)
+    if cfg.algo == "ppo":
+        b_top = min(b_top, max(envs) * T)
     b_start = min(b_start, b_top)
     batches = [cfg.batch_size] if "batch_size" in pinned else geometric(b_start, b_factor, b_top)
     return envs, batches
@@ -419,7 +429,7 @@ def tune(
             f"repetitions of each kind); give at least {MIN_BUDGET_S:g} s (default 30)",
         )
     pinned = set(pinned) & set(TUNED)
-    config_lib.validate(cfg)
+    config_lib.validate(_placeholders(cfg, pinned))
     rho = target_replay_ratio(cfg)
     placement = devices.resolve(cfg.placement)
     if memory_limit is None:
@@ -512,6 +522,25 @@ def tune(
     return chosen, profile
 
 
+def _placeholders(cfg: RunConfig, pinned: set[str]) -> RunConfig:
+    """``cfg`` with valid stand-ins for the fields autotune will choose, for validation.
+
+    The values the user left to autotune need not fit together yet (e.g. PPO's default
+    minibatch larger than a small rollout); everything else is checked as usual.
+    """
+    changes: dict[str, int] = {}
+    if "grad_steps" not in pinned:
+        changes["grad_steps"] = grad_step_multiple(cfg)
+    if "batch_size" not in pinned:
+        if cfg.algo == "ppo":
+            changes["batch_size"] = cfg.num_envs * cfg.rollout_steps
+        else:
+            changes["batch_size"] = min(cfg.batch_size, cfg.buffer_size)
+    if "num_envs" not in pinned and cfg.algo != "ppo":
+        changes["num_envs"] = max(1, min(cfg.num_envs, cfg.buffer_size // cfg.rollout_steps))
+    return cfg.replace(**changes) if changes else cfg
+
+
 def sampling_share(cfg: RunConfig, s0: Point, u0: Point) -> float:
     """The sampling grid's share of the budget (within the grids' WALK_SHARE).
 
@@ -591,8 +620,7 @@ def table(profile: dict[str, Any]) -> str:
         "",
         f"hardware: {profile['hardware'].get('backend')} {profile['hardware'].get('devices')}, "
         f"{profile['hardware'].get('cpu_count')} CPUs | probe {profile['elapsed_s']:.1f}s "
-        f"of a {profile['budget_s']:g}s budget | load average "
-        f"{(profile.get('load_average') or {}).get('before')}",
+        f"of a {profile['budget_s']:g}s budget | load average {_load(profile)}",
         "",
         "| probe | size | rate | compile s | reps | est. MiB |",
         "|---|---:|---:|---:|---:|---:|",
@@ -625,6 +653,11 @@ def table(profile: dict[str, Any]) -> str:
         f"updates at batch {c['update_knee']})",
     ]
     return "\n".join(lines)
+
+
+def _load(profile: dict[str, Any]) -> str:
+    value = (profile.get("load_average") or {}).get("before")
+    return "unknown" if value is None else f"{value:.1f}"
 
 
 def plot(profile: dict[str, Any], path: Path) -> None:

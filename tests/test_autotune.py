@@ -119,8 +119,11 @@ def test_ppo_minibatch_divides_the_rollout():
     s = [fake.sampling(n) for n in (1, 4, 16, 64, 256)]
     u = [fake.update(b) for b in (64, 128, 256, 512, 1024)]
     c = autotune.choose(cfg, s, u)
-    assert (c["num_envs"], c["batch_size"]) == (64, 512)
+    # U saturates at 512, and a rollout must hold 4 minibatches: 256 envs x 16 steps
+    assert (c["num_envs"], c["batch_size"]) == (256, 512)
     assert (c["num_envs"] * 16) % c["batch_size"] == 0
+    assert c["num_envs"] * 16 >= autotune.PPO_MIN_MINIBATCHES * c["batch_size"]
+    assert autotune.plan_grids(cfg, set())[0][0] == 16  # 16 x 16 = 4 minibatches of 64
     assert c["replay_ratio"] == cfg.ppo.epochs
 
 
