@@ -112,6 +112,12 @@ def test_sampling_bound_picks_the_sampling_knee():
     assert profile["choice"]["replay_ratio"] == pytest.approx(256)
 
 
+def test_td3_grad_steps_are_a_multiple_of_the_policy_delay():
+    chosen, _, _ = run(RunConfig(algo="td3"))
+    assert chosen.grad_steps % chosen.td3.policy_delay == 0
+    assert picked(chosen)[:3] == (16, 1024, 4)  # 4 envs would need G=1: not a multiple
+
+
 def test_ppo_minibatch_divides_the_rollout():
     cfg = RunConfig(algo="ppo", rollout_steps=16)
     clock = FakeClock()
