@@ -26,8 +26,10 @@ steps per iteration and the time of an iteration is ``n T / S(n) + G B / U(B)``.
 the pairs whose rate is within 5% of the best, it takes the smallest n, then the smallest
 B. When updates are cheap this is the smallest n at the sampling knee; when updates
 dominate (SAC on a small CPU) it is the smallest n that can feed a batch at the update
-knee. The chunk length K makes one chunk last about a second. Pinned fields keep their
-values and the rest is chosen around them.
+knee. G is a multiple of TD3's policy_delay; PPO's minibatch divides the rollout ``n T``
+at least 4 times and its replay ratio is its epochs. The chunk length K makes one chunk
+last about a second. Pinned fields keep their values and the rest is chosen around them.
+The timed programs themselves live in :mod:`jaxspreeze.probes`.
 """
 
 from __future__ import annotations
