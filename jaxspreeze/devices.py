@@ -10,9 +10,14 @@ from typing import Literal
 
 import jax
 
+from jaxspreeze.config import ConfigError
 
-class PlacementError(ValueError):
-    """The requested placement is impossible on this machine."""
+
+class PlacementError(ConfigError):
+    """The requested placement is impossible on this machine (field ``placement``)."""
+
+    def __init__(self, message: str):
+        super().__init__("placement", message)
 
 
 @dataclass(frozen=True)
@@ -48,16 +53,16 @@ def resolve(mode: Literal["auto", "single", "split"] = "auto") -> Placement:
     device 0, the critic on device 1 and the evaluator on device 2 when there is one
     (else on the actor's device).
     """
+    if mode not in ("auto", "single", "split"):
+        raise PlacementError(f"unknown mode {mode!r}; choose auto, single or split")
     devices = jax.devices()
     if mode == "single" or (mode == "auto" and len(devices) < 2):
         return single(devices[0])
-    if mode not in ("auto", "split"):
-        raise PlacementError(f"placement: unknown mode {mode!r}; choose auto, single or split")
     if len(devices) < 2:
         raise PlacementError(
-            f"placement: split needs 2 devices but the {devices[0].platform} backend has "
-            f"{len(devices)}; use --placement single (on CPU, JAX_NUM_CPU_DEVICES=2 "
-            "fakes two devices for testing)"
+            f"split needs 2 devices but the {devices[0].platform} backend has "
+            f"{len(devices)}; use --placement single or auto (on CPU, "
+            "JAX_NUM_CPU_DEVICES=2 fakes two devices, for testing only)"
         )
     eval_device = devices[2] if len(devices) > 2 else devices[0]
     return Placement(devices[0], devices[1], eval_device)

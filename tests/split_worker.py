@@ -1,0 +1,180 @@
+"""Runs in a subprocess with two fake CPU devices (``JAX_NUM_CPU_DEVICES=2``) for test_split.
+
+``python tests/split_worker.py equal sac ppo`` runs tiny SAC (2 seeds) and PPO configs with the
+single and the split placement from the same seed and prints one JSON line of findings:
+where each part of the state lives, whether the two runs agree, the policy lag, the
+trace counts and what ``auto`` resolves to. ``learn`` trains SAC on Pendulum with the
+split and prints the summary. The assertions live in test_split.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("JAX_NUM_CPU_DEVICES", "2")
+
+import jax
+import numpy as np
+
+from jaxspreeze import devices
+from jaxspreeze.algos.ppo import PPOConfig
+from jaxspreeze.algos.sac import SACConfig
+from jaxspreeze.config import RunConfig
+from jaxspreeze.loop import Loop, TrainState
+
+
+def configs() -> dict[str, RunConfig]:
+    """The tiny runs compared single vs split (3 chunks of 2 iterations each)."""
+    sac = RunConfig(
+        algo="sac",
+        num_envs=4,
+        grad_steps=2,
+        batch_size=16,
+        buffer_size=512,
+        learning_starts=64,
+        chunk_iterations=2,
+        total_steps=64 + 3 * 2 * 4,
+        num_seeds=2,
+        sac=SACConfig(hidden=(16, 16)),
+    )
+    ppo = RunConfig(
+        algo="ppo",
+        num_envs=4,
+        rollout_steps=8,
+        batch_size=16,
+        chunk_iterations=2,
+        total_steps=3 * 2 * 32,
+        ppo=PPOConfig(hidden=(16, 16), epochs=2),
+    )
+    return {"sac": sac, "ppo": ppo}
+
+
+def where(state: TrainState) -> dict[str, list[int]]:
+    """The device ids holding each part of the state."""
+    parts = {
+        "actor": state.agent.actor,
+        "critic": state.agent.critic,
+        "buffer": state.buffer,
+        "obs_buffer": state.obs_buffer,
+        "env": state.env,
+        "key": state.key,
+        "counters": (state.env_steps, state.iteration, state.actor_updates),
+    }
+    out = {}
+    for name, tree in parts.items():
+        ids = {d.id for x in jax.tree.leaves(tree) for d in x.devices()}
+        out[name] = sorted(ids)
+    return out
+
+
+def compare(a, b) -> dict[str, object]:
+    """Bitwise equality and max abs difference of two pytrees of arrays."""
+    la = [np.asarray(jax.random.key_data(x) if _is_key(x) else x) for x in jax.tree.leaves(a)]
+    lb = [np.asarray(jax.random.key_data(x) if _is_key(x) else x) for x in jax.tree.leaves(b)]
+    assert len(la) == len(lb), (len(la), len(lb))
+    diff = max(
+        (
+            float(np.max(np.abs(x.astype(np.float64) - y.astype(np.float64))))
+            for x, y in zip(la, lb, strict=True)
+            if x.size
+        ),
+        default=0.0,
+    )
+    return {
+        "bitwise": all(np.array_equal(x, y) for x, y in zip(la, lb, strict=True)),
+        "max_abs_diff": diff,
+    }
+
+
+def _is_key(x) -> bool:
+    return jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+
+
+def run(cfg: RunConfig, placement: devices.Placement) -> dict[str, object]:
+    """Init, warm up and run every chunk; record placements and the outputs."""
+    loop = Loop(cfg, placement)
+    state = loop.init()
+    at_init = where(state)
+    state = loop.warmup(state)
+    warm = jax.device_get(state.buffer)
+    at_warm = where(state)
+    metrics = []
+    for _ in range(loop.num_chunks):
+        state, m = loop.chunk(state)
+        metrics.append(jax.device_get(m))
+    at_end = where(state)
+    comparable = state._replace(obs_buffer=None)  # single keeps no obs-only copy
+    obs_match = None
+    if state.obs_buffer is not None:  # the obs-only copy holds the buffer's observations
+        obs_match = compare(state.obs_buffer.data.obs, state.buffer.data.obs)["bitwise"]
+    return {
+        "loop": loop,
+        "state": jax.device_get(comparable),
+        "warm_buffer": warm,
+        "metrics": metrics,
+        "where": {"init": at_init, "warm": at_warm, "end": at_end},
+        "obs_buffer_matches": obs_match,
+    }
+
+
+def equal(names: list[str]) -> dict[str, object]:
+    """Single vs split for the named configs."""
+    d = jax.devices()
+    out: dict[str, object] = {
+        "devices": len(d),
+        "auto_split": devices.resolve("auto").split,
+        "auto": devices.resolve("auto").describe(),
+    }
+    for name in names:
+        cfg = configs()[name]
+        single = run(cfg, devices.single(d[0]))
+        split = run(cfg, devices.resolve("split"))
+        lag = [np.asarray(m["policy_lag"]).tolist() for m in split["metrics"]]
+        out[name] = {
+            "num_seeds": cfg.num_seeds,
+            "state": compare(single["state"], split["state"]),
+            "metrics": compare(single["metrics"], split["metrics"]),
+            "metric_keys_equal": sorted(single["metrics"][0]) == sorted(split["metrics"][0]),
+            "warm_buffer": compare(single["warm_buffer"], split["warm_buffer"]),
+            "where_single": single["where"],
+            "where_split": split["where"],
+            "obs_buffer_matches": split["obs_buffer_matches"],
+            "policy_lag_split": lag,
+            "policy_lag_single": [np.asarray(m["policy_lag"]).tolist() for m in single["metrics"]],
+            "actor_steps_per_iteration": split["loop"].algo.actor_steps_per_iteration,
+            "actor_updates": np.asarray(split["state"].actor_updates).tolist(),
+            "iterations": np.asarray(split["state"].iteration).tolist(),
+            "metric_shape": list(np.shape(split["metrics"][0]["policy_lag"])),
+            "trace_count_split": split["loop"].trace_count,
+            "trace_count_single": single["loop"].trace_count,
+            "chunks": split["loop"].num_chunks,
+        }
+    return out
+
+
+def learn() -> dict[str, object]:
+    """SAC on Pendulum with the split placement (the single-device learning settings)."""
+    from jaxspreeze.trainer import train
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = RunConfig(
+            total_steps=6000,
+            placement="split",
+            logdir=tmp,
+            run_name="split",
+            sinks=("jsonl",),
+            eval_episodes=8,
+        )
+        result = train(cfg, quiet=True, save=False)
+    s = result.summary
+    return {k: s.get(k) for k in ("final_eval_return", "placement", "policy_lag", "env_steps")}
+
+
+if __name__ == "__main__":
+    case, names = sys.argv[1], sys.argv[2:]
+    result = equal(names) if case == "equal" else learn()
+    print(json.dumps(result, default=str))
