@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from jaxspreeze.cli import pop_option
 from jaxspreeze.config import ConfigError, RunConfig
 from jaxspreeze.probes import (
     MIN_REP_S,
@@ -832,23 +833,10 @@ def _warn(message: str) -> None:
 
 
 # ------------------------------------------------------------------------- CLI
-def _pop(argv: list[str], name: str) -> str | None:
-    """Remove ``--name VALUE`` / ``--name=VALUE`` from argv and return VALUE."""
-    for i, arg in enumerate(argv):
-        if arg == name and i + 1 < len(argv):
-            value = argv[i + 1]
-            del argv[i : i + 2]
-            return value
-        if arg.startswith(name + "="):
-            del argv[i]
-            return arg.split("=", 1)[1]
-    return None
-
-
 def pinned_fields(argv: Sequence[str]) -> set[str]:
     """The tuned fields a ``train``-style argv sets explicitly (a flag, or a key of its --config)."""
     args = list(argv)
-    preset = _pop(args, "--config")
+    preset = pop_option(args, "--config")
     pinned: set[str] = set()
     for name in TUNED:
         flags = {"--" + name.replace("_", "-"), "--" + name}
@@ -884,7 +872,7 @@ def main(argv: Sequence[str]) -> int:
     args = list(argv)
     if "-h" in args or "--help" in args:
         print(USAGE)
-    out = _pop(args, "--out") or "."
+    out = pop_option(args, "--out") or "."
     try:
         cfg = parse_train_args(args)
         pinned = pinned_fields(args)

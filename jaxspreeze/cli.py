@@ -31,7 +31,7 @@ def flag(field_name: str) -> str:
     return "--" + field_name.replace("_", "-")
 
 
-def _pop_option(argv: list[str], name: str) -> str | None:
+def pop_option(argv: list[str], name: str) -> str | None:
     """Remove ``--name VALUE`` / ``--name=VALUE`` from argv and return VALUE."""
     for i, arg in enumerate(argv):
         if arg == name:
@@ -53,7 +53,7 @@ def parse_train_args(argv: Sequence[str]):
     from jaxspreeze.config import RunConfig, load
 
     argv = list(argv)
-    preset = _pop_option(argv, "--config")
+    preset = pop_option(argv, "--config")
     base = load(preset) if preset else RunConfig()
     return tyro.cli(
         RunConfig,
@@ -86,7 +86,9 @@ def cmd_train(argv: Sequence[str]) -> int:
         print(TRAIN_EXTRA_HELP)
     autotune = "--autotune" in argv
     argv = [a for a in argv if a != "--autotune"]
-    profile = _pop_option(argv, "--profile")
+    profile = pop_option(argv, "--profile")
+    if autotune and profile:
+        return fail("--profile: give either --autotune (probe now) or --profile FILE, not both")
     try:
         cfg = parse_train_args(argv)
         validate(cfg)
