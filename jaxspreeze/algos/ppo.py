@@ -185,13 +185,25 @@ def make(cfg: PPOConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
             logp = jnp.take_along_axis(logits, action[:, None].astype(jnp.int32), -1)[:, 0]
             entropy = -(jnp.exp(logits) * logits).sum(-1)
             return logp, entropy
-        # Gaussian in [-1, 1] units; the env action is clip(u, -1, 1) * scale + bias
-        mean, log_std = policy_net.apply(params, obs)
+        # Gaussian in [-1, 1] units; the env action is clip(u, -1, 1) * scale + bias, so
+        # an action on a bound has the probability of the clipped tail (clipped action
+        # policy gradient, Fujita & Maeda 2018): exact, bounded, and no clipping bias
+        mean, log_std = gaussian(params, obs)
         u = (action - bias) / scale
         z = (u - mean) / jnp.exp(log_std)
-        logp = (-0.5 * z**2 - log_std - 0.5 * jnp.log(2 * jnp.pi)).sum(-1)
+        inside = -0.5 * z**2 - log_std - 0.5 * jnp.log(2 * jnp.pi)
+        logp = jnp.where(
+            u >= 1.0 - 1e-6,
+            jax.scipy.special.log_ndtr(-z),
+            jnp.where(u <= -1.0 + 1e-6, jax.scipy.special.log_ndtr(z), inside),
+        ).sum(-1)
         entropy = jnp.broadcast_to((log_std + 0.5 * (1 + jnp.log(2 * jnp.pi))).sum(), logp.shape)
         return logp, entropy
+
+    def gaussian(params: PyTree, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Mean and (bounded) log std of the Gaussian policy, ``[-1, 1]`` action units."""
+        mean, log_std = policy_net.apply(params, obs)
+        return mean, jnp.clip(log_std, networks.LOG_STD_MIN, networks.LOG_STD_MAX)
 
     def act(state: PPOActor, obs: jax.Array, key: jax.Array, deterministic: bool) -> jax.Array:
         obs = norm(state.obs_stats, obs)
@@ -200,7 +212,7 @@ def make(cfg: PPOConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
             if deterministic:
                 return jnp.argmax(logits, -1).astype(jnp.int32)
             return jax.random.categorical(key, logits).astype(jnp.int32)
-        mean, log_std = policy_net.apply(state.params, obs)
+        mean, log_std = gaussian(state.params, obs)
         u = mean if deterministic else mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
         return jnp.clip(u, -1.0, 1.0) * scale + bias
 
