@@ -24,7 +24,7 @@ from jaxspreeze import checkpoint, devices
 from jaxspreeze.algos.base import AgentState
 from jaxspreeze.algos.sac import SACConfig
 from jaxspreeze.config import ConfigError, RunConfig
-from jaxspreeze.guards import nonfinite_message
+from jaxspreeze.guards import NonFiniteError, nonfinite_message
 from jaxspreeze.loop import Loop, TrainState
 
 REPO = Path(__file__).resolve().parents[1]
@@ -109,11 +109,27 @@ def run(tmp_path_factory):
     }
 
 
+@pytest.fixture(scope="module")
+def template(run):
+    """A fresh state of the tiny config, as a restore template (never donated)."""
+    return fresh_loop(run["loop"]).init()
+
+
+def host_copy(tree):
+    """A copy of ``tree`` on the same devices, through the host (no compile)."""
+
+    def copy(x):
+        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            data = jax.device_put(np.asarray(jax.random.key_data(x)), x.sharding)
+            return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
+        return jax.device_put(np.asarray(x), x.sharding)
+
+    return jax.tree.map(copy, tree)
+
+
 # ------------------------------------------------------------------------------ round trip
-def test_round_trip_is_bitwise_with_two_seeds(run):
+def test_round_trip_is_bitwise_with_two_seeds(run, template):
     """Every leaf of a trained 2-seed SAC state, buffer and keys included, comes back exact."""
-    loop = fresh_loop(run["loop"])
-    template = loop.init()
     restored, info = checkpoint.restore(run["ckpt"], template)
     assert host_leaves(restored) == run["host_a"]
     assert info["env_steps"] == 12 and info["chunk"] == 0 and info["extra"] == {"x": 1}
@@ -144,10 +160,10 @@ def test_round_trip_other_algorithms(algo, tmp_path):
 
 
 # ------------------------------------------------------------------------------ bitwise resume
-def test_resume_equals_uninterrupted_run(run):
+def test_resume_equals_uninterrupted_run(run, template):
     """Chunk A, save, restore into a fresh Loop, chunk B == chunks A, B: state and metrics."""
     loop = fresh_loop(run["loop"])
-    restored, _ = checkpoint.restore(checkpoint.latest(run["run_dir"]), loop.init())
+    restored, _ = checkpoint.restore(checkpoint.latest(run["run_dir"]), template)
     state_b, metrics_b = loop.chunk(restored)
     assert bitwise_equal(state_b, run["state_b"])
     metrics_b = jax.device_get(metrics_b)
@@ -156,21 +172,19 @@ def test_resume_equals_uninterrupted_run(run):
         assert np.asarray(metrics_b[k]).tobytes() == np.asarray(run["metrics_b"][k]).tobytes(), k
 
 
-def test_resume_without_optimizer_state_differs(run):
+def test_resume_without_optimizer_state_differs(run, template):
     """Negative control: re-initialised optimizer states make the comparison fail."""
     loop = fresh_loop(run["loop"])
-    template = loop.init()
     restored, _ = checkpoint.restore(run["ckpt"], template)
-    dropped = drop_optimizer_state(restored, loop.init())
+    dropped = drop_optimizer_state(restored, host_copy(template))
     state_b, _ = loop.chunk(dropped)
     assert not bitwise_equal(state_b.agent, run["state_b"].agent)
     assert not bitwise_equal(state_b, run["state_b"])
 
 
 # ------------------------------------------------------------------------------ files
-def test_keep_latest_and_incomplete_dirs(run, tmp_path):
+def test_keep_latest_and_incomplete_dirs(template, tmp_path):
     """Only the newest ``keep`` survive; temp dirs and dirs without a manifest are ignored."""
-    template = fresh_loop(run["loop"]).init()
     for steps in (100, 200, 300):
         checkpoint.save(tmp_path, template, env_steps=steps, chunk=steps // 100, keep=2)
     names = [p.name for p in checkpoint.list_checkpoints(tmp_path)]
@@ -186,10 +200,8 @@ def test_keep_latest_and_incomplete_dirs(run, tmp_path):
     assert not list(root.glob(".tmp-*"))
 
 
-def test_crash_at_every_stage_of_a_save_keeps_the_previous(run, tmp_path, monkeypatch):
+def test_crash_at_every_stage_of_a_save_keeps_the_previous(template, tmp_path, monkeypatch):
     """An exception at any point inside save() leaves the previous checkpoint loadable."""
-    loop = fresh_loop(run["loop"])
-    template = loop.init()
     first = checkpoint.save(tmp_path, template, env_steps=1, chunk=0)
     n_leaves = len(jax.tree.leaves(template))
     stages = [f"leaf:{i}" for i in range(0, n_leaves, 7)] + ["before_commit"]
@@ -235,7 +247,7 @@ print("NOT KILLED", flush=True)
 """
 
 
-def test_sigkill_during_save_keeps_previous_checkpoint(run, tmp_path):
+def test_sigkill_during_save_keeps_previous_checkpoint(run, template, tmp_path):
     """SIGKILL inside a checkpoint write (at a random stage) leaves the previous one loadable."""
     code = KILL_CHILD.format(tests=str(REPO / "tests"), run_dir=str(tmp_path))
     proc = subprocess.Popen(
@@ -254,7 +266,7 @@ def test_sigkill_during_save_keeps_previous_checkpoint(run, tmp_path):
     assert list(root.glob(".tmp-*")), "the kill should have left a partial temp dir"
     path = checkpoint.latest(tmp_path)
     assert path is not None and path.name == "000000000008"
-    restored, info = checkpoint.restore(path, fresh_loop(run["loop"]).init())
+    restored, info = checkpoint.restore(path, template)
     assert info["env_steps"] == 8 and info["config"] == run["cfg"]
     # the next save clears the partial write
     checkpoint.save(tmp_path, restored, env_steps=16, chunk=1)
@@ -264,8 +276,10 @@ def test_sigkill_during_save_keeps_previous_checkpoint(run, tmp_path):
 def test_restore_rejects_a_different_shape(run, tmp_path):
     """A template of another config fails with a message naming the leaf."""
     other = Loop(tiny_cfg(buffer_size=32), devices.single())
+    keys = lambda: jax.random.split(jax.random.key(0), 2)
+    abstract = jax.eval_shape(lambda: jax.vmap(other._init_one)(keys()))  # nothing allocated
     with pytest.raises(checkpoint.CheckpointError, match=r"\.buffer\.data"):
-        checkpoint.restore(run["ckpt"], other.init())
+        checkpoint.restore(run["ckpt"], abstract)
 
 
 def test_check_compatible_names_every_shape_field(run):
@@ -326,15 +340,21 @@ def test_split_placement_restores_onto_its_devices(tmp_path):
 
 
 # ------------------------------------------------------------------------------ guards
-def test_poisoned_critic_turns_the_finite_flag_false(run):
-    """NaN in seed 0's critic parameters: critic_finite False for seed 0, True for seed 1."""
+def test_poisoned_critic_turns_the_finite_flag_false(run, template, tmp_path):
+    """NaN in seed 0's critic parameters: critic_finite False for seed 0, True for seed 1;
+    such a state is never saved."""
     from jaxspreeze.trainer import chunk_record
 
     loop = fresh_loop(run["loop"])
-    state, _ = checkpoint.restore(run["ckpt"], loop.init())
+    state, _ = checkpoint.restore(run["ckpt"], template)
     critic = state.agent.critic
     poisoned = jax.tree.map(lambda x: x.at[0].set(jnp.nan), critic.params)
     state = state._replace(agent=state.agent._replace(critic=critic._replace(params=poisoned)))
+    good = checkpoint.save(tmp_path, template, env_steps=12, chunk=0)
+    with pytest.raises(NonFiniteError, match=r"\.agent\.critic\.params"):
+        checkpoint.save(tmp_path, state, env_steps=16, chunk=1)
+    assert checkpoint.latest(tmp_path) == good
+    assert not list(checkpoint.checkpoint_dir(tmp_path).glob(".tmp-*"))
     _, metrics = loop.chunk(state)
     metrics = jax.device_get(metrics)
     assert not np.asarray(metrics["critic_finite"])[:, 0].any()
@@ -382,3 +402,60 @@ def test_eval_cli_subprocess_no_checkpoint(tmp_path):
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "no checkpoint" in lines[0], out.stderr
+
+
+# ------------------------------------------------------------------------------ slow: more algorithms, split
+def resume_matches(cfg: RunConfig, placement, run_dir) -> tuple[bool, bool]:
+    """(chunk A, save, restore in a fresh Loop, chunk B == A, B; same with the optimizer
+    state dropped). The fresh Loop compiles its own program, as a new process would."""
+    loop = Loop(cfg, placement)
+    state_a, _ = loop.chunk(loop.warmup(loop.init()))
+    path = checkpoint.save(run_dir, state_a, env_steps=1, chunk=0, config=cfg)
+    state_b, metrics_b = loop.chunk(state_a)
+    fresh = Loop(cfg, placement)
+    restored, _ = checkpoint.restore(path, fresh.init())
+    again_b, again_metrics = fresh.chunk(restored)
+    same = bitwise_equal(again_b, state_b) and bitwise_equal(
+        jax.device_get(again_metrics), jax.device_get(metrics_b)
+    )
+    restored, _ = checkpoint.restore(path, fresh.init())
+    dropped_b, _ = fresh.chunk(drop_optimizer_state(restored, fresh.init(seed=99)))
+    return same, bitwise_equal(dropped_b, state_b)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["td3", "ddpg", "ppo"])
+def test_resume_other_algorithms(algo, tmp_path):
+    """Bitwise resume (and its negative control) for the other algorithms, 2 seeds."""
+    from jaxspreeze import algos
+
+    if not hasattr(algos.get(algo), "make"):
+        pytest.skip(f"{algo}.make() does not exist yet")
+    changes = {algo: type(getattr(RunConfig(), algo))(hidden=(8,)), "algo": algo}
+    if algo == "ppo":
+        changes.update(batch_size=2, num_envs=2, rollout_steps=2, learning_starts=0)
+    same, dropped_same = resume_matches(tiny_cfg(**changes), devices.single(), tmp_path)
+    assert same and not dropped_same
+
+
+SPLIT_RESUME_CHILD = """
+import os, sys
+os.environ["JAX_PLATFORMS"] = "cpu"
+sys.path.insert(0, {tests!r})
+from test_checkpoint import tiny_cfg, resume_matches
+from jaxspreeze import devices
+same, dropped_same = resume_matches(tiny_cfg(placement="split"), devices.resolve("split"), {run_dir!r})
+assert same and not dropped_same, (same, dropped_same)
+print("OK")
+"""
+
+
+@pytest.mark.slow
+def test_split_resume_is_bitwise(tmp_path):
+    """The split placement on 2 fake CPU devices resumes bitwise; dropping the optimizer fails."""
+    code = SPLIT_RESUME_CHILD.format(tests=str(REPO / "tests"), run_dir=str(tmp_path))
+    env = {**os.environ, "JAX_NUM_CPU_DEVICES": "2", "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=1800
+    )
+    assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
