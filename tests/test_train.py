@@ -10,11 +10,13 @@ from jaxspreeze.trainer import train
 
 
 def test_sac_learns_pendulum(tmp_path):
-    """A random policy scores about -1200 on Pendulum; 3k steps of SAC beat -400."""
+    """A random policy scores about -1200 on Pendulum; 4k steps of SAC beat -400.
+
+    (Seeds 0-2 of this config reached -92, -151, -140.)"""
     cfg = RunConfig(
-        total_steps=3_000,
+        total_steps=4_000,
         num_envs=8,
-        grad_steps=8,
+        grad_steps=16,
         batch_size=128,
         learning_starts=500,
         eval_episodes=8,
