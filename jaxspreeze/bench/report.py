@@ -25,6 +25,10 @@ def _num(x: Any, digits: int = 3) -> str:
     return f"{x:,.0f}"
 
 
+def _ratio(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
 def _notes(rec: Record) -> str:
     notes = []
     if rec.get("fraction_of_matmul_peak"):
@@ -56,7 +60,7 @@ def cells(rec: Record) -> list[str]:
         rec.get("id") or rec.get("name", "?"),
         _num(ours),
         _num(ref.get(key)),
-        _num(rec.get("ratio_vs_reference"), 2),
+        _ratio(rec.get("ratio_vs_reference")),
         UNITS[key],
         _num(rec.get("compile_s"), 2),
         _notes(rec),

@@ -40,7 +40,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "sampling_envs": (1, 64, 1024, 8192),
         "sampling_envs_brax": (16, 128, 512),
         "batch_sizes": (256, 1024, 4096),
-        "sac_chunk": dict(num_envs=8, grad_steps=8, batch_size=256, chunk_iterations=16),
+        "sac_chunk": dict(num_envs=64, grad_steps=8, batch_size=256, chunk_iterations=8),
         "ppo_chunk": dict(num_envs=32, rollout_steps=64, batch_size=512, chunk_iterations=2),
         "brax_sac": dict(num_envs=128, grad_steps=8, batch_size=256, num_timesteps=30_720),
         "brax_ppo": dict(num_envs=256, rollout_steps=16, num_timesteps=98_304),
@@ -49,7 +49,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "sampling_envs": (1, 1024, 16384, 65536),
         "sampling_envs_brax": (1024, 16384),
         "batch_sizes": (256, 4096, 65536),
-        "sac_chunk": dict(num_envs=1024, grad_steps=16, batch_size=16384, chunk_iterations=32),
+        "sac_chunk": dict(num_envs=4096, grad_steps=16, batch_size=8192, chunk_iterations=16),
         "ppo_chunk": dict(num_envs=4096, rollout_steps=32, batch_size=32768, chunk_iterations=2),
         "brax_sac": dict(num_envs=2048, grad_steps=16, batch_size=8192, num_timesteps=1_228_800),
         "brax_ppo": dict(num_envs=4096, rollout_steps=16, num_timesteps=3_932_160),
@@ -204,7 +204,7 @@ def measure(case: Case, refs: ModuleType | None = None, rounds: int = 3, warmup:
         times = time_workload(w, rounds, warmup)
         cfg_kw = trainer_config(case.args["algo"], case.args["env"], case.args["scale"])[1]
         if refs is not None:
-            reference = _brax_reference(refs, cfg_kw)
+            reference = brax_reference(refs, cfg_kw)
     else:
         ref = prepare_reference(case, refs, w)
         if ref is None:
@@ -215,7 +215,8 @@ def measure(case: Case, refs: ModuleType | None = None, rounds: int = 3, warmup:
     return {"id": case.id, **with_reference(record_of(w, times, peak), reference)}
 
 
-def _brax_reference(refs: ModuleType, kw: dict[str, Any]) -> Record:
+def brax_reference(refs: ModuleType, kw: dict[str, Any]) -> Record:
+    """brax's own trainer run by the references module; an error becomes a record."""
     try:
         return refs.brax_trainer(**kw)
     except Exception as e:  # brax's trainers are a third party: report, do not crash

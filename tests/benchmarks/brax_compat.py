@@ -1,8 +1,8 @@
 """Let brax 0.14's training agents run on jax >= 0.10 (benchmark-only shim).
 
 brax.training.agents.{sac,ppo}.train call ``jax.device_put_replicated``, which jax 0.10
-removed. :func:`install` puts back an equivalent built on ``jax.device_put`` with a
-``NamedSharding`` over the given devices. It changes nothing when jax still has the
+removed. :func:`install` puts back an equivalent (an identity ``jax.pmap`` over stacked
+copies). It changes nothing when jax still has the
 function, and it is never imported by the library: jax is never pinned for brax.
 """
 
@@ -13,20 +13,18 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 
 def device_put_replicated(x: Any, devices: Sequence[jax.Device]) -> Any:
-    """Stack ``len(devices)`` copies of every leaf of ``x``, one copy per device."""
+    """Stack ``len(devices)`` copies of every leaf of ``x``, one copy per device.
+
+    The copies go through an identity ``jax.pmap`` so that they carry the very sharding
+    pmap's own outputs carry: brax feeds a training epoch's outputs back into it, and a
+    different input sharding would make its second call compile again.
+    """
     devices = list(devices)
-    mesh = jax.sharding.Mesh(np.array(devices), ("d",))
-    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d"))
-
-    def put(leaf: Any) -> jax.Array:
-        stacked = jnp.stack([jnp.asarray(leaf)] * len(devices))
-        return jax.device_put(stacked, sharding)
-
-    return jax.tree.map(put, x)
+    stacked = jax.tree.map(lambda leaf: jnp.stack([jnp.asarray(leaf)] * len(devices)), x)
+    return jax.pmap(lambda tree: tree, devices=devices)(stacked)
 
 
 def install() -> bool:

@@ -6,9 +6,10 @@ Run it with::
 
 Each case is the workload ``jaxspreeze bench`` measures (jaxspreeze.bench.suite): it is
 compiled before timing, pytest-benchmark times ``rounds`` calls after ``warmup`` ones
-(each call blocks until its results are ready), the bare reference is then timed on the
-same work in this process, and the throughput record (with the reference's record and
-the jaxspreeze / reference ratio) goes into ``benchmark.extra_info``.
+(each call blocks until its results are ready), then jaxspreeze and the bare reference
+are timed in interleaved rounds on the same work in this process for their ratio, and
+the throughput record (with the reference's record and the jaxspreeze / reference
+ratio) goes into ``benchmark.extra_info``.
 
 Environment: ``JAXSPREEZE_BENCH_SCALE=cpu|gpu`` picks the sizes (default: from the JAX
 backend), ``JAXSPREEZE_BENCH_ROUNDS`` / ``JAXSPREEZE_BENCH_WARMUP`` the rounds.

@@ -277,7 +277,7 @@ def brax_trainer(
     unroll_length: int = 16,
     num_minibatches: int = 4,
     epochs: int = 4,
-    num_evals: int = 3,
+    num_evals: int = 4,
     seed: int = 0,
 ) -> Record:
     """Train with brax's own SAC or PPO; env steps/s after the first (compiling) epoch.
@@ -339,18 +339,27 @@ def brax_trainer(
         )
         samples_per_env_step = float(epochs)
     wall = time.perf_counter() - t0
-    sps = [m["training/sps"] for _, _, m in log[1:] if "training/sps" in m]
-    rate = sps[-1] if sps else None
+    # brax's own per-epoch rate; the first epoch compiles, so take the last one
+    sps = [float(m["training/sps"]) for _, _, m in log if "training/sps" in m]
+    # and the rate a user sees between the last two progress reports (evaluation included)
+    interval = None
+    if len(log) >= 3:
+        (s0, t_a, _), (s1, t_b, _) = log[-2], log[-1]
+        interval = (s1 - s0) / (t_b - t_a) if t_b > t_a else None
+    rate = sps[-1] if len(sps) >= 2 else interval
     return {
         "name": f"brax-{algo}[{env_name}-n{num_envs}]",
         "kind": "trainer",
         "algo": algo,
         "env": env_name,
         "num_envs": num_envs,
-        "env_steps_per_s": rate,
-        "update_samples_per_s": rate * samples_per_env_step if rate else None,
+        "env_steps_per_s": float(rate) if rate else None,
+        "update_samples_per_s": float(rate * samples_per_env_step) if rate else None,
         "replay_ratio": samples_per_env_step,
         "wall_s": wall,
+        "brax_training_sps": sps,
+        "interval_env_steps_per_s": interval,
+        "progress": [(int(step), t - t0) for step, t, _ in log],
         "num_timesteps": num_timesteps,
         "trainer": f"brax.training.agents.{algo}.train",
     }

@@ -12,6 +12,7 @@ import pytest
 from harness import bench_case, ids, selected
 
 from jaxspreeze.bench import suite
+from jaxspreeze.bench.record import with_reference
 
 pytestmark = pytest.mark.benchmark
 
@@ -37,8 +38,6 @@ def test_vs_brax_trainer(benchmark, case, refs) -> None:
     """jaxspreeze's chunk on a brax env, then brax's trainer on the same env and budget."""
     record = bench_case(benchmark, case, None)
     kw = suite.trainer_config(case.args["algo"], case.args["env"], case.args["scale"])[1]
-    reference = suite._brax_reference(refs, kw)
-    from jaxspreeze.bench.record import with_reference
-
+    reference = suite.brax_reference(refs, kw)
     benchmark.extra_info.update(with_reference(record, reference))
     assert record["env_steps_per_s"] > 0
