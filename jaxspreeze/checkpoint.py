@@ -245,11 +245,15 @@ def save(
     _hook("before_commit")
 
     # commit: one rename makes the checkpoint visible, complete
-    if final.exists():
-        _remove(final)
+    replaced = None
+    if final.exists():  # same step saved before: move it aside, delete after the commit
+        replaced = root / f".trash-{name}-{uuid.uuid4().hex[:8]}"
+        os.rename(final, replaced)
     os.rename(tmp, final)
     _fsync_dir(root)
     _hook("after_commit")
+    if replaced is not None:
+        shutil.rmtree(replaced, ignore_errors=True)
 
     for old in list_checkpoints(run_dir)[:-keep]:
         _remove(old)

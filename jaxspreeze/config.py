@@ -480,7 +480,9 @@ def _fit(cfg: RunConfig, est: dict[str, int], keys: tuple[str, ...], device: Any
     name = _MEMORY_FIELDS[biggest]
     field_name = f"{cfg.algo}.{name}" if name == "hidden" else name
     flag = "--" + field_name.replace("_", "-")
-    parts = ", ".join(f"{_MEMORY_LABELS[k]} {est[k] / GiB:.2f}" for k in keys if est[k])
+    parts = ", ".join(
+        f"{_MEMORY_LABELS[k]} {est[k] / GiB:.2f}" for k in keys if est[k] >= 0.01 * need
+    )
     seeds = f" or --num-seeds (now {cfg.num_seeds})" if cfg.num_seeds > 1 else ""
     raise ConfigError(
         field_name,
