@@ -46,14 +46,17 @@ def pop_option(argv: list[str], name: str) -> str | None:
     return None
 
 
-def parse_train_args(argv: Sequence[str]):
-    """Parse ``train`` options into a RunConfig (``--config FILE`` supplies the defaults)."""
+def parse_train_args(argv: Sequence[str], base_file: str | Path | None = None):
+    """Parse ``train`` options into a RunConfig (``--config FILE`` supplies the defaults).
+
+    ``base_file`` (e.g. a run's config.json when resuming) is used when ``--config`` is not.
+    """
     import tyro
 
     from jaxspreeze.config import RunConfig, load
 
     argv = list(argv)
-    preset = pop_option(argv, "--config")
+    preset = pop_option(argv, "--config") or base_file
     base = load(preset) if preset else RunConfig()
     return tyro.cli(
         RunConfig,
@@ -71,6 +74,8 @@ extra train options:
   --autotune         probe this machine first and train with the chosen num_envs,
                      batch size, grad steps and chunk length (flags you set are kept)
   --profile FILE     reuse the choice of an earlier `jaxspreeze autotune` (autotune.json)
+  --resume RUN_DIR   continue a run from its latest checkpoint (its config.json gives the
+                     defaults; e.g. raise --total-steps to train longer)
 """
 
 
@@ -87,10 +92,15 @@ def cmd_train(argv: Sequence[str]) -> int:
     autotune = "--autotune" in argv
     argv = [a for a in argv if a != "--autotune"]
     profile = pop_option(argv, "--profile")
+    resume = pop_option(argv, "--resume")
+    if resume and not (Path(resume) / "config.json").is_file():
+        return fail(f"--resume: {resume} is not a run directory (no config.json in it)")
+    if resume and (autotune or profile):
+        return fail("--resume: a resumed run keeps its sizes; drop --autotune/--profile")
     if autotune and profile:
         return fail("--profile: give either --autotune (probe now) or --profile FILE, not both")
     try:
-        cfg = parse_train_args(argv)
+        cfg = parse_train_args(argv, Path(resume) / "config.json" if resume else None)
         validate(cfg)
         tuned: dict | None = None
         if autotune or profile:
@@ -114,14 +124,17 @@ def cmd_train(argv: Sequence[str]) -> int:
         return fail(f"{flag(e.field)}: {str(e).split(': ', 1)[1]}")
     except PlacementError as e:
         return fail(str(e))
+    from jaxspreeze.guards import NonFiniteError
     from jaxspreeze.trainer import train
 
     try:
-        result = train(cfg)
+        result = train(cfg, resume=resume, signals="kill")
     except PlacementError as e:
         return fail(str(e))
     except ConfigError as e:
         return fail(f"{flag(e.field)}: {str(e).split(': ', 1)[1]}")
+    except NonFiniteError as e:
+        return fail(str(e), code=1)
     if autotune or profile:
         _record_tuning(result.run_dir, cfg, tuned, profile)
     return 0

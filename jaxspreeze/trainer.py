@@ -8,6 +8,8 @@ main thread waits for the device once, after the last chunk.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import functools
 import json
 import math
@@ -15,19 +17,21 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import numpy as np
 
+from jaxspreeze import checkpoint, devices
 from jaxspreeze import config as config_lib
-from jaxspreeze import devices
-from jaxspreeze.config import RunConfig
+from jaxspreeze.config import ConfigError, RunConfig
 from jaxspreeze.envs import make_env
 from jaxspreeze.evaluate import EvalResult, Evaluator, Snapshot, make_seed_evaluate
+from jaxspreeze.guards import NonFiniteError, nonfinite_message
 from jaxspreeze.loop import Loop, TrainState, buffer_nbytes
 from jaxspreeze.metrics import MetricsThread, Record, Sink, clean, make_sinks
 from jaxspreeze.policy import save_policy
+from jaxspreeze.stopping import GracefulStop
 
 SUMMED = ("episode_return_sum", "episode_length_sum", "episodes")
 
@@ -157,37 +161,63 @@ def train(
     quiet: bool = False,
     sinks: list[Sink] | None = None,
     save: bool = True,
+    resume: str | Path | None = None,
+    signals: Literal["raise", "kill"] | None = "raise",
 ) -> RunResult:
     """Train an agent as configured; returns the run directory and summary.
 
-    Validates ``cfg`` first (raising :class:`~jaxspreeze.config.ConfigError` before any
-    compile), then compiles, warms up and runs the chunks. A host thread turns each
-    chunk's metrics into a record for the sinks named in ``cfg.sinks``; ``sinks`` are
-    *added* to those (e.g. ``train(cfg, sinks=[plots.NotebookPlotSink()])`` in a
-    notebook; pass ``cfg.replace(sinks=())`` to use only your own). Every
-    ``cfg.eval_every`` env steps a copy of the actor goes to the evaluator thread; the
-    final evaluation is awaited and written to ``summary.json``. ``quiet`` silences the
-    console; ``save`` writes ``policy.msgpack`` (the final actor of every seed).
+    Validates ``cfg`` and checks its memory estimate first (raising
+    :class:`~jaxspreeze.config.ConfigError` before anything is compiled or allocated),
+    then compiles, warms up and runs the chunks. A host thread turns each chunk's metrics
+    into a record for the sinks named in ``cfg.sinks``; ``sinks`` are *added* to those
+    (e.g. ``train(cfg, sinks=[plots.NotebookPlotSink()])`` in a notebook; pass
+    ``cfg.replace(sinks=())`` to use only your own). Every ``cfg.eval_every`` env steps a
+    copy of the actor goes to the evaluator thread; the final evaluation is awaited and
+    written to ``summary.json``. ``quiet`` silences the console; ``save`` writes
+    ``policy.msgpack`` (the final actor of every seed).
+
+    Checkpoints (the whole run state) are written every ``cfg.checkpoint_every`` env
+    steps at chunk boundaries and at the end. ``resume=RUN_DIR`` continues that run from
+    its latest checkpoint (bitwise as if never interrupted, for the same config).
+    ``signals``: SIGINT/SIGTERM stop at the next chunk boundary with a checkpoint
+    (``summary["stopped"]`` names the signal); a second SIGINT raises
+    ``KeyboardInterrupt`` (``"raise"``) or ends the process at once (``"kill"``, the
+    CLI's choice); ``None`` leaves the signal handlers alone. A NaN/inf in a loss,
+    gradient or parameter stops training with :class:`~jaxspreeze.guards.NonFiniteError`
+    naming the step and the quantity; the last good checkpoint is kept.
     """
     t_start = time.perf_counter()
     config_lib.validate(cfg)
     placement = devices.resolve(cfg.placement)
+    resume_from = None
+    if resume is not None:
+        resume_from, cfg = _resume_point(Path(resume), cfg, placement)
+    memory = config_lib.check_memory(cfg, placement)
     enable_compile_cache(cfg.compile_cache)
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
 
     loop = Loop(cfg, placement)
-    k_iter, n_chunks = loop.iterations_per_chunk, loop.num_chunks
+    k_iter = loop.iterations_per_chunk
     run_dir = make_run_dir(cfg)
     all_sinks = default_sinks(cfg, run_dir, quiet) + list(sinks or [])
     say(
         f"jaxspreeze: {cfg.algo} on {cfg.env} | {cfg.num_seeds} seed(s) x {cfg.num_envs} envs | "
-        f"{placement.describe()} | replay buffer {buffer_nbytes(cfg, loop.env) / 2**20:.1f} MiB"
+        f"{placement.describe()} | memory estimate {memory['total'] / 2**20:.1f} MiB "
+        f"(replay buffer {buffer_nbytes(cfg, loop.env) / 2**20:.1f} MiB)"
     )
 
     state = loop.init()
     compile_s = loop.compile(state)
-    say(f"  compiled in {compile_s:.1f}s ({n_chunks} chunks x {k_iter} iterations)")
-    state = loop.warmup(state)
+    if resume_from is not None:
+        state, info = checkpoint.restore(resume_from, state)
+        first_chunk, steps = int(info["chunk"]) + 1, int(info["env_steps"])
+        say(f"  resumed from {resume_from} at {steps:,} env steps")
+    else:
+        state = loop.warmup(state)
+        first_chunk, steps = 0, cfg.warmup_steps
+    done_iterations = (steps - cfg.warmup_steps) // cfg.steps_per_iteration
+    n_chunks = math.ceil(max(cfg.num_iterations - done_iterations, 0) / k_iter)
+    say(f"  compiled in {compile_s:.1f}s ({n_chunks} chunks x {k_iter} iterations to run)")
     jax.block_until_ready(state)
 
     steps_per_iteration = cfg.steps_per_iteration  # per seed
@@ -198,6 +228,7 @@ def train(
     # host threads: metrics -> sinks, snapshots -> evaluator -> metrics
     metrics_thread = MetricsThread(all_sinks)
     chunk_wall: dict[int, float] = {}
+    nonfinite: list[str] = []  # set by the metrics thread, read by the main thread
     t_train = time.perf_counter()
     clock = {"prev": t_train}
 
@@ -214,6 +245,9 @@ def train(
             env_steps_per_s=steps_per_chunk / dt,
             update_samples_per_s=updates_per_chunk * cfg.batch_size / dt,
         )
+        message = nonfinite_message(record)
+        if message and not nonfinite:
+            nonfinite.append(message)
         return record
 
     def on_eval(snap: Snapshot, result: EvalResult, eval_s: float) -> None:
@@ -239,28 +273,53 @@ def train(
         on_result=on_eval,
     )
 
-    try:
-        # the hot loop: dispatch, hand over, snapshot. The only wait is for chunk c-1
-        # once chunk c is queued (as before), so at most two chunks are in flight.
-        steps, in_flight = cfg.warmup_steps, None
-        for chunk in range(n_chunks):
-            state, metrics = loop.chunk(state)
-            metrics_thread.submit(functools.partial(build_chunk, metrics, chunk))
-            steps_before, steps = steps, steps + k_iter * steps_per_iteration
-            if chunk < n_chunks - 1 and eval_due(cfg, steps_before, steps):
-                evaluator.submit(state.agent.actor, env_steps=steps, chunk=chunk)
-            if in_flight is not None:
-                jax.block_until_ready(in_flight)
-            in_flight = metrics
-        jax.block_until_ready(state)
-        train_s = time.perf_counter() - t_train
+    def write_checkpoint(chunk: int) -> None:
+        if nonfinite:  # never overwrite the last good checkpoint with a broken state
+            raise NonFiniteError(nonfinite[0])
+        checkpoint.save(
+            run_dir, state, env_steps=steps, chunk=chunk, keep=cfg.keep_checkpoints, config=cfg
+        )
 
-        # final evaluation: deterministic policy, vmapped envs, every seed (awaited)
-        final = evaluator.submit(state.agent.actor, env_steps=steps, chunk=n_chunks - 1, final=True)
-        try:
-            _, result = final.result()
-        except Exception:  # reported by the evaluator; the run still finishes
-            result = None
+    stop = GracefulStop(second=signals) if signals else None
+    stopped: str | None = None
+    result = None
+    chunks_run = 0
+    try:
+        with stop or contextlib.nullcontext():
+            # the hot loop: dispatch, hand over, snapshot. The only wait is for chunk c-1
+            # once chunk c is queued, so at most two chunks are in flight.
+            in_flight = None
+            chunk = first_chunk - 1
+            for chunk in range(first_chunk, first_chunk + n_chunks):
+                last = chunk == first_chunk + n_chunks - 1
+                state, metrics = loop.chunk(state)
+                chunks_run += 1
+                metrics_thread.submit(functools.partial(build_chunk, metrics, chunk))
+                steps_before, steps = steps, steps + k_iter * steps_per_iteration
+                if not last and eval_due(cfg, steps_before, steps):
+                    evaluator.submit(state.agent.actor, env_steps=steps, chunk=chunk)
+                if in_flight is not None:
+                    jax.block_until_ready(in_flight)
+                in_flight = metrics
+                if nonfinite:
+                    raise NonFiniteError(nonfinite[0])
+                stopped = stop.signal_name if stop is not None and stop.requested else None
+                if not last and (stopped or checkpoint_due(cfg, steps_before, steps)):
+                    write_checkpoint(chunk)
+                if stopped:
+                    break
+            jax.block_until_ready(state)
+            train_s = time.perf_counter() - t_train
+            if not stopped:  # (save refuses a non-finite state: the guard for the last chunk)
+                write_checkpoint(chunk)
+                # final evaluation: deterministic policy, vmapped envs, every seed (awaited)
+                final = evaluator.submit(
+                    state.agent.actor, env_steps=steps, chunk=chunk, final=True
+                )
+                try:
+                    _, result = final.result()
+                except Exception:  # reported by the evaluator; the run still finishes
+                    result = None
     except BaseException:
         # an error or Ctrl-C: flush what the sinks have and stop the live console (the
         # evaluator is a daemon thread and is left to the interpreter's exit)
@@ -270,7 +329,8 @@ def train(
     sink_drops = metrics_thread.close()
 
     env_steps = int(np.asarray(state.env_steps).sum())
-    train_steps = steps_per_chunk * n_chunks
+    train_steps = steps_per_chunk * chunks_run
+    train_s = max(train_s, 1e-9)
     final_eval = final_eval_fields(result, evaluator.errors)
     summary = {
         "algo": cfg.algo,
@@ -282,10 +342,10 @@ def train(
         "train_s": train_s,
         "compile_s": compile_s,
         "env_steps_per_s": train_steps / train_s,
-        "update_samples_per_s": updates_per_chunk * n_chunks * cfg.batch_size / train_s,
+        "update_samples_per_s": updates_per_chunk * chunks_run * cfg.batch_size / train_s,
         "grad_steps_per_s": {
-            "critic": updates_per_chunk * n_chunks / train_s,
-            "actor": actor_updates_per_chunk * n_chunks / train_s,
+            "critic": updates_per_chunk * chunks_run / train_s,
+            "actor": actor_updates_per_chunk * chunks_run / train_s,
         },
         "replay_ratio": updates_per_chunk * cfg.batch_size / steps_per_chunk,
         "policy_lag": loop.policy_lag,
@@ -294,14 +354,24 @@ def train(
         "sink_errors": metrics_thread.errors,
         "placement": placement.describe(),
         "hardware": devices.describe_hardware(),
-        "chunks": n_chunks,
+        "memory_estimate_bytes": memory,
+        "chunks": chunks_run,
         "iterations_per_chunk": k_iter,
+        "resumed_from": str(resume_from) if resume_from else None,
+        "stopped": stopped,
+        "checkpoint": str(checkpoint.latest(run_dir)) if checkpoint.latest(run_dir) else None,
     }
     summary = clean(summary)
     if save:
         save_policy(run_dir, state.agent.actor)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     say(f"run directory: {run_dir}")
+    if stopped:
+        say(
+            f"stopped by {stopped} at {steps:,} env steps; checkpoint written. Resume with: "
+            f"jaxspreeze train --resume {run_dir}"
+        )
+        return RunResult(run_dir, summary, state, loop)
     ret = summary["final_eval_return"]
     say(
         f"final eval return: {'n/a' if ret is None else f'{ret:.1f}'} (mean over "
@@ -309,6 +379,29 @@ def train(
         f"{summary['env_steps_per_s']:,.0f} env steps/s | wall {summary['wall_s']:.1f}s"
     )
     return RunResult(run_dir, summary, state, loop)
+
+
+def checkpoint_due(cfg: RunConfig, steps_before: int, steps_after: int) -> bool:
+    """True when a multiple of ``checkpoint_every`` lies in ``(steps_before, steps_after]``."""
+    if cfg.checkpoint_every <= 0:
+        return False
+    return steps_after // cfg.checkpoint_every > steps_before // cfg.checkpoint_every
+
+
+def _resume_point(run_dir: Path, cfg: RunConfig, placement: devices.Placement):
+    """The checkpoint to resume ``run_dir`` from, and ``cfg`` pointed at that run dir."""
+    path = checkpoint.latest(run_dir)
+    if path is None:
+        raise ConfigError(
+            "resume",
+            f"{run_dir} has no checkpoint (looked in {checkpoint.checkpoint_dir(run_dir)})",
+        )
+    saved_cfg = checkpoint.read_config(path) or config_lib.load(run_dir / "config.json")
+    checkpoint.check_compatible(
+        saved_cfg, cfg, saved_split=checkpoint.saved_split(path), split=placement.split
+    )
+    cfg = dataclasses.replace(cfg, logdir=str(run_dir.parent), run_name=run_dir.name)
+    return path, cfg
 
 
 def final_eval_fields(result: EvalResult | None, errors: list[str]) -> dict[str, Any]:
