@@ -124,12 +124,15 @@ class Loop:
     """The jitted pieces of training for one config and placement.
 
     ``algo`` defaults to ``algos.get(cfg.algo).make(...)``; pass one to train a custom
-    :class:`~jaxspreeze.algos.base.Algorithm`.
+    :class:`~jaxspreeze.algos.base.Algorithm`. ``dispatched`` runs the split's
+    host-dispatched schedule (default: exactly when the placement splits); on one
+    device it is the fused program cut at the split's seams, for measuring the pieces.
     """
 
     cfg: RunConfig
     placement: Placement
     algo: Algorithm | None = None
+    dispatched: bool | None = None
     env: VecEnv = field(init=False)
     trace_count: int = field(init=False, default=0)
 
@@ -138,6 +141,8 @@ class Loop:
         self.env = make_env(cfg.env, cfg.num_envs)
         if self.algo is None:
             self.algo = algos.get(cfg.algo).make(cfg.algo_config, self.env.spec, cfg)
+        if self.dispatched is None:
+            self.dispatched = self.placement.split
         self.iterations_per_chunk, self.num_chunks = chunking(cfg)
         self._compiled: dict[str, Any] = {}
         self._split: SplitFns | None = None
@@ -145,8 +150,15 @@ class Loop:
 
     @property
     def split(self) -> bool:
-        """True when the actor and the critic sides live on two devices."""
-        return self.placement.split
+        """True when the host dispatches the split schedule (two devices, or measuring)."""
+        return bool(self.dispatched)
+
+    @property
+    def pieces(self) -> SplitFns:
+        """The compiled pieces of the dispatched schedule (after :meth:`compile`)."""
+        if self._split is None:
+            raise RuntimeError("pieces exist for a dispatched loop after compile()")
+        return self._split
 
     @property
     def policy_lag(self) -> int:
@@ -162,7 +174,7 @@ class Loop:
         if not self.algo.on_policy:
             example = _example_transition(self.env)
             buffer = replay.init(example, self.cfg.buffer_size)
-            if self.placement.split:
+            if self.split:
                 obs_buffer = replay.init(ObsOnly(example.obs), self.cfg.buffer_size)
         zero = jnp.zeros((), jnp.int32)
         return TrainState(agent, env, buffer, obs_buffer, key, zero, zero, zero)
