@@ -273,12 +273,18 @@ def train(
         on_result=on_eval,
     )
 
-    def write_checkpoint(chunk: int) -> None:
+    def write_checkpoint(chunk: int, metrics: Any) -> None:
         if nonfinite:  # never overwrite the last good checkpoint with a broken state
             raise NonFiniteError(nonfinite[0])
-        checkpoint.save(
-            run_dir, state, env_steps=steps, chunk=chunk, keep=cfg.keep_checkpoints, config=cfg
-        )
+        try:
+            checkpoint.save(
+                run_dir, state, env_steps=steps, chunk=chunk, keep=cfg.keep_checkpoints, config=cfg
+            )
+        except NonFiniteError as e:
+            # name the quantity from this chunk's guard flags (the metrics thread may lag)
+            record = chunk_record(jax.device_get(metrics), cfg) | {"chunk": chunk}
+            message = nonfinite_message(record)
+            raise NonFiniteError(f"{message} ({e})" if message else str(e)) from None
 
     stop = GracefulStop(second=signals) if signals else None
     stopped: str | None = None
@@ -305,13 +311,13 @@ def train(
                     raise NonFiniteError(nonfinite[0])
                 stopped = stop.signal_name if stop is not None and stop.requested else None
                 if not last and (stopped or checkpoint_due(cfg, steps_before, steps)):
-                    write_checkpoint(chunk)
+                    write_checkpoint(chunk, in_flight)
                 if stopped:
                     break
             jax.block_until_ready(state)
             train_s = time.perf_counter() - t_train
             if not stopped:  # (save refuses a non-finite state: the guard for the last chunk)
-                write_checkpoint(chunk)
+                write_checkpoint(chunk, in_flight)
                 # final evaluation: deterministic policy, vmapped envs, every seed (awaited)
                 final = evaluator.submit(
                     state.agent.actor, env_steps=steps, chunk=chunk, final=True

@@ -1,0 +1,61 @@
+"""An injected NaN stops training with a message naming the step; the last good checkpoint stays."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxspreeze import checkpoint
+from jaxspreeze.guards import NonFiniteError
+from jaxspreeze.loop import Loop
+from jaxspreeze.trainer import train
+
+
+def test_injected_nan_stops_and_keeps_last_good_checkpoint(tiny_cfg, monkeypatch):
+    cfg = tiny_cfg.replace(
+        total_steps=1_400, chunk_iterations=25, checkpoint_every=100, keep_checkpoints=10
+    )
+    original = Loop.chunk
+    calls = {"n": 0}
+
+    def poisoned_chunk(self, state):
+        calls["n"] += 1
+        if calls["n"] == 4:  # before the 4th chunk: NaN in one critic weight
+            critic = state.agent.critic
+            params = jax.tree.map(lambda x: x.at[(0,) * x.ndim].set(jnp.nan), critic.params)
+            state = state._replace(
+                agent=state.agent._replace(critic=critic._replace(params=params))
+            )
+        return original(self, state)
+
+    monkeypatch.setattr(Loop, "chunk", poisoned_chunk)
+    with pytest.raises(NonFiniteError) as err:
+        train(cfg, quiet=True)
+    message = str(err.value)
+    assert "non-finite" in message and "critic" in message and "env step" in message
+    assert "env step 600" in message  # the end of the 4th chunk (200 warm-up + 4 x 100)
+    # the checkpoints of the first 3 chunks are kept; none of the poisoned state
+    kept = checkpoint.list_checkpoints(cfg_dir := (tiny_cfg_dir(cfg)))
+    assert [int(p.name) for p in kept] == [300, 400, 500], kept
+    state, info = checkpoint.restore(checkpoint.latest(cfg_dir), Loop(cfg, _single()).init())
+    assert info["env_steps"] == 500
+    assert all(
+        np.isfinite(np.asarray(x)).all()
+        for x in jax.tree.leaves(state.agent)
+        if jnp.issubdtype(x.dtype, jnp.floating)
+    )
+
+
+def tiny_cfg_dir(cfg):
+    """The run directory of ``cfg``."""
+    from pathlib import Path
+
+    return Path(cfg.logdir) / cfg.run_name
+
+
+def _single():
+    from jaxspreeze import devices
+
+    return devices.single()
