@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -104,9 +105,9 @@ def main(argv: Sequence[str]) -> int:
     peak = matmul_peak_flops()
     print(f"jaxspreeze bench: {len(selected)} cases; matmul peak {peak / 1e9:.1f} GFLOP/s")
     out = {
-        "command": " ".join(["jaxspreeze", "bench", *argv]),
+        "command": shlex.join(["jaxspreeze", "bench", *argv]),
         "selection": "full" if args.full else "quick",
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),  # the start
         "wall_s": None,
         "hardware": describe_hardware(),
         "versions": versions(),

@@ -45,6 +45,8 @@ def _notes(rec: Record) -> str:
             notes.append(f"not reached: final return {_num(rec.get('final_return'))}")
         notes.append(f"{_num(rec.get('env_steps_per_s'))} env steps/s")
     ref = rec.get("reference") or {}
+    if rec.get("kind") == "trainer" and ref.get("env_steps_per_s"):
+        notes.append("brax: its last epoch's training/sps (compile and eval excluded)")
     if ref.get("error"):
         notes.append(f"reference failed: {ref['error'][:80]}")
     if rec.get("skipped"):
@@ -93,7 +95,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"# jaxspreeze bench ({report['selection']})",
         "",
         f"- command: `{report['command']}`",
-        f"- date: {report['date']}",
+        f"- date (start): {report['date']}",
         f"- hardware: {hw.get('backend')} x{hw.get('device_count')} "
         f"({', '.join(sorted(set(hw.get('devices', []))))}), cpu {hw.get('cpu')} "
         f"x{hw.get('cpu_count')} cores",

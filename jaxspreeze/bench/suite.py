@@ -163,7 +163,9 @@ def prepare(case: Case) -> Workload:
     if case.kind == "chunk":
         return cases.chunk(_chunk_config(a["algo"], a["scale"]))
     if case.kind == "trainer":
-        return cases.chunk(trainer_config(a["algo"], a["env"], a["scale"])[0])
+        w = cases.chunk(trainer_config(a["algo"], a["env"], a["scale"])[0])
+        w.params["kind"] = "trainer"  # a chunk, compared with brax's trainer
+        return w
     raise ValueError(f"{case.kind} cases are not workloads; use measure()")
 
 
