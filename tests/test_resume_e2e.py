@@ -1,7 +1,7 @@
 """End to end (CLI): SIGINT stops at a chunk boundary with a checkpoint; --resume finishes.
 
-Skipped until ``train(cfg, resume=...)`` / ``jaxspreeze train --resume`` exist (the
-trainer wiring of issue 8, part 2).
+Marked slow (two trainings in subprocesses); skipped while ``train(cfg, resume=...)`` /
+``jaxspreeze train --resume`` do not exist.
 """
 
 from __future__ import annotations
@@ -25,7 +25,10 @@ def _has_resume() -> bool:
     return "resume" in inspect.signature(train).parameters
 
 
-pytestmark = pytest.mark.skipif(not _has_resume(), reason="train(resume=...) not wired yet")
+pytestmark = [
+    pytest.mark.slow,  # two CLI trainings in subprocesses
+    pytest.mark.skipif(not _has_resume(), reason="train(resume=...) not wired yet"),
+]
 
 FLAGS = [
     "--total-steps", "400000", "--num-envs", "2", "--grad-steps", "1", "--batch-size", "8",
