@@ -42,7 +42,9 @@ class Algorithm:
 
     ``data`` is the replay buffer for off-policy algorithms (the actor side may get an
     observation-only copy) and the fresh ``[T, N]`` rollout for on-policy ones.
-    Every phase reports ``critic_steps`` / ``actor_steps`` and a ``finite`` guard flag.
+    Every phase reports a ``finite`` guard flag (1.0 when its losses and gradients were
+    finite at every step); the gradient steps per iteration are the two ``*_steps_per_iteration``
+    fields.
     """
 
     name: str
