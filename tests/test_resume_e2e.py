@@ -6,7 +6,6 @@ Marked slow (two trainings in subprocesses); skipped while ``train(cfg, resume=.
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import signal
@@ -18,17 +17,7 @@ import pytest
 
 from jaxspreeze import checkpoint
 
-
-def _has_resume() -> bool:
-    from jaxspreeze.trainer import train
-
-    return "resume" in inspect.signature(train).parameters
-
-
-pytestmark = [
-    pytest.mark.slow,  # two CLI trainings in subprocesses
-    pytest.mark.skipif(not _has_resume(), reason="train(resume=...) not wired yet"),
-]
+pytestmark = pytest.mark.slow  # two CLI trainings in subprocesses
 
 FLAGS = [
     "--total-steps", "400000", "--num-envs", "2", "--grad-steps", "1", "--batch-size", "8",
