@@ -49,6 +49,8 @@ def _notes(rec: Record) -> str:
         notes.append("brax: its last epoch's training/sps (compile and eval excluded)")
     if ref.get("error"):
         notes.append(f"reference failed: {ref['error'][:80]}")
+    if rec.get("error"):
+        notes.append(f"failed: {rec['error'][:120]}")
     if rec.get("skipped"):
         notes.append(f"skipped: {rec['skipped']}")
     return "; ".join(notes)

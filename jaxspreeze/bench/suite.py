@@ -208,7 +208,10 @@ def measure(case: Case, refs: ModuleType | None = None, rounds: int = 3, warmup:
         if refs is not None:
             reference = brax_reference(refs, cfg_kw)
     else:
-        ref = prepare_reference(case, refs, w)
+        try:
+            ref = prepare_reference(case, refs, w)
+        except Exception as e:  # a broken reference is reported, not fatal
+            ref, reference = None, {"error": f"{type(e).__name__}: {e}"}
         if ref is None:
             times = time_workload(w, rounds, warmup)
         else:
@@ -255,7 +258,11 @@ def run(
             rec = {"id": case.id, "kind": case.kind, **case.args}
             rec["skipped"] = f"time budget of {budget_s:.0f}s spent"
         else:
-            rec = measure(case, refs, rounds, warmup)
+            try:
+                rec = measure(case, refs, rounds, warmup)
+            except Exception as e:  # report the case as failed and go on with the rest
+                rec = {"id": case.id, "kind": case.kind, **case.args}
+                rec["error"] = f"{type(e).__name__}: {str(e)[:300]}"
         records.append(rec)
         say(f"{row(rec)}  [{time.perf_counter() - t0:.0f}s]")
         if on_record is not None:

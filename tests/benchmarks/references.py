@@ -97,7 +97,8 @@ def sampling(env_name: str, num_envs: int, steps: int, hidden=HIDDEN, seed: int 
         env = brax_envs.training.wrap(brax_envs.get_environment(name), episode_length=1000)
 
         def reset(key):
-            state = env.reset(jax.random.split(key, num_envs))
+            # brax's wrappers read the batch shape off raw uint32 keys ``[N, 2]``
+            state = env.reset(jax.random.key_data(jax.random.split(key, num_envs)))
             return state.obs, state
 
         def env_step(key, state, action):
