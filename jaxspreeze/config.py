@@ -46,7 +46,7 @@ class RunConfig:
     """Algorithm."""
     env: str = "gymnax/Pendulum-v1"
     """Environment, ``gymnax/<Name>`` or ``brax/<name>``."""
-    total_steps: int = 20_000
+    total_steps: int = 10_000
     """Environment steps to train for (summed over envs, per seed)."""
     num_envs: int = 8
     """Parallel environments (vmapped on the device)."""
@@ -60,7 +60,7 @@ class RunConfig:
     """Replay buffer capacity in transitions (off-policy)."""
     learning_starts: int = 1_000
     """Random-action env steps before the first update (off-policy)."""
-    chunk_iterations: int = 250
+    chunk_iterations: int = 100
     """Iterations fused into one jitted chunk (K); the host dispatches once per chunk."""
     seed: int = 0
     """Random seed; seed i of a ``--num-seeds`` run uses ``seed + i``."""
