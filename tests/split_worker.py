@@ -20,7 +20,8 @@ os.environ.setdefault("JAX_NUM_CPU_DEVICES", "2")
 import jax
 import numpy as np
 
-from jaxspreeze import devices
+from jaxspreeze import devices, replay
+from jaxspreeze.algos.base import AgentState
 from jaxspreeze.algos.ppo import PPOConfig
 from jaxspreeze.algos.sac import SACConfig
 from jaxspreeze.config import RunConfig
@@ -94,7 +95,59 @@ def _is_key(x) -> bool:
     return jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
-def run(cfg: RunConfig, placement: devices.Placement) -> dict[str, object]:
+def by_hand(loop: Loop, before: TrainState, after: TrainState) -> dict[str, bool]:
+    """The staleness rule restated with the algorithm's phases, for seed 0 of a chunk.
+
+    Each iteration: collect; store; critic phase against the actor's view from the
+    start of the iteration; actor phase against the critic's view from the start.
+    Returns whether the chunk matches the rule, and whether a rule where the critic
+    sees the freshly updated actor gives another critic (it must, or the check is void).
+    """
+    algo = loop.algo
+
+    @jax.jit
+    def iterate(s):
+        late = None
+        for _ in range(loop.iterations_per_chunk):
+            env, key, es, it, c, _ = loop._collect(
+                s.agent.actor, s.env, s.key, s.env_steps, s.iteration, s.actor_updates
+            )
+            buffer = replay.add_rollout(s.buffer, c.traj)
+            critic, _ = algo.critic_phase(
+                s.agent.critic, algo.actor_view(s.agent.actor), buffer, c.critic_key
+            )
+            actor, _ = algo.actor_phase(
+                s.agent.actor, algo.critic_view(s.agent.critic), buffer, c.actor_key
+            )
+            if late is None:  # another rule: the critic sees the updated actor
+                other, _ = algo.critic_phase(
+                    s.agent.critic, algo.actor_view(actor), buffer, c.critic_key
+                )
+                late = (critic, other)
+            au = s.actor_updates + algo.actor_steps_per_iteration
+            s = TrainState(AgentState(actor, critic), env, buffer, None, key, es, it, au)
+        return s, late
+
+    one = lambda t: jax.tree.map(lambda x: x[0], t)
+    expected, late = jax.device_get(iterate(one(before._replace(obs_buffer=None))))
+    got = one(after)
+    close = lambda a, b: all(
+        np.allclose(x, y, rtol=1e-5, atol=1e-6)
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True)
+    )
+    return {
+        "matches_rule": close(got.agent, expected.agent),
+        "buffer_matches": close(got.buffer, expected.buffer),
+        "counters_match": close(
+            (got.env_steps, got.iteration, got.actor_updates),
+            (expected.env_steps, expected.iteration, expected.actor_updates),
+        ),
+        # the first iteration's critic differs under the other rule: the check has teeth
+        "rules_differ": not close(*late),
+    }
+
+
+def run(cfg: RunConfig, placement: devices.Placement, check_rule: bool = False):
     """Init, warm up and run every chunk; record placements and the outputs."""
     loop = Loop(cfg, placement)
     state = loop.init()
@@ -102,10 +155,13 @@ def run(cfg: RunConfig, placement: devices.Placement) -> dict[str, object]:
     state = loop.warmup(state)
     warm = jax.device_get(state.buffer)
     at_warm = where(state)
-    metrics = []
-    for _ in range(loop.num_chunks):
+    before = jax.device_get(state)
+    metrics, rule = [], None
+    for i in range(loop.num_chunks):
         state, m = loop.chunk(state)
         metrics.append(jax.device_get(m))
+        if i == 0 and check_rule:
+            rule = by_hand(loop, before, jax.device_get(state))
     at_end = where(state)
     comparable = state._replace(obs_buffer=None)  # single keeps no obs-only copy
     obs_match = None
@@ -118,6 +174,7 @@ def run(cfg: RunConfig, placement: devices.Placement) -> dict[str, object]:
         "metrics": metrics,
         "where": {"init": at_init, "warm": at_warm, "end": at_end},
         "obs_buffer_matches": obs_match,
+        "rule": rule,
     }
 
 
@@ -131,7 +188,7 @@ def equal(names: list[str]) -> dict[str, object]:
     }
     for name in names:
         cfg = configs()[name]
-        single = run(cfg, devices.single(d[0]))
+        single = run(cfg, devices.single(d[0]), check_rule=name == "sac")
         split = run(cfg, devices.resolve("split"))
         lag = [np.asarray(m["policy_lag"]).tolist() for m in split["metrics"]]
         out[name] = {
@@ -152,6 +209,7 @@ def equal(names: list[str]) -> dict[str, object]:
             "trace_count_split": split["loop"].trace_count,
             "trace_count_single": single["loop"].trace_count,
             "chunks": split["loop"].num_chunks,
+            "staleness_rule": single["rule"],
         }
     return out
 

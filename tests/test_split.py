@@ -109,6 +109,14 @@ def test_policy_lag_follows_the_staleness_rule(request, algo):
     assert f["iterations"] == [2 * f["chunks"]] * f["num_seeds"]
 
 
+def test_each_side_sees_the_other_from_the_start_of_the_iteration(found):
+    """Pins the staleness rule: a chunk equals the rule restated by hand (seed 0)."""
+    rule = found["sac"]["staleness_rule"]
+    assert rule["matches_rule"], rule
+    assert rule["buffer_matches"] and rule["counters_match"], rule
+    assert rule["rules_differ"], rule  # the check can tell the rules apart
+
+
 @pytest.mark.parametrize("algo", ALGOS)
 def test_split_pieces_trace_once(request, algo):
     f = findings(request, algo)[algo]
