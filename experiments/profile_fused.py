@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out-dir", default=str(ROOT / "experiments" / "results"))
     args = ap.parse_args(argv)
     k = args.chunk_iterations
-    cfg = RunConfig(chunk_iterations=k, placement="single")
+    cfg = RunConfig(chunk_iterations=k, placement="single").replace(sac={"hidden": (256, 256)})
     cfg = cfg.replace(total_steps=cfg.warmup_steps + 4 * k * cfg.steps_per_iteration)
     g, b = cfg.grad_steps, cfg.batch_size
     one = devices.single()

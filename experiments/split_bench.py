@@ -3,9 +3,8 @@
     JAX_NUM_CPU_DEVICES=2 python experiments/split_bench.py      # CPU: fake devices
     python experiments/split_bench.py --rounds 15 --label gpu2   # a 2-GPU machine
 
-Measures, on this machine, with the SAC config of ``jaxspreeze train`` (2x256 MLPs,
-batch 256, 8 envs, G=8 by default; every timing blocks until ready, compile excluded,
-medians over interleaved rounds):
+Measures, on this machine, with SAC (2x256 MLPs, batch 256, 8 envs, G=8 by default;
+every timing blocks until ready, compile excluded, medians over interleaved rounds):
 
 - ``iteration_fused``: one iteration of the fused single-device ``lax.scan`` chunk;
 - ``iteration_dispatched_1dev``: the split's host-dispatched schedule on one device
@@ -42,7 +41,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def make_config(args: argparse.Namespace) -> RunConfig:
-    """The measured run: ``jaxspreeze train``'s SAC defaults unless overridden."""
+    """The measured run: SAC 2x256, batch 256, 8 envs, G=8 unless overridden."""
     cfg = RunConfig(
         algo=args.algo,
         num_envs=args.num_envs,
@@ -52,7 +51,7 @@ def make_config(args: argparse.Namespace) -> RunConfig:
         num_seeds=args.num_seeds,
         learning_starts=1000,
         placement="single",
-    )
+    ).replace(sac={"hidden": tuple(args.hidden)})
     total = cfg.warmup_steps + 4 * args.chunk_iterations * cfg.steps_per_iteration
     return cfg.replace(total_steps=total)
 
@@ -261,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--algo", default="sac")
     ap.add_argument("--num-envs", type=int, default=8)
+    ap.add_argument("--hidden", type=int, nargs="+", default=[256, 256])
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--grad-steps", type=int, default=8)
     ap.add_argument("--chunk-iterations", type=int, default=10)

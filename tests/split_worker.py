@@ -215,18 +215,22 @@ def equal(names: list[str]) -> dict[str, object]:
 
 
 def learn() -> dict[str, object]:
-    """SAC on Pendulum with the split placement (the single-device learning settings)."""
+    """SAC on Pendulum with the split placement and test_train.py's settings."""
     from jaxspreeze.trainer import train
 
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = RunConfig(
-            total_steps=6000,
-            placement="split",
-            logdir=tmp,
-            run_name="split",
-            sinks=("jsonl",),
+        cfg = RunConfig(  # test_train.py's config, split
+            total_steps=4_000,
+            num_envs=8,
+            grad_steps=16,
+            batch_size=128,
+            learning_starts=500,
             eval_episodes=8,
-        )
+            logdir=tmp,
+            run_name="learn",
+            sinks=("jsonl",),
+            placement="split",
+        ).replace(sac={"hidden": (64, 64)})
         result = train(cfg, quiet=True, save=False)
     s = result.summary
     return {k: s.get(k) for k in ("final_eval_return", "placement", "policy_lag", "env_steps")}

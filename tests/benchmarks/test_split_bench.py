@@ -30,10 +30,10 @@ K = 8
 
 
 def workload(placement: str) -> tuple[Workload, Loop]:
-    """One chunk of ``jaxspreeze train``'s SAC (2x256, batch 256, 8 envs, G=8)."""
+    """One chunk of SAC (2x256, batch 256, 8 envs, G=8) with ``placement``."""
     if placement == "split" and len(jax.devices()) < 2:
         pytest.skip("the split needs two devices (JAX_NUM_CPU_DEVICES=2 on CPU)")
-    cfg = RunConfig(chunk_iterations=K, placement=placement)
+    cfg = RunConfig(chunk_iterations=K, placement=placement).replace(sac={"hidden": (256, 256)})
     cfg = cfg.replace(total_steps=cfg.warmup_steps + 4 * K * cfg.steps_per_iteration)
     loop = Loop(cfg, devices.resolve(placement))
     state = loop.init()
