@@ -299,8 +299,9 @@ class Loop:
         """A fresh state for all seeds (seed i uses ``cfg.seed + i``), placed on devices."""
         seed = self.cfg.seed if seed is None else seed
         keys = jnp.stack([jax.random.key(seed + i) for i in range(self.cfg.num_seeds)])
-        state = jax.jit(jax.vmap(self._init_one))(keys)
-        return self.place(state)
+        if "init" not in self._compiled:  # one program per Loop, however often init is called
+            self._compiled["init"] = jax.jit(jax.vmap(self._init_one))
+        return self.place(self._compiled["init"](keys))
 
     def place(self, state: TrainState) -> TrainState:
         """Commit each part of ``state`` to its device."""
