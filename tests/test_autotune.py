@@ -73,7 +73,7 @@ def run(cfg=None, budget=1000.0, pinned=frozenset(), memory=10**12, out=None, **
     clock = FakeClock()
     prober = FakeProber(clock, **fake)
     chosen, profile = autotune.tune(
-        cfg or RunConfig(),
+        cfg or RunConfig(total_steps=20_000),  # a run long enough for the whole env grid
         budget_s=budget,
         out_dir=out,
         pinned=pinned,
@@ -188,7 +188,7 @@ def test_profile_round_trip_and_mismatches(tmp_path):
     path = tmp_path / "autotune.json"
     assert (tmp_path / "autotune.png").stat().st_size > 0
     assert "choice: num_envs 4" in (tmp_path / "autotune.md").read_text()
-    assert autotune.apply_profile(RunConfig(), path) == chosen
+    assert autotune.apply_profile(RunConfig(total_steps=20_000), path) == chosen
 
     # a pinned batch re-runs the rule on the stored rates: the replay ratio is kept
     cfg = autotune.apply_profile(RunConfig(batch_size=4096), path, pinned={"batch_size"})
