@@ -867,7 +867,6 @@ probe's time is bounded by --autotune-budget-s (default 30).
 def main(argv: Sequence[str]) -> int:
     """``jaxspreeze autotune [--out DIR] [train flags]``: probe, choose, write the profile."""
     from jaxspreeze.cli import fail, flag, parse_train_args
-    from jaxspreeze.devices import PlacementError
 
     args = list(argv)
     if "-h" in args or "--help" in args:
@@ -881,7 +880,5 @@ def main(argv: Sequence[str]) -> int:
         return int(e.code or 0) if isinstance(e.code, int) else 2
     except ConfigError as e:
         return fail(f"{flag(e.field)}: {str(e).split(': ', 1)[1]}")
-    except PlacementError as e:
-        return fail(str(e))
     print(f"train with it: jaxspreeze train --profile {Path(out) / 'autotune.json'}")
     return 0

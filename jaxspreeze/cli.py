@@ -84,7 +84,6 @@ def cmd_train(argv: Sequence[str]) -> int:
     import dataclasses
 
     from jaxspreeze.config import ConfigError, validate
-    from jaxspreeze.devices import PlacementError
 
     argv = list(argv)
     if "-h" in argv or "--help" in argv:
@@ -122,15 +121,11 @@ def cmd_train(argv: Sequence[str]) -> int:
             )
     except ConfigError as e:
         return fail(f"{flag(e.field)}: {str(e).split(': ', 1)[1]}")
-    except PlacementError as e:
-        return fail(str(e))
     from jaxspreeze.guards import NonFiniteError
     from jaxspreeze.trainer import train
 
     try:
         result = train(cfg, resume=resume, signals="kill")
-    except PlacementError as e:
-        return fail(str(e))
     except ConfigError as e:
         return fail(f"{flag(e.field)}: {str(e).split(': ', 1)[1]}")
     except NonFiniteError as e:
