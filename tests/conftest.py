@@ -12,8 +12,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 @pytest.fixture
 def tiny_cfg(tmp_path):
     """A SAC run small enough to compile and train in seconds."""
-    from jaxspreeze.config import RunConfig
     from jaxspreeze.algos.sac import SACConfig
+    from jaxspreeze.config import RunConfig
 
     return RunConfig(
         total_steps=600,

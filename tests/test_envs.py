@@ -30,7 +30,7 @@ def test_gymnax_pendulum_contract():
     assert spec.obs_shape == (3,) and not spec.discrete and spec.action_dim == 1
     assert spec.action_low == (-2.0,) and spec.action_high == (2.0,)
     assert spec.max_episode_steps == 200
-    prev_obs, obs, state, reward, term, trunc, final_obs = _run(env, 201, env.random_actions)
+    _prev_obs, obs, state, reward, term, trunc, final_obs = _run(env, 201, env.random_actions)
     assert obs.shape == (201, 3, 3) and reward.shape == (201, 3) and reward.dtype == jnp.float32
     # Pendulum never terminates; it is truncated exactly at step 200 in every env
     assert not term.any()
@@ -48,7 +48,7 @@ def test_gymnax_pendulum_contract():
 def test_gymnax_cartpole_terminates():
     env = make_env("gymnax/CartPole-v1", 4)
     assert env.spec.discrete and env.spec.action_dim == 2 and env.spec.action_shape == ()
-    _, obs, state, reward, term, trunc, final_obs = _run(env, 100, lambda k: jnp.zeros(4, jnp.int32))
+    _, obs, _state, _reward, term, trunc, final_obs = _run(env, 100, lambda k: jnp.zeros(4, jnp.int32))
     assert term.any(), "always pushing left must topple the pole"
     assert not (term & trunc).any()
     t, i = np.argwhere(np.asarray(term))[0]
@@ -61,7 +61,7 @@ def test_brax_contract_keeps_final_obs():
     spec = env.spec
     assert spec.obs_shape == (4,) and spec.action_dim == 1 and not spec.discrete
     # full force one way topples the pendulum: an episode terminates
-    _, obs, state, reward, term, trunc, final_obs = _run(env, 60, lambda k: jnp.ones((2, 1)))
+    _, obs, _state, _reward, term, trunc, final_obs = _run(env, 60, lambda k: jnp.ones((2, 1)))
     assert term.any() and not trunc.any()
     t, i = np.argwhere(np.asarray(term))[0]
     assert not np.allclose(final_obs[t, i], obs[t, i])

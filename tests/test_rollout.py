@@ -24,7 +24,7 @@ def test_scan_rollout_equals_python_loop():
     for k in jax.random.split(key, T):
         k_act, k_env = jax.random.split(k)
         action = policy(obs, k_act)
-        nobs, state, reward, term, trunc, final_obs = step(k_env, state, action)
+        nobs, state, reward, _term, _trunc, final_obs = step(k_env, state, action)
         rows.append((obs, action, reward, final_obs))
         obs = nobs
     for field, i in (("obs", 0), ("action", 1), ("reward", 2), ("next_obs", 3)):
