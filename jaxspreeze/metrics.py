@@ -279,6 +279,7 @@ class ConsoleSink:
         self._progress: Any = None
         self._task: Any = None
         self._eval = math.nan
+        self._ret = math.nan  # the latest chunk in which episodes finished
 
     def _start(self) -> None:
         from rich.console import Console
@@ -306,6 +307,10 @@ class ConsoleSink:
 
     def write(self, record: Record) -> None:
         """Advance the bar (or print a line) for a chunk or eval record."""
+        if record.get("kind") == "eval":
+            self._eval = record.get("eval_return", math.nan)
+        elif _finite_number(record.get("episode_return")):
+            self._ret = record["episode_return"]
         if not self._live:
             self._write_line(record)
             return
@@ -313,7 +318,6 @@ class ConsoleSink:
             self._start()
         steps = record.get("env_steps", 0)
         if record.get("kind") == "eval":
-            self._eval = record.get("eval_return", math.nan)
             self._progress.console.print(self._eval_line(record))
             self._progress.update(self._task, ev=_fmt(self._eval, ".0f"))
             return
@@ -324,8 +328,7 @@ class ConsoleSink:
             sps=_si(record.get("env_steps_per_s")),
             ups=_si(record.get("update_samples_per_s")),
         )
-        if _finite_number(record.get("episode_return")):  # keep the latest finished episodes'
-            self._progress.update(self._task, ret=_fmt(record["episode_return"], ".0f"))
+        self._progress.update(self._task, ret=_fmt(self._ret, ".0f"))
 
     @staticmethod
     def _eval_line(record: Record) -> str:
@@ -344,7 +347,7 @@ class ConsoleSink:
             return
         print(
             f"  {record['env_steps']:>9,}/{self.total_steps:,} steps | return "
-            f"{_fmt(record.get('episode_return'), '8.1f'):>8} | "
+            f"{_fmt(self._ret, '8.1f'):>8} | "
             f"{_fmt(record.get('env_steps_per_s')):>9} steps/s | "
             f"{_fmt(record.get('update_samples_per_s')):>10} samples/s | "
             f"eval {_fmt(self._eval, '.1f')}",
