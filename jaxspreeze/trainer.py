@@ -82,8 +82,6 @@ def chunk_record(metrics: Any, cfg: RunConfig) -> Record:
 
     Scalars are the mean over seeds; ``<name>_per_seed`` keeps each seed's value.
     """
-    if isinstance(metrics, list):  # split placement: one dict per iteration
-        metrics = {k: np.stack([m[k] for m in metrics]) for k in metrics[0]}
     m = {k: np.asarray(v) for k, v in metrics.items()}
     per_seed: dict[str, np.ndarray] = {}
     for k, v in m.items():
