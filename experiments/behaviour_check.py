@@ -1,0 +1,160 @@
+"""Record, then check, that fixed-seed runs of every algorithm give bitwise-equal results.
+
+Run through the CLI (the stable interface) with every run-level size pinned, so a change
+of defaults does not change the case. For each case it keeps a SHA-256 of every leaf of
+the final checkpoint (parameters, optimiser states, buffer, env states, keys, counters),
+of ``policy.msgpack``, and every number of ``metrics.jsonl`` and ``summary.json`` that
+does not depend on the clock.
+
+    python experiments/behaviour_check.py record experiments/results/behaviour_baseline.json
+    python experiments/behaviour_check.py check  experiments/results/behaviour_baseline.json
+
+``check`` exits 1 and names the first differing leaf or metric of each case that changed.
+The split case runs in a child process with two fake CPU devices.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+# run-level sizes pinned in every case (the defaults may move; these cases must not)
+OFF_POLICY = [
+    "--env", "gymnax/Pendulum-v1", "--total-steps", "1200", "--num-envs", "4",
+    "--rollout-steps", "1", "--grad-steps", "2", "--batch-size", "64",
+    "--buffer-size", "5000", "--learning-starts", "200", "--chunk-iterations", "25",
+]  # fmt: skip
+PPO = [
+    "--num-envs", "8", "--rollout-steps", "16", "--batch-size", "32",
+    "--buffer-size", "100000", "--learning-starts", "0", "--chunk-iterations", "4",
+]  # fmt: skip
+COMMON = ["--eval-every", "0", "--eval-episodes", "4", "--sinks", "jsonl", "--seed", "3"]
+
+CASES: dict[str, list[str]] = {
+    "sac": ["--algo", "sac", *OFF_POLICY, "--sac.hidden", "32", "32"],
+    "td3": ["--algo", "td3", *OFF_POLICY, "--td3.hidden", "32", "32"],
+    "ddpg": ["--algo", "ddpg", *OFF_POLICY, "--ddpg.hidden", "32", "32"],
+    "sac_2seeds": ["--algo", "sac", *OFF_POLICY, "--sac.hidden", "32", "32", "--num-seeds", "2"],
+    "ppo_cartpole": [
+        "--algo", "ppo", "--env", "gymnax/CartPole-v1", "--total-steps", "2048", *PPO,
+        "--ppo.hidden", "32", "32",
+    ],
+    "ppo_pendulum": [
+        "--algo", "ppo", "--env", "gymnax/Pendulum-v1", "--total-steps", "2048", *PPO,
+        "--ppo.hidden", "32", "32", "--ppo.normalize-obs",
+    ],
+    "sac_split": ["--algo", "sac", *OFF_POLICY, "--sac.hidden", "32", "32", "--placement", "split"],
+    "ppo_split": [
+        "--algo", "ppo", "--env", "gymnax/CartPole-v1", "--total-steps", "1024", *PPO,
+        "--ppo.hidden", "32", "32", "--placement", "split",
+    ],
+}  # fmt: skip
+
+# fields of a record or the summary that depend on the clock, the host or the path
+VOLATILE = ("wall", "_s", "per_s", "created", "hardware", "load", "checkpoint", "run_dir")
+
+
+def _stable(record: dict) -> dict:
+    out = {}
+    for k, v in record.items():
+        if any(k.endswith(t) or k.startswith(t) for t in VOLATILE) or k in ("resumed_from",):
+            continue
+        if k in ("sink_drops", "sink_errors", "evaluations_skipped", "evaluations"):
+            continue
+        out[k] = v
+    return out
+
+
+def _leaf_hashes(ckpt: Path) -> dict[str, str]:
+    manifest = json.loads((ckpt / "manifest.json").read_text())
+    data = (ckpt / "arrays.bin").read_bytes()
+    hashes = {}
+    for e in manifest["leaves"]:
+        raw = data[e["offset"] : e["offset"] + e["nbytes"]]
+        hashes[e["path"]] = hashlib.sha256(raw).hexdigest()[:16]
+    return hashes
+
+
+def run_case(name: str, args: list[str], logdir: Path) -> dict:
+    """Train one case through the CLI and return its fingerprint."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    if "split" in name:
+        env["JAX_NUM_CPU_DEVICES"] = "2"
+    cmd = [sys.executable, "-m", "jaxspreeze", "train", *args, "--logdir", str(logdir),
+           "--run-name", name]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{name}: exit {proc.returncode}\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
+    run = logdir / name
+    ckpts = sorted(p for p in (run / "checkpoints").iterdir() if not p.name.startswith("."))
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    summary = json.loads((run / "summary.json").read_text())
+    return {
+        "command": "jaxspreeze train " + " ".join(args),
+        "checkpoint": ckpts[-1].name,
+        "leaves": _leaf_hashes(ckpts[-1]),
+        "policy": hashlib.sha256((run / "policy.msgpack").read_bytes()).hexdigest()[:16],
+        "metrics": [_stable(r) for r in records],
+        "summary": _stable(summary),
+    }
+
+
+def _diff(a: dict, b: dict) -> list[str]:
+    out = []
+    if a["checkpoint"] != b["checkpoint"]:
+        out.append(f"final checkpoint {a['checkpoint']} != {b['checkpoint']}")
+    for k in sorted(set(a["leaves"]) | set(b["leaves"])):
+        if a["leaves"].get(k) != b["leaves"].get(k):
+            out.append(f"leaf {k}: {a['leaves'].get(k)} != {b['leaves'].get(k)}")
+    if a["policy"] != b["policy"]:
+        out.append("policy.msgpack differs")
+    if len(a["metrics"]) != len(b["metrics"]):
+        out.append(f"{len(a['metrics'])} metric records != {len(b['metrics'])}")
+    for i, (ra, rb) in enumerate(zip(a["metrics"], b["metrics"])):
+        for k in sorted(set(ra) | set(rb)):
+            if ra.get(k) != rb.get(k):
+                out.append(f"metrics[{i}].{k}: {ra.get(k)!r} != {rb.get(k)!r}")
+    for k in sorted(set(a["summary"]) | set(b["summary"])):
+        if a["summary"].get(k) != b["summary"].get(k):
+            out.append(f"summary.{k}: {a['summary'].get(k)!r} != {b['summary'].get(k)!r}")
+    return out
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2 or argv[0] not in ("record", "check"):
+        print(__doc__)
+        return 2
+    mode, path = argv[0], Path(argv[1])
+    only = argv[2:] or list(CASES)
+    with tempfile.TemporaryDirectory() as tmp:
+        got = {}
+        for name in only:
+            got[name] = run_case(name, CASES[name], Path(tmp))
+            print(f"{name}: {len(got[name]['leaves'])} leaves, {len(got[name]['metrics'])} records")
+    if mode == "record":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(got, indent=1, sort_keys=True))
+        print(f"recorded {len(got)} cases in {path}")
+        return 0
+    want = json.loads(path.read_text())
+    failed = 0
+    for name in only:
+        diffs = _diff(want[name], got[name])
+        if diffs:
+            failed += 1
+            print(f"{name}: DIFFERS ({len(diffs)} differences)")
+            for d in diffs[:8]:
+                print(f"  {d}")
+        else:
+            print(f"{name}: bitwise equal ({len(got[name]['leaves'])} leaves, metrics, summary)")
+    print(f"{len(only) - failed} of {len(only)} cases bitwise equal")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
