@@ -115,7 +115,7 @@ def _diff(a: dict, b: dict) -> list[str]:
         out.append("policy.msgpack differs")
     if len(a["metrics"]) != len(b["metrics"]):
         out.append(f"{len(a['metrics'])} metric records != {len(b['metrics'])}")
-    for i, (ra, rb) in enumerate(zip(a["metrics"], b["metrics"])):
+    for i, (ra, rb) in enumerate(zip(a["metrics"], b["metrics"], strict=False)):
         for k in sorted(set(ra) | set(rb)):
             if ra.get(k) != rb.get(k):
                 out.append(f"metrics[{i}].{k}: {ra.get(k)!r} != {rb.get(k)!r}")

@@ -48,7 +48,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from jaxspreeze.cli import pop_option
-from jaxspreeze.config import ConfigError, RunConfig
+from jaxspreeze.config import RunConfig
+from jaxspreeze.errors import ConfigError
 from jaxspreeze.probes import (
     MIN_REP_S,
     REPS,

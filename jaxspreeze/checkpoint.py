@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from jaxspreeze.config import ConfigError, RunConfig
+from jaxspreeze.config import RunConfig
+from jaxspreeze.errors import CheckpointError, ConfigError
 
 if TYPE_CHECKING:
     from jaxspreeze.loop import TrainState
@@ -61,10 +62,6 @@ ALGO_SHAPE_FIELDS: dict[str, tuple[str, ...]] = {
     "ddpg": ("hidden",),
     "ppo": ("hidden", "normalize_obs"),
 }
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that is missing, unreadable or does not fit the state it restores into."""
 
 
 # ------------------------------------------------------------------------------ paths
@@ -160,7 +157,7 @@ def save(
     ``config.json``. An existing checkpoint at the same step is replaced. Only the newest
     ``keep`` checkpoints are kept. With ``require_finite`` (default) a NaN or inf in any
     floating leaf of ``state.agent`` (parameters, targets, optimiser states, temperature)
-    raises :class:`~jaxspreeze.guards.NonFiniteError` and nothing is committed, so the
+    raises :class:`~jaxspreeze.errors.NonFiniteError` and nothing is committed, so the
     last good checkpoint stays the latest.
     """
     import jax
@@ -214,7 +211,7 @@ def save(
         f.flush()
         os.fsync(f.fileno())
     if nonfinite:
-        from jaxspreeze.guards import NonFiniteError
+        from jaxspreeze.errors import NonFiniteError
 
         shutil.rmtree(tmp, ignore_errors=True)
         raise NonFiniteError(

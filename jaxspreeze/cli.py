@@ -83,7 +83,8 @@ def cmd_train(argv: Sequence[str]) -> int:
     """``jaxspreeze train [--config FILE] [--autotune | --profile FILE] [flags]``."""
     import dataclasses
 
-    from jaxspreeze.config import ConfigError, validate
+    from jaxspreeze.config import validate
+    from jaxspreeze.errors import ConfigError
 
     argv = list(argv)
     if "-h" in argv or "--help" in argv:
@@ -121,7 +122,7 @@ def cmd_train(argv: Sequence[str]) -> int:
             )
     except ConfigError as e:
         return fail(f"{flag(e.field)}: {str(e).split(': ', 1)[1]}")
-    from jaxspreeze.guards import NonFiniteError
+    from jaxspreeze.errors import NonFiniteError
     from jaxspreeze.trainer import train
 
     try:

@@ -20,6 +20,7 @@ from jaxspreeze.algos.ddpg import DDPGConfig
 from jaxspreeze.algos.ppo import PPOConfig
 from jaxspreeze.algos.sac import SACConfig
 from jaxspreeze.algos.td3 import TD3Config
+from jaxspreeze.errors import ConfigError, UnknownEnvError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -28,14 +29,6 @@ else:  # pragma: no cover
 
 ALGOS = ("sac", "td3", "ddpg", "ppo")
 SINKS = ("console", "jsonl", "csv", "tensorboard", "wandb", "plots")
-
-
-class ConfigError(ValueError):
-    """A bad config value: names the field and says how to fix it."""
-
-    def __init__(self, field_name: str, message: str):
-        super().__init__(f"{field_name}: {message}")
-        self.field = field_name
 
 
 @dataclass(frozen=True)
@@ -304,7 +297,7 @@ def validate(cfg: RunConfig) -> None:
         )
     try:
         envs.check_env_name(cfg.env)
-    except envs.UnknownEnvError as e:
+    except UnknownEnvError as e:
         raise ConfigError("env", str(e)) from None
     if cfg.algo != "ppo":
         if cfg.batch_size > cfg.buffer_size:

@@ -10,14 +10,7 @@ from typing import Literal
 
 import jax
 
-from jaxspreeze.config import ConfigError
-
-
-class PlacementError(ConfigError):
-    """The requested placement is impossible on this machine (field ``placement``)."""
-
-    def __init__(self, message: str):
-        super().__init__("placement", message)
+from jaxspreeze.errors import PlacementError
 
 
 @dataclass(frozen=True)

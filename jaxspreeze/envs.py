@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxspreeze.errors import UnknownEnvError
 from jaxspreeze.types import EnvSpec, PyTree
 
 BRAX_ENVS = (
@@ -101,10 +102,6 @@ class VecEnv:
         high = jnp.asarray(spec.action_high, jnp.float32)
         u = jax.random.uniform(key, (self.num_envs, spec.action_dim))
         return low + u * (high - low)
-
-
-class UnknownEnvError(ValueError):
-    """Raised for an environment name that no adapter knows."""
 
 
 def available_envs() -> list[str]:

@@ -11,11 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
-class NonFiniteError(RuntimeError):
-    """Training produced NaN/inf: the message names the step and the quantity."""
-
-
 QUANTITIES = {
     "critic_finite": "critic loss/gradients (or critic parameters)",
     "actor_finite": "actor loss/gradients/temperature (or actor parameters)",

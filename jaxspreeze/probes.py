@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from jaxspreeze.config import ConfigError, RunConfig
+from jaxspreeze.config import RunConfig
+from jaxspreeze.errors import ConfigError
 
 REPS = 5  # timed repetitions per point (the rate is their median)
 MIN_REP_S = 0.05  # each repetition runs enough calls to last at least this long

@@ -24,10 +24,11 @@ import numpy as np
 
 from jaxspreeze import checkpoint, devices
 from jaxspreeze import config as config_lib
-from jaxspreeze.config import ConfigError, RunConfig
+from jaxspreeze.config import RunConfig
 from jaxspreeze.envs import make_env
+from jaxspreeze.errors import ConfigError, NonFiniteError
 from jaxspreeze.evaluate import EvalResult, Evaluator, Snapshot, make_seed_evaluate
-from jaxspreeze.guards import NonFiniteError, nonfinite_message
+from jaxspreeze.guards import nonfinite_message
 from jaxspreeze.loop import Loop, TrainState, buffer_nbytes
 from jaxspreeze.metrics import MetricsThread, Record, Sink, clean, make_sinks
 from jaxspreeze.policy import save_policy
@@ -165,7 +166,7 @@ def train(
     """Train an agent as configured; returns the run directory and summary.
 
     Validates ``cfg`` and checks its memory estimate first (raising
-    :class:`~jaxspreeze.config.ConfigError` before anything is compiled or allocated),
+    :class:`~jaxspreeze.errors.ConfigError` before anything is compiled or allocated),
     then compiles, warms up and runs the chunks. A host thread turns each chunk's metrics
     into a record for the sinks named in ``cfg.sinks``; ``sinks`` are *added* to those
     (e.g. ``train(cfg, sinks=[plots.NotebookPlotSink()])`` in a notebook; pass
@@ -181,7 +182,7 @@ def train(
     (``summary["stopped"]`` names the signal); a second SIGINT raises
     ``KeyboardInterrupt`` (``"raise"``) or ends the process at once (``"kill"``, the
     CLI's choice); ``None`` leaves the signal handlers alone. A NaN/inf in a loss,
-    gradient or parameter stops training with :class:`~jaxspreeze.guards.NonFiniteError`
+    gradient or parameter stops training with :class:`~jaxspreeze.errors.NonFiniteError`
     naming the step and the quantity; the last good checkpoint is kept.
     """
     t_start = time.perf_counter()

@@ -15,8 +15,9 @@ import pytest
 
 from jaxspreeze import algos, networks, replay
 from jaxspreeze.algos import base, ddpg, ppo, sac, td3
-from jaxspreeze.config import ConfigError, RunConfig, from_dict, validate
+from jaxspreeze.config import RunConfig, from_dict, validate
 from jaxspreeze.envs import env_spec
+from jaxspreeze.errors import ConfigError
 from jaxspreeze.types import EnvSpec, Transition
 
 PROBE = EnvSpec("probe", (2,), False, 1, (-1.0,), (1.0,), 10)

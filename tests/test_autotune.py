@@ -14,7 +14,8 @@ import pytest
 from jaxspreeze import autotune
 from jaxspreeze.algos.sac import SACConfig
 from jaxspreeze.autotune import Point
-from jaxspreeze.config import ConfigError, RunConfig
+from jaxspreeze.config import RunConfig
+from jaxspreeze.errors import ConfigError
 
 
 class FakeClock:

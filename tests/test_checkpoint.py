@@ -23,8 +23,9 @@ import pytest
 from jaxspreeze import checkpoint, devices
 from jaxspreeze.algos.base import AgentState
 from jaxspreeze.algos.sac import SACConfig
-from jaxspreeze.config import ConfigError, RunConfig
-from jaxspreeze.guards import NonFiniteError, nonfinite_message
+from jaxspreeze.config import RunConfig
+from jaxspreeze.errors import CheckpointError, ConfigError, NonFiniteError
+from jaxspreeze.guards import nonfinite_message
 from jaxspreeze.loop import Loop, TrainState
 
 REPO = Path(__file__).resolve().parents[1]
@@ -275,7 +276,7 @@ def test_restore_rejects_a_different_shape(run, tmp_path):
     other = Loop(tiny_cfg(buffer_size=32), devices.single())
     keys = lambda: jax.random.split(jax.random.key(0), 2)
     abstract = jax.eval_shape(lambda: jax.vmap(other._init_one)(keys()))  # nothing allocated
-    with pytest.raises(checkpoint.CheckpointError, match=r"\.buffer\.data"):
+    with pytest.raises(CheckpointError, match=r"\.buffer\.data"):
         checkpoint.restore(run["ckpt"], abstract)
 
 

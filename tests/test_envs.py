@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxspreeze.envs import UnknownEnvError, available_envs, env_spec, make_env
+from jaxspreeze.envs import available_envs, env_spec, make_env
+from jaxspreeze.errors import UnknownEnvError
 
 
 def _run(env, steps, action_fn, seed=0):

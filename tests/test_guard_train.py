@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jaxspreeze import checkpoint
-from jaxspreeze.guards import NonFiniteError
+from jaxspreeze.errors import NonFiniteError
 from jaxspreeze.loop import Loop
 from jaxspreeze.trainer import train
 

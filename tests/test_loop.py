@@ -11,7 +11,8 @@ import jax
 import pytest
 
 from jaxspreeze import devices
-from jaxspreeze.config import ConfigError, RunConfig
+from jaxspreeze.config import RunConfig
+from jaxspreeze.errors import ConfigError
 from jaxspreeze.loop import chunking
 
 

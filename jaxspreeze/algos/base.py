@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxspreeze import replay
+from jaxspreeze.errors import ConfigError
 from jaxspreeze.types import PyTree
 
 Metrics = dict[str, jax.Array]
@@ -89,7 +90,6 @@ def replay_phase(
 
 def check_positive(cfg: Any, prefix: str, names: tuple[str, ...]) -> None:
     """ConfigError unless every named field is a number > 0."""
-    from jaxspreeze.config import ConfigError
 
     for name in names:
         value = getattr(cfg, name)
@@ -99,7 +99,6 @@ def check_positive(cfg: Any, prefix: str, names: tuple[str, ...]) -> None:
 
 def check_unit(cfg: Any, prefix: str, names: tuple[str, ...]) -> None:
     """ConfigError unless every named field lies in [0, 1]."""
-    from jaxspreeze.config import ConfigError
 
     for name in names:
         value = getattr(cfg, name)
@@ -109,7 +108,6 @@ def check_unit(cfg: Any, prefix: str, names: tuple[str, ...]) -> None:
 
 def check_hidden(cfg: Any, prefix: str) -> None:
     """ConfigError unless ``cfg.hidden`` is a non-empty tuple of positive widths."""
-    from jaxspreeze.config import ConfigError
 
     hidden = cfg.hidden
     if not hidden or any(not isinstance(w, int) or w <= 0 for w in hidden):

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 
 from jaxspreeze import networks
 from jaxspreeze.algos import base, common
+from jaxspreeze.errors import ConfigError
 from jaxspreeze.types import EnvSpec, PyTree, Transition
 
 
@@ -59,7 +60,6 @@ def supports(spec: EnvSpec) -> str | None:
 
 def validate(cfg: DDPGConfig, prefix: str, run: Any) -> None:
     """Raise ConfigError naming the first bad DDPG field."""
-    from jaxspreeze.config import ConfigError
 
     base.check_positive(cfg, prefix, ("actor_lr", "critic_lr"))
     base.check_unit(cfg, prefix, ("gamma", "tau"))

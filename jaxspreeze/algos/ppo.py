@@ -19,6 +19,7 @@ import optax
 
 from jaxspreeze import networks
 from jaxspreeze.algos import base, common
+from jaxspreeze.errors import ConfigError
 from jaxspreeze.types import EnvSpec, PyTree, Transition
 
 
@@ -102,7 +103,6 @@ def supports(spec: EnvSpec) -> str | None:
 
 def validate(cfg: PPOConfig, prefix: str, run: Any) -> None:
     """Raise ConfigError naming the first bad PPO field."""
-    from jaxspreeze.config import ConfigError
 
     base.check_positive(cfg, prefix, ("lr", "clip_eps", "vf_coef", "epochs", "max_grad_norm"))
     base.check_unit(cfg, prefix, ("gamma", "gae_lambda"))

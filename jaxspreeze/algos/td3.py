@@ -10,6 +10,7 @@ import jax.numpy as jnp
 
 from jaxspreeze import networks
 from jaxspreeze.algos import base, common
+from jaxspreeze.errors import ConfigError
 from jaxspreeze.types import EnvSpec, PyTree, Transition
 
 
@@ -67,7 +68,6 @@ def supports(spec: EnvSpec) -> str | None:
 
 def validate(cfg: TD3Config, prefix: str, run: Any) -> None:
     """Raise ConfigError naming the first bad TD3 field."""
-    from jaxspreeze.config import ConfigError
 
     base.check_positive(cfg, prefix, ("actor_lr", "critic_lr", "policy_delay"))
     base.check_unit(cfg, prefix, ("gamma", "tau"))
