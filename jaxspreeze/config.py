@@ -2,6 +2,14 @@
 
 The dataclasses here are the CLI (tyro turns each field and its docstring into a flag),
 the preset file format (TOML, see ``experiments/``) and the Python API at once.
+
+RunConfig is built from the algorithm registry (``jaxspreeze.algos``): its ``--algo``
+choices, one ``[<name>]`` section of hyperparameters per algorithm (``--sac.actor-lr``)
+and the help of the run-level sizes whose default depends on the algorithm. Those sizes
+(``total_steps``, ``num_envs``, ``rollout_steps``, ``grad_steps``, ``batch_size``,
+``buffer_size``, ``learning_starts``, ``chunk_iterations``) and ``eval_every`` are None
+until :func:`resolve` fills them from the chosen algorithm's defaults; what the user set
+is kept. :func:`validate` resolves first and returns the resolved config.
 """
 
 from __future__ import annotations
@@ -16,10 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from jaxspreeze.algos.ddpg import DDPGConfig
-from jaxspreeze.algos.ppo import PPOConfig
-from jaxspreeze.algos.sac import SACConfig
-from jaxspreeze.algos.td3 import TD3Config
+from jaxspreeze import algos, envs
+from jaxspreeze.algos.base import RUN_SIZES, AlgoSpec, check_positive
 from jaxspreeze.errors import ConfigError, UnknownEnvError
 
 if sys.version_info >= (3, 11):
@@ -27,42 +33,60 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-ALGOS = ("sac", "td3", "ddpg", "ppo")
 SINKS = ("console", "jsonl", "csv", "tensorboard", "wandb", "plots")
+PLACEMENTS = ("auto", "single", "split", "data")
+EVALUATIONS = 10  # the default eval_every gives about this many evaluations per run
+
+
+def _per_algorithm(help_text: str) -> Any:
+    """A run-level size that defaults to the chosen algorithm's value (None until resolved)."""
+    return field(default=None, metadata={"help": help_text, "per_algorithm": True})
 
 
 @dataclass(frozen=True)
-class RunConfig:
+class _RunFields:
     """A training run. Sizes are per seed; ``--num-seeds K`` trains K agents at once."""
 
-    algo: Literal["sac", "td3", "ddpg", "ppo"] = "sac"
+    algo: str = algos.NAMES[0]
     """Algorithm."""
     env: str = "gymnax/Pendulum-v1"
-    """Environment, ``gymnax/<Name>`` or ``brax/<name>``."""
-    total_steps: int = 10_000
-    """Environment steps to train for (summed over envs, per seed)."""
-    num_envs: int = 8
-    """Parallel environments (vmapped on the device)."""
-    rollout_steps: int = 1
-    """Env steps per iteration per env (T); PPO's rollout length."""
-    grad_steps: int = 8
-    """Gradient steps per iteration (G) for the critic (off-policy algorithms)."""
-    batch_size: int = 256
-    """Samples per gradient step (off-policy) or per minibatch (PPO)."""
-    buffer_size: int = 100_000
-    """Replay buffer capacity in transitions (off-policy)."""
-    learning_starts: int = 1_000
-    """Random-action env steps before the first update (off-policy)."""
-    chunk_iterations: int = 100
-    """Iterations fused into one jitted chunk (K); the host dispatches once per chunk."""
+    """Environment, ``gymnax/<Name>``, ``brax/<name>`` or ``playground/<Name>`` (on the
+    device), or ``gymnasium/<id>`` or ``envpool/<task>`` (on the host CPU, through sampling
+    workers)."""
+    total_steps: int | None = _per_algorithm(
+        "Environment steps to train for (summed over envs, per seed)."
+    )
+    num_envs: int | None = _per_algorithm("Parallel environments (vmapped on the device).")
+    rollout_steps: int | None = _per_algorithm(
+        "Env steps per iteration per env (T); PPO's rollout length."
+    )
+    grad_steps: int | None = _per_algorithm(
+        "Gradient steps per iteration (G) for the critic (off-policy algorithms)."
+    )
+    batch_size: int | None = _per_algorithm(
+        "Samples per gradient step (off-policy) or per minibatch (PPO)."
+    )
+    buffer_size: int | None = _per_algorithm("Replay buffer capacity in transitions (off-policy).")
+    learning_starts: int | None = _per_algorithm(
+        "Random-action env steps before the first update (off-policy)."
+    )
+    chunk_iterations: int | None = _per_algorithm(
+        "Iterations fused into one jitted chunk (K); the host dispatches once per chunk."
+    )
     seed: int = 0
     """Random seed; seed i of a ``--num-seeds`` run uses ``seed + i``."""
     num_seeds: int = 1
     """Independent agents trained together with vmap in one program."""
-    placement: Literal["auto", "single", "split"] = "auto"
-    """Device placement: split = actor and critic on two devices, single = one device."""
-    eval_every: int = 0
-    """Evaluate every this many env steps (0: only at the end)."""
+    placement: Literal["auto", "single", "split", "data"] = "auto"
+    """Device placement: split = actor and critic on two devices, single = one device, data =
+    data-parallel over every device of every process (global num_envs, batch_size and
+    buffer_size split evenly over them); auto = data in a multi-process run, else split with
+    two or more devices, else single."""
+    host_workers: int = 1
+    """Sampling worker threads for host envs (gymnasium/<id>, envpool/<task>); num_envs are
+    split evenly over them."""
+    eval_every: int | None = None
+    """Evaluate every this many env steps (0: only at the end; None: total_steps // 10)."""
     eval_episodes: int = 16
     """Episodes per evaluation (deterministic policy, vmapped envs)."""
     logdir: str = "runs"
@@ -81,14 +105,11 @@ class RunConfig:
     """Wall-clock budget of the autotune probe, in seconds."""
     compile_cache: str = ""
     """Persistent compilation cache directory ('' = user cache dir, 'off' = disabled)."""
-    sac: SACConfig = field(default_factory=SACConfig)
-    """SAC hyperparameters."""
-    td3: TD3Config = field(default_factory=TD3Config)
-    """TD3 hyperparameters."""
-    ddpg: DDPGConfig = field(default_factory=DDPGConfig)
-    """DDPG hyperparameters."""
-    ppo: PPOConfig = field(default_factory=PPOConfig)
-    """PPO hyperparameters."""
+
+    @property
+    def algo_spec(self) -> AlgoSpec:
+        """The chosen algorithm's registry entry (ConfigError for an unknown name)."""
+        return algos.get(self.algo)
 
     @property
     def algo_config(self) -> Any:
@@ -96,26 +117,89 @@ class RunConfig:
         return getattr(self, self.algo)
 
     @property
+    def resolved(self) -> bool:
+        """True when no run-level size (nor eval_every) waits for :func:`resolve`."""
+        return all(getattr(self, name) is not None for name in (*RUN_SIZES, "eval_every"))
+
+    @property
     def steps_per_iteration(self) -> int:
         """Env steps per iteration per seed (num_envs x rollout_steps)."""
-        return self.num_envs * self.rollout_steps
+        cfg = resolve(self)
+        return cfg.num_envs * cfg.rollout_steps
 
     @property
     def num_iterations(self) -> int:
         """Iterations after warm-up needed to reach ``total_steps``."""
-        remaining = max(self.total_steps - self.warmup_steps, 0)
-        return math.ceil(remaining / self.steps_per_iteration)
+        cfg = resolve(self)
+        remaining = max(cfg.total_steps - cfg.warmup_steps, 0)
+        return math.ceil(remaining / cfg.steps_per_iteration)
 
     @property
     def warmup_steps(self) -> int:
         """Random-action steps taken before training (a multiple of num_envs)."""
-        if self.algo == "ppo" or self.learning_starts == 0:
+        cfg = resolve(self)
+        if cfg.algo_spec.on_policy or cfg.learning_starts == 0:
             return 0
-        return math.ceil(self.learning_starts / self.num_envs) * self.num_envs
+        return math.ceil(cfg.learning_starts / cfg.num_envs) * cfg.num_envs
 
     def replace(self, **changes: Any) -> RunConfig:
         """A copy with ``changes`` applied (nested: ``{"sac": {"gamma": 0.9}}``)."""
         return from_dict({**to_dict(self), **changes}, base=None)
+
+
+def _group(values: dict[str, int]) -> str:
+    """``{"sac": 8, "td3": 8, "ppo": 16}`` -> ``"sac/td3 8, ppo 16"`` (thousands with commas)."""
+    by_value: dict[int, list[str]] = {}
+    for name, value in values.items():
+        by_value.setdefault(value, []).append(name)
+    return ", ".join(f"{'/'.join(names)} {value:,}" for value, names in by_value.items())
+
+
+def _registry_fields() -> list[tuple[str, Any, Any]]:
+    """RunConfig's fields that come from the registry: ``algo``'s choices, the help of
+    the per-algorithm sizes (their defaults, listed) and one section per algorithm."""
+    specs = algos.all_specs()
+    out: list[tuple[str, Any, Any]] = [
+        ("algo", Literal[algos.NAMES], field(default=algos.NAMES[0]))  # type: ignore[valid-type]
+    ]
+    for f in dataclasses.fields(_RunFields):
+        if f.metadata.get("per_algorithm"):
+            listing = _group({s.name: s.defaults[f.name] for s in specs})
+            help_text = f"{f.metadata['help']} None: the algorithm's default ({listing})."
+            out.append((f.name, int | None, _per_algorithm(help_text)))
+    for spec in specs:
+        section = field(
+            default_factory=spec.config_cls, metadata={"help": f"{spec.label} hyperparameters."}
+        )
+        out.append((spec.name, spec.config_cls, section))
+    return out
+
+
+RunConfig = dataclasses.make_dataclass(
+    "RunConfig",
+    _registry_fields(),
+    bases=(_RunFields,),
+    frozen=True,
+)
+RunConfig.__module__ = __name__  # so it pickles and prints as jaxspreeze.config.RunConfig
+RunConfig.__doc__ = _RunFields.__doc__
+
+
+def resolve(cfg: RunConfig) -> RunConfig:
+    """``cfg`` with every unset run-level size from its algorithm's defaults.
+
+    Sizes the user set are kept; ``eval_every`` unset becomes ``total_steps // 10``
+    (about ten evaluations). Idempotent: a resolved config comes back unchanged (the same
+    object). ConfigError("algo") for an unknown algorithm.
+    """
+    if getattr(cfg, "resolved", False):
+        return cfg
+    spec = algos.get(cfg.algo)
+    changes: dict[str, Any] = {n: spec.defaults[n] for n in RUN_SIZES if getattr(cfg, n) is None}
+    total = changes.get("total_steps", cfg.total_steps)
+    if cfg.eval_every is None and isinstance(total, int) and not isinstance(total, bool):
+        changes["eval_every"] = max(total // EVALUATIONS, 0)
+    return dataclasses.replace(cfg, **changes) if changes else cfg
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
@@ -154,14 +238,28 @@ def load(path: str | Path, base: RunConfig | None = None) -> RunConfig:
     path = Path(path)
     if not path.exists():
         raise ConfigError("config", f"no such file {str(path)!r}")
-    text = path.read_text()
+    if path.is_dir():
+        raise ConfigError(
+            "config", f"{path} is a directory; give a TOML preset or a run's config.json"
+        )
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError:
+        raise ConfigError("config", f"{path} is not a text file (TOML or JSON)") from None
+    except OSError as e:
+        raise ConfigError("config", f"cannot read {path}: {e.strerror or e}") from None
     if path.suffix == ".json":
-        data = json.loads(text)
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError("config", f"{path} is not valid JSON: {e}") from None
     else:
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
             raise ConfigError("config", f"{path} is not valid TOML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError("config", f"{path} does not hold a table of settings")
     return from_dict(data, base)
 
 
@@ -193,11 +291,15 @@ def _type_ok(value: Any, hint: Any) -> bool:
 
 
 def _describe(hint: Any) -> str:
+    """A type annotation in words, for error messages."""
     if typing.get_origin(hint) is Literal:
         return "one of " + ", ".join(map(repr, typing.get_args(hint)))
     if typing.get_origin(hint) is tuple:
         args = typing.get_args(hint)
         return f"a list of {_describe(args[0])}" if args and args[-1] is Ellipsis else str(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return " or ".join(_describe(a) for a in args)
     if hint is float:
         return "a finite number"
     if hint is int:
@@ -227,6 +329,7 @@ def check_types(cfg: Any, prefix: str = "") -> None:
 
 
 def _non_negative(cfg: RunConfig, names: tuple[str, ...]) -> None:
+    """ConfigError unless every named field is a number >= 0."""
     for name in names:
         value = getattr(cfg, name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
@@ -236,23 +339,103 @@ def _non_negative(cfg: RunConfig, names: tuple[str, ...]) -> None:
 MAX_SEED = 2**31 - 1
 
 
-def validate(cfg: RunConfig) -> None:
+def _check_replay(cfg: RunConfig) -> None:
+    """The run-level checks of an off-policy algorithm (replay buffer, warm-up, updates)."""
+    check_positive(cfg, "", ("buffer_size",))
+    if cfg.batch_size > cfg.buffer_size:
+        raise ConfigError(
+            "batch_size",
+            f"{cfg.batch_size} is larger than buffer_size {cfg.buffer_size}; "
+            "lower --batch-size or raise --buffer-size",
+        )
+    if cfg.steps_per_iteration > cfg.buffer_size:
+        raise ConfigError(
+            "buffer_size",
+            f"must hold one iteration's {cfg.steps_per_iteration} transitions "
+            "(num_envs x rollout_steps)",
+        )
+    if cfg.warmup_steps > cfg.buffer_size:
+        raise ConfigError(
+            "learning_starts",
+            f"the warm-up of {cfg.warmup_steps} random steps (learning_starts rounded up "
+            f"to a multiple of num_envs) does not fit in buffer_size {cfg.buffer_size}; "
+            "lower --learning-starts or raise --buffer-size",
+        )
+    if cfg.grad_steps == 0:
+        raise ConfigError("grad_steps", "off-policy algorithms need at least 1")
+
+
+def _check_budget(cfg: RunConfig) -> None:
+    """The budget must hold the warm-up and at least one whole iteration.
+
+    Otherwise the run would take no gradient step (the warm-up alone uses it up) or spend
+    far more env steps than ``total_steps`` on its one iteration. Refused, naming the
+    fields to change; nothing is shrunk behind the user's back.
+    """
+    warmup, spi = cfg.warmup_steps, cfg.steps_per_iteration
+    if cfg.total_steps >= warmup + spi:
+        return
+    iteration = (
+        f"one iteration takes {spi:,} env steps (num_envs {cfg.num_envs} x rollout_steps "
+        f"{cfg.rollout_steps})"
+    )
+    if warmup:
+        raise ConfigError(
+            "total_steps",
+            f"{cfg.total_steps:,} env steps leave no room to train: the warm-up takes "
+            f"{warmup:,} random-action steps (learning_starts {cfg.learning_starts:,} rounded "
+            f"up to a multiple of num_envs {cfg.num_envs}) and {iteration}; give "
+            f"--total-steps of at least {warmup + spi:,}, or lower --learning-starts or "
+            "--num-envs",
+        )
+    raise ConfigError(
+        "total_steps",
+        f"{cfg.total_steps:,} env steps do not hold one iteration: {iteration}; give "
+        f"--total-steps of at least {spi:,}, or lower --num-envs or --rollout-steps",
+    )
+
+
+def _check_host(cfg: RunConfig, spec: AlgoSpec) -> None:
+    """What the host schedule (gymnasium/, envpool/ envs) supports so far."""
+    if spec.on_policy:
+        raise ConfigError(
+            "algo",
+            f"{cfg.algo} on host envs ({cfg.env}) is not yet supported; train it on a gymnax, "
+            "brax or playground env, or use an off-policy algorithm (sac, td3, ddpg)",
+        )
+    if cfg.num_seeds != 1:
+        raise ConfigError(
+            "num_seeds", f"host envs ({cfg.env}) train one seed per run so far, got {cfg.num_seeds}"
+        )
+    if cfg.placement == "data":
+        raise ConfigError(
+            "placement", f"host envs ({cfg.env}) do not run data-parallel; use auto or single"
+        )
+    if cfg.num_envs % cfg.host_workers:
+        raise ConfigError(
+            "num_envs",
+            f"{cfg.num_envs} envs do not split evenly over host_workers {cfg.host_workers}",
+        )
+
+
+def validate(cfg: RunConfig) -> RunConfig:
     """Check every field; raise :class:`ConfigError` naming the first bad one.
 
-    Covers every RunConfig field (types, ranges, cross-field limits), the chosen
-    algorithm's own fields (its module's ``validate``) and the types of all algorithm
-    configs. Cheap: the last step builds the env spec (no compile) to check that the
-    algorithm fits the env.
+    Resolves ``cfg`` first (:func:`resolve`) and returns the resolved config. Covers every
+    RunConfig field (types, ranges, cross-field limits; the budget must hold the warm-up
+    and one whole iteration), every algorithm's section (its
+    spec's ``validate``; the chosen algorithm's also checks its run-level limits, the
+    others their own fields only) and the types of all sections. Cheap: the last step
+    builds the env spec (no compile) to check that the algorithm fits the env.
     """
-    from jaxspreeze import algos, envs
-    from jaxspreeze.algos.base import check_positive
-
     if not isinstance(cfg, RunConfig):
         raise ConfigError("config", f"expected a RunConfig, got {type(cfg).__name__}")
-    if cfg.algo not in ALGOS:
-        raise ConfigError("algo", f"unknown algorithm {cfg.algo!r}; choose one of {ALGOS}")
-    if cfg.placement not in ("auto", "single", "split"):
-        raise ConfigError("placement", f"choose auto, single or split, got {cfg.placement!r}")
+    cfg = resolve(cfg)
+    spec = algos.get(cfg.algo)
+    if cfg.placement not in PLACEMENTS:
+        raise ConfigError(
+            "placement", f"choose one of {', '.join(PLACEMENTS)}, got {cfg.placement!r}"
+        )
     bad_sinks = [s for s in cfg.sinks if s not in SINKS] if isinstance(cfg.sinks, tuple) else []
     if bad_sinks:
         raise ConfigError("sinks", f"unknown sink {bad_sinks[0]!r}; choose from {SINKS}")
@@ -267,16 +450,24 @@ def validate(cfg: RunConfig) -> None:
             "num_envs",
             "rollout_steps",
             "batch_size",
-            "buffer_size",
             "chunk_iterations",
             "num_seeds",
             "eval_episodes",
             "keep_checkpoints",
             "autotune_budget_s",
+            "host_workers",
         ),
     )
     _non_negative(
-        cfg, ("grad_steps", "learning_starts", "eval_every", "checkpoint_every", "replay_ratio")
+        cfg,
+        (
+            "grad_steps",
+            "buffer_size",
+            "learning_starts",
+            "eval_every",
+            "checkpoint_every",
+            "replay_ratio",
+        ),
     )
     if cfg.seed < 0 or cfg.seed + cfg.num_seeds - 1 > MAX_SEED:
         raise ConfigError(
@@ -299,221 +490,16 @@ def validate(cfg: RunConfig) -> None:
         envs.check_env_name(cfg.env)
     except UnknownEnvError as e:
         raise ConfigError("env", str(e)) from None
-    if cfg.algo != "ppo":
-        if cfg.batch_size > cfg.buffer_size:
-            raise ConfigError(
-                "batch_size",
-                f"{cfg.batch_size} is larger than buffer_size {cfg.buffer_size}; "
-                "lower --batch-size or raise --buffer-size",
-            )
-        if cfg.steps_per_iteration > cfg.buffer_size:
-            raise ConfigError(
-                "buffer_size",
-                f"must hold one iteration's {cfg.steps_per_iteration} transitions "
-                "(num_envs x rollout_steps)",
-            )
-        if cfg.warmup_steps > cfg.buffer_size:
-            raise ConfigError(
-                "learning_starts",
-                f"the warm-up of {cfg.warmup_steps} random steps (learning_starts rounded up "
-                f"to a multiple of num_envs) does not fit in buffer_size {cfg.buffer_size}; "
-                "lower --learning-starts or raise --buffer-size",
-            )
-        if cfg.grad_steps == 0:
-            raise ConfigError("grad_steps", "off-policy algorithms need at least 1")
-    else:
-        rollout = cfg.steps_per_iteration
-        if cfg.batch_size > rollout or rollout % cfg.batch_size:
-            raise ConfigError(
-                "batch_size",
-                f"PPO minibatch {cfg.batch_size} must divide the rollout of {rollout} "
-                "transitions (num_envs x rollout_steps)",
-            )
-    module = algos.get(cfg.algo)
-    own_validate = getattr(module, "validate", None)
-    if own_validate is not None:
-        own_validate(cfg.algo_config, f"{cfg.algo}.", cfg)
-    spec = envs.env_spec(cfg.env)
-    supports = getattr(module, "supports", None)
-    reason = supports(spec) if supports is not None else None
+    if envs.is_host_env(cfg.env):
+        _check_host(cfg, spec)
+    if not spec.on_policy:
+        _check_replay(cfg)
+    spec.validate(cfg.algo_config, f"{spec.name}.", cfg)
+    _check_budget(cfg)
+    for other in algos.all_specs():  # the sections not in use: their own fields only
+        if other.name != spec.name:
+            other.validate(getattr(cfg, other.name), f"{other.name}.", None)
+    reason = spec.supports(envs.env_spec(cfg.env))
     if reason:
         raise ConfigError("algo", f"{cfg.algo} cannot train {cfg.env}: {reason}")
-
-
-# ------------------------------------------------------------------------------ memory
-GiB = 2**30
-
-# which option to lower when a component of the memory estimate does not fit
-_MEMORY_FIELDS = {
-    "replay_buffer": "buffer_size",
-    "obs_buffer": "buffer_size",
-    "env_states": "num_envs",
-    "rollout": "num_envs",
-    "batch": "batch_size",
-    "actor_params": "hidden",
-    "critic_params": "hidden",
-}
-_MEMORY_LABELS = {
-    "replay_buffer": "replay buffer",
-    "obs_buffer": "obs-only buffer",
-    "env_states": "env states",
-    "rollout": "rollout",
-    "batch": "update batch",
-    "actor_params": "actor+optimiser",
-    "critic_params": "critic+targets+optimiser",
-}
-_ACTOR_SIDE = ("obs_buffer", "env_states", "rollout", "actor_params")
-_CRITIC_SIDE = ("replay_buffer", "batch", "critic_params")
-
-
-def _tree_nbytes(tree: Any) -> int:
-    import jax
-    import numpy as np
-
-    total = 0
-    for x in jax.tree.leaves(tree):
-        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-            itemsize = 8  # threefry key data: 2 x uint32
-        else:
-            itemsize = np.dtype(x.dtype).itemsize
-        total += math.prod(x.shape) * itemsize
-    return total
-
-
-def estimate_memory(cfg: RunConfig, *, split: bool | None = None) -> dict[str, int]:
-    """Bytes the run will hold on its device(s), for all seeds, computed without allocating.
-
-    Components: ``replay_buffer`` (``loop.buffer_nbytes``), ``obs_buffer`` (split only),
-    ``env_states``, ``actor_params`` / ``critic_params`` (parameters, targets, optimiser
-    states; from ``jax.eval_shape`` of the state init), ``rollout`` (one iteration's
-    ``[T, N]`` transitions) and ``batch`` (sampled batches plus a rough 3x activation
-    allowance per hidden layer, fwd and bwd); ``total`` sums them. ``split`` defaults to
-    ``cfg.placement == "split"``. XLA's temporaries beyond these are not counted.
-    """
-    import jax
-
-    from jaxspreeze import devices, replay
-    from jaxspreeze.loop import Loop, _example_transition, buffer_nbytes
-    from jaxspreeze.types import ObsOnly
-
-    split = cfg.placement == "split" if split is None else split
-    loop = Loop(cfg, devices.single())
-    shapes = jax.eval_shape(
-        lambda: jax.vmap(loop._init_one)(jax.random.split(jax.random.key(0), cfg.num_seeds))
-    )
-    example = _example_transition(loop.env)
-    item = _tree_nbytes(jax.eval_shape(lambda: example))
-    obs_item = _tree_nbytes(jax.eval_shape(lambda: example.obs))
-    s = cfg.num_seeds
-    off_policy = not loop.algo.on_policy
-    hidden = getattr(cfg.algo_config, "hidden", (256, 256))
-    activations = 4 * sum(hidden) * 3 * 2  # float32, fwd+bwd, actor and critic
-    est = {
-        "replay_buffer": buffer_nbytes(cfg, loop.env) if off_policy else 0,
-        "obs_buffer": (
-            replay.nbytes(ObsOnly(example.obs), cfg.buffer_size) * s if off_policy and split else 0
-        ),
-        "env_states": _tree_nbytes(shapes.env),
-        "actor_params": _tree_nbytes(shapes.agent.actor),
-        "critic_params": _tree_nbytes(shapes.agent.critic),
-        "rollout": item * cfg.steps_per_iteration * s,
-        "batch": cfg.batch_size * (item + obs_item + activations) * s,
-    }
-    est["total"] = sum(est.values())
-    return est
-
-
-def format_memory(est: dict[str, int]) -> str:
-    """One line: the total and each non-zero component, in human units."""
-
-    def human(n: int) -> str:
-        for unit, size in (("GiB", GiB), ("MiB", 2**20), ("KiB", 2**10)):
-            if n >= size:
-                return f"{n / size:.1f} {unit}"
-        return f"{n} B"
-
-    parts = [f"{_MEMORY_LABELS[k]} {human(v)}" for k, v in est.items() if k != "total" and v]
-    return f"memory estimate {human(est['total'])} ({', '.join(parts)})"
-
-
-def available_memory(device: Any) -> tuple[int | None, str]:
-    """(bytes free for new arrays on ``device`` or None if unknown, where that was read).
-
-    Accelerators: ``bytes_limit - bytes_in_use`` of ``device.memory_stats()``. CPU: the
-    host's ``MemAvailable`` (``/proc/meminfo``), else ``os.sysconf`` available pages.
-    """
-    import os
-
-    if getattr(device, "platform", "cpu") != "cpu":
-        try:
-            stats = device.memory_stats() or {}
-        except Exception:  # pragma: no cover - backends without stats
-            stats = {}
-        if "bytes_limit" in stats:
-            return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0)), str(device)
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024, "host memory"
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "host memory"
-    except (ValueError, OSError, AttributeError):  # pragma: no cover
-        return None, "unknown"
-
-
-def _fit(cfg: RunConfig, est: dict[str, int], keys: tuple[str, ...], device: Any) -> None:
-    need = sum(est[k] for k in keys)
-    free, where = available_memory(device)
-    if free is None or need <= free:
-        return
-    biggest = max(keys, key=lambda k: est[k])
-    name = _MEMORY_FIELDS[biggest]
-    field_name = f"{cfg.algo}.{name}" if name == "hidden" else name
-    flag = "--" + field_name.replace("_", "-")
-    parts = ", ".join(
-        f"{_MEMORY_LABELS[k]} {est[k] / GiB:.2f}" for k in keys if est[k] >= 0.01 * need
-    )
-    seeds = f" or --num-seeds (now {cfg.num_seeds})" if cfg.num_seeds > 1 else ""
-    raise ConfigError(
-        field_name,
-        f"the run needs about {need / GiB:.2f} GiB ({parts} GiB) but {where} has "
-        f"{free / GiB:.2f} GiB available; lower {flag} (now {_get_field(cfg, field_name)!r})"
-        f"{seeds}",
-    )
-
-
-def _get_field(cfg: RunConfig, dotted: str) -> Any:
-    value: Any = cfg
-    for part in dotted.split("."):
-        value = getattr(value, part)
-    return value
-
-
-def check_memory(
-    cfg: RunConfig, device: Any = None, *, split: bool | None = None
-) -> dict[str, int]:
-    """Raise ConfigError (naming the option to lower) when the run would not fit; else the estimate.
-
-    ``device`` is a ``jax.Device`` (everything on it) or a ``devices.Placement`` (a split
-    placement checks the actor side on the actor device and the critic side on the
-    critic device; CPU devices share the host's memory, so their sum is checked). Call
-    it before ``Loop.init()`` allocates anything.
-    """
-    from jaxspreeze import devices
-
-    placement = device if isinstance(device, devices.Placement) else None
-    if placement is not None:
-        split = placement.split if split is None else split
-    est = estimate_memory(cfg, split=split)
-    everything = tuple(k for k in est if k != "total")
-    if placement is None:
-        _fit(cfg, est, everything, device if device is not None else devices.single().actor)
-    elif not placement.split or placement.actor.platform == "cpu":
-        _fit(cfg, est, everything, placement.actor)
-    else:
-        _fit(cfg, est, _ACTOR_SIDE, placement.actor)
-        _fit(cfg, est, _CRITIC_SIDE, placement.critic)
-    return est
+    return cfg

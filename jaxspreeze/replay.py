@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxspreeze.types import PyTree
+from jaxspreeze.types import EnvSpec, PyTree, Transition
 
 
 class ReplayState(NamedTuple):
@@ -28,6 +28,19 @@ class ReplayState(NamedTuple):
     def capacity(self) -> int:
         """Number of slots."""
         return jax.tree.leaves(self.data)[0].shape[0]
+
+
+def example_transition(spec: EnvSpec) -> Transition:
+    """Zeros shaped like one transition of an env with ``spec`` (no batch axis).
+
+    Float32 observations and rewards, int32 (discrete) or float32 actions, bool flags:
+    the item :func:`init` and :func:`nbytes` take for a replay buffer of that env.
+    """
+    obs = jnp.zeros(spec.obs_shape, jnp.float32)
+    action = jnp.zeros(spec.action_shape, jnp.int32 if spec.discrete else jnp.float32)
+    return Transition(
+        obs, action, jnp.zeros((), jnp.float32), jnp.zeros((), bool), jnp.zeros((), bool), obs
+    )
 
 
 def init(example: PyTree, capacity: int) -> ReplayState:

@@ -3,10 +3,13 @@ validation, the shared plumbing, and (slow) learning on Pendulum and CartPole.""
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -15,9 +18,10 @@ import pytest
 
 from jaxspreeze import algos, networks, replay
 from jaxspreeze.algos import base, ddpg, ppo, sac, td3
-from jaxspreeze.config import RunConfig, from_dict, validate
+from jaxspreeze.config import RunConfig, from_dict, resolve, validate
 from jaxspreeze.envs import env_spec
 from jaxspreeze.errors import ConfigError
+from jaxspreeze.trainer import train
 from jaxspreeze.types import EnvSpec, Transition
 
 PROBE = EnvSpec("probe", (2,), False, 1, (-1.0,), (1.0,), 10)
@@ -50,9 +54,9 @@ def test_critic_target_probe(name):
     """reward 1 forever, gamma 0.5: the Bellman target makes Q = 1 when every step
     terminates (bootstrap 0) and 1 / (1 - 0.5) = 2 when it is only truncated (bootstrap
     from next_obs). Both buffers train in one vmapped critic phase."""
-    module = algos.get(name)
+    spec = algos.get(name)
     cfg = PROBE_CONFIGS[name]
-    algo = module.make(cfg, PROBE, RunConfig(grad_steps=600, batch_size=32))
+    algo = spec.make(cfg, PROBE, RunConfig(grad_steps=600, batch_size=32))
     state = algo.init(jax.random.key(1))
     buffers = jax.tree.map(lambda *x: jnp.stack(x), _probe_buffer(True), _probe_buffer(False))
     phase = jax.jit(jax.vmap(algo.critic_phase, in_axes=(None, None, 0, None)))
@@ -127,18 +131,20 @@ def test_all_algorithms_share_loop_buffer_and_networks():
     env, builds a rollout or a buffer of its own, or defines its own network layers."""
     pendulum = env_spec("gymnax/Pendulum-v1")
     for name in algos.NAMES:
-        module = algos.get(name)
-        run = RunConfig(algo=name, num_envs=8, rollout_steps=32, batch_size=64)
-        algo = module.make(run.algo_config, pendulum, run)
+        spec = algos.get(name)
+        run = resolve(RunConfig(algo=name, num_envs=8, rollout_steps=32, batch_size=64))
+        algo = spec.make(run.algo_config, pendulum, run)
         assert isinstance(algo, base.Algorithm) and algo.name == name
-        source = inspect.getsource(module)
+        assert algo.on_policy == spec.on_policy
+        source = inspect.getsource(importlib.import_module(spec.make.__module__))
         for forbidden in (
             "jaxspreeze.rollout",
             "import rollout",
             "jaxspreeze.envs",
             "make_env",
             ".step(",
-            "jaxspreeze.loop",
+            "jaxspreeze.iteration",
+            "jaxspreeze.schedules",
             "import flax",
             "nn.Dense",
         ):
@@ -146,7 +152,47 @@ def test_all_algorithms_share_loop_buffer_and_networks():
         assert "networks." in source
         if not algo.on_policy:
             assert "base.replay_phase(" in source  # one replay-sampling plumbing for all
-    assert ppo.make(ppo.PPOConfig(), CARTPOLE, RunConfig(algo="ppo")).on_policy
+    assert ppo.make(ppo.PPOConfig(), CARTPOLE, resolve(RunConfig(algo="ppo"))).on_policy
+
+
+def test_registry_lists_every_algorithm_once():
+    """``algos/__init__.py`` is the list: one spec per algorithm module, its ``SPEC``;
+    each spec's defaults give every run-level size and pass its own validation."""
+    assert algos.NAMES == ("sac", "td3", "ddpg", "ppo")
+    assert [s.name for s in algos.all_specs()] == list(algos.NAMES)
+    for name in algos.NAMES:
+        spec = algos.get(name)
+        assert spec is importlib.import_module(f"jaxspreeze.algos.{name}").SPEC
+        assert set(spec.defaults) == set(base.RUN_SIZES)
+        assert spec.make.__module__ == spec.config_cls.__module__ == f"jaxspreeze.algos.{name}"
+        spec.validate(spec.config_cls(), f"{name}.", None)  # own fields only
+        run = resolve(RunConfig(algo=name))
+        spec.validate(run.algo_config, f"{name}.", run)  # with its run-level checks
+        assert spec.grad_step_multiple(spec.config_cls()) >= 1
+        assert "hidden" in spec.shape_fields
+    assert [s.name for s in algos.all_specs() if s.on_policy] == ["ppo"]
+    assert algos.get("td3").grad_step_multiple(td3.TD3Config(policy_delay=3)) == 3
+    assert algos.get("ppo").shape_fields == ("hidden", "normalize_obs")
+    with pytest.raises(ValueError, match="defaults must give exactly"):
+        base.AlgoSpec(
+            "x", sac.SACConfig, False, {"num_envs": 1}, sac.supports, sac.validate, sac.make
+        )
+
+
+def test_no_code_outside_algos_compares_the_algorithm_name():
+    """Outside ``jaxspreeze/algos`` nothing tests ``algo == "<name>"`` (or ``!=``, ``in``):
+    code asks the spec (``algos.get(cfg.algo).on_policy``, ``.supports``, ...)."""
+    root = Path(__file__).resolve().parents[1] / "jaxspreeze"
+    names = "|".join(algos.NAMES)
+    pattern = re.compile(rf"""(==|!=)\s*["']({names})["']|["']({names})["']\s*(==|!=)""")
+    offenders = [
+        f"{path.relative_to(root)}:{i}: {line.strip()}"
+        for path in sorted(root.rglob("*.py"))
+        if "algos" not in path.relative_to(root).parts
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert offenders == [], "\n".join(offenders)
 
 
 def _synthetic_rollout(spec: EnvSpec, T: int = 16, N: int = 4) -> Transition:
@@ -196,7 +242,7 @@ def test_ppo_phases_anneal_lr_normalise_obs_and_stay_finite():
 def test_ppo_gaussian_actions_respect_bounds():
     """Continuous PPO: sampled and deterministic actions lie in the env's bounds."""
     spec = env_spec("gymnax/Pendulum-v1")
-    algo = ppo.make(ppo.PPOConfig(hidden=(8,)), spec, RunConfig(algo="ppo"))
+    algo = ppo.make(ppo.PPOConfig(hidden=(8,)), spec, resolve(RunConfig(algo="ppo")))
     actor = algo.init(jax.random.key(0)).actor
     actor = actor._replace(params=jax.tree.map(lambda p: p + 3.0, actor.params))  # wide
     obs = jax.random.normal(jax.random.key(1), (256, 3)) * 5
@@ -207,8 +253,6 @@ def test_ppo_gaussian_actions_respect_bounds():
 
 def test_ppo_trains_end_to_end_tiny(tmp_path):
     """A few PPO iterations on CartPole through the trainer: finite, steps counted."""
-    from jaxspreeze.trainer import train
-
     cfg = from_dict(
         {
             "algo": "ppo",
@@ -236,8 +280,6 @@ PENDULUM_THRESHOLD = -300.0
 
 
 def _learn(tmp_path, algo: str, **overrides) -> dict:
-    from jaxspreeze.trainer import train
-
     data = {
         "algo": algo,
         "logdir": str(tmp_path),

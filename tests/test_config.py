@@ -1,27 +1,27 @@
-"""Config validation covers every field (before any compile) and the memory estimate."""
+"""Config validation covers every field (before any compile), the registry-built
+RunConfig, per-algorithm defaults (resolve) and the memory estimate."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import logging
 import math
 import os
 import subprocess
 import sys
+import typing
 
 import jax
 import pytest
+import tyro
 
-from jaxspreeze import cli, devices
+from jaxspreeze import algos, cli, devices, envs, schedules
+from jaxspreeze.algos.base import RUN_SIZES
 from jaxspreeze.algos.sac import SACConfig
-from jaxspreeze.config import (
-    ConfigError,
-    RunConfig,
-    check_memory,
-    estimate_memory,
-    format_memory,
-    validate,
-)
+from jaxspreeze.config import ConfigError, RunConfig, from_dict, resolve, to_dict, validate
+from jaxspreeze.memory import buffer_nbytes, check_memory, estimate_memory, format_memory
 
 NAN, INF = float("nan"), float("inf")
 
@@ -48,6 +48,7 @@ BAD: list[tuple[dict, str]] = [
     ({"seed": True}, "seed"),
     ({"num_seeds": 0}, "num_seeds"),
     ({"placement": "dual"}, "placement"),
+    ({"host_workers": 0}, "host_workers"),
     ({"eval_every": -5}, "eval_every"),
     ({"eval_episodes": 0}, "eval_episodes"),
     ({"logdir": ""}, "logdir"),
@@ -68,6 +69,10 @@ BAD: list[tuple[dict, str]] = [
     ({"td3": "@td3.tau=x"}, "td3.tau"),
     ({"ddpg": "@ddpg.gamma=nan"}, "ddpg.gamma"),
     ({"ppo": "@ppo.epochs=1.5"}, "ppo.epochs"),
+    # the sections of algorithms not in use are range-checked too (SAC runs here)
+    ({"td3": "@td3.gamma=1.5"}, "td3.gamma"),
+    ({"ppo": "@ppo.gae_lambda=1.5"}, "ppo.gae_lambda"),
+    ({"ddpg": "@ddpg.tau=1.5"}, "ddpg.tau"),
     ({"env": "gymnax/CartPole-v1"}, "algo"),  # SAC cannot do discrete actions
 ]
 
@@ -90,8 +95,6 @@ def bad_config(changes: dict, tmp_path) -> RunConfig:
 @pytest.fixture(scope="module", autouse=True)
 def _envs_imported():
     """Import gymnax and build the env specs first: its import runs a few tiny jits."""
-    from jaxspreeze import envs
-
     envs.env_spec("gymnax/Pendulum-v1")
     envs.env_spec("gymnax/CartPole-v1")
 
@@ -116,11 +119,7 @@ def test_the_table_covers_every_field():
 
 def _algo_fields() -> list[tuple[str, str]]:
     cfg = RunConfig()
-    return [
-        (algo, f.name)
-        for algo in ("sac", "td3", "ddpg", "ppo")
-        for f in dataclasses.fields(getattr(cfg, algo))
-    ]
+    return [(algo, f.name) for algo in algos.NAMES for f in dataclasses.fields(getattr(cfg, algo))]
 
 
 @pytest.mark.parametrize(("algo", "name"), _algo_fields(), ids=lambda x: x)
@@ -171,13 +170,11 @@ def test_cli_subprocess_exit_code():
 # ------------------------------------------------------------------------------ memory
 def test_memory_estimate_matches_allocation():
     """Buffer estimate within 5% of the allocated ReplayState; state parts exact."""
-    from jaxspreeze.loop import Loop
-
     cfg = RunConfig(
         num_envs=4, buffer_size=3000, batch_size=16, num_seeds=2, sac=SACConfig(hidden=(8,))
     )
     est = estimate_memory(cfg)
-    state = Loop(cfg, devices.single()).init()
+    state = schedules.make(resolve(cfg), devices.single()).init()
     nbytes = lambda t: sum(x.nbytes for x in jax.tree.leaves(t))
     actual = nbytes(state.buffer)
     assert abs(est["replay_buffer"] - actual) <= 0.05 * actual
@@ -186,6 +183,8 @@ def test_memory_estimate_matches_allocation():
     assert est["critic_params"] == nbytes(state.agent.critic)
     assert est["total"] == sum(v for k, v in est.items() if k != "total")
     assert est["obs_buffer"] == 0 and estimate_memory(cfg, split=True)["obs_buffer"] > 0
+    assert est["replay_buffer"] == buffer_nbytes(cfg)
+    assert buffer_nbytes(RunConfig(algo="ppo", buffer_size=3000)) == 0  # no replay buffer
     assert format_memory(est).startswith("memory estimate ")
 
 
@@ -210,3 +209,106 @@ def test_check_memory_rejects_what_does_not_fit():
     assert "GiB" in msg and "--buffer-size" in msg and "available" in msg
     est = check_memory(RunConfig(buffer_size=1000), devices.single().actor)
     assert math.isclose(est["total"], sum(v for k, v in est.items() if k != "total"))
+
+
+# ------------------------------------------------------------------------------ registry
+def _help(args=("--help",)) -> str:
+    """``jaxspreeze train --help`` as tyro renders RunConfig (wide, no colour)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        tyro.cli(RunConfig, args=list(args), prog="jaxspreeze train")
+    return out.getvalue()
+
+
+def test_runconfig_is_built_from_the_registry():
+    """One section per registered algorithm (its config class, its default), ``algo``
+    choices = the registry's names; tyro's flags and help are those of hand-written
+    fields (``--sac.actor-lr``, the sections' and fields' docstrings)."""
+    fields = {f.name: f for f in dataclasses.fields(RunConfig)}
+    cfg = RunConfig()
+    for spec in algos.all_specs():
+        assert isinstance(getattr(cfg, spec.name), spec.config_cls)
+        assert fields[spec.name].metadata["help"] == f"{spec.label} hyperparameters."
+    assert typing.get_args(typing.get_type_hints(RunConfig)["algo"]) == algos.NAMES
+    names = [f.name for f in dataclasses.fields(RunConfig)]
+    assert names[:3] == ["algo", "env", "total_steps"]  # hand-written order kept
+    assert names[-len(algos.NAMES) :] == list(algos.NAMES)
+    text = " ".join(_help().split())
+    for flag in ("--algo {sac,td3,ddpg,ppo}", "--sac.actor-lr FLOAT", "--td3.policy-delay INT",
+                 "--ppo.normalize-obs, --ppo.no-normalize-obs", "--num-envs", "--eval-every"):  # fmt: skip
+        assert flag in text, flag
+    assert "SAC hyperparameters." in text and "Actor learning rate (Adam)." in text
+    # the sizes that depend on the algorithm say so, with every algorithm's value
+    assert "Parallel environments (vmapped on the device). None: the algorithm's default" in text
+    assert "sac/td3/ddpg 8, ppo 16" in text
+    parsed = tyro.cli(
+        RunConfig, args=["--sac.actor-lr", "0.01", "--algo", "ppo", "--num-envs", "4"]
+    )
+    assert parsed.sac.actor_lr == 0.01 and parsed.algo == "ppo" and parsed.num_envs == 4
+    assert parsed.rollout_steps is None
+
+
+def test_unknown_algorithm_is_a_config_error():
+    """``algos.get`` of an unknown name names the field ``algo`` and lists the choices."""
+    with pytest.raises(ConfigError) as e:
+        algos.get("a2c")
+    assert e.value.field == "algo" and "sac, td3, ddpg, ppo" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        resolve(RunConfig(algo="a2c"))
+    assert e.value.field == "algo"
+
+
+@pytest.mark.parametrize("name", algos.NAMES)
+def test_resolve_fills_defaults_keeps_what_was_set_and_is_idempotent(name):
+    """Unset sizes come from the algorithm's defaults, set ones stay; eval_every unset
+    gives about ten evaluations; resolving twice changes nothing."""
+    spec = algos.get(name)
+    cfg = RunConfig(algo=name)
+    assert all(getattr(cfg, n) is None for n in RUN_SIZES) and not cfg.resolved
+    r = resolve(cfg)
+    assert r.resolved and resolve(r) is r
+    assert {n: getattr(r, n) for n in RUN_SIZES} == dict(spec.defaults)
+    assert r.eval_every == spec.defaults["total_steps"] // 10
+    mine = resolve(RunConfig(algo=name, num_envs=3, total_steps=500, eval_every=0))
+    assert (mine.num_envs, mine.total_steps, mine.eval_every) == (3, 500, 0)
+    assert mine.rollout_steps == spec.defaults["rollout_steps"]
+    assert resolve(RunConfig(algo=name, total_steps=500)).eval_every == 50
+    # the derived sizes read the algorithm's defaults on an unresolved config too
+    assert cfg.steps_per_iteration == r.steps_per_iteration
+    assert cfg.num_iterations == r.num_iterations and cfg.warmup_steps == r.warmup_steps
+    # validate resolves and returns the resolved config; it is what config.json holds
+    env = "gymnax/CartPole-v1" if name == "ppo" else "gymnax/Pendulum-v1"
+    assert validate(cfg.replace(env=env)) == r.replace(env=env)
+    assert from_dict(to_dict(r)) == r
+
+
+def test_off_policy_defaults_are_unchanged():
+    """The default ``jaxspreeze train`` (SAC) runs exactly the sizes it ran before."""
+    r = resolve(RunConfig())
+    assert r.algo == "sac" and {n: getattr(r, n) for n in RUN_SIZES} == {
+        "total_steps": 10_000,
+        "num_envs": 8,
+        "rollout_steps": 1,
+        "grad_steps": 8,
+        "batch_size": 256,
+        "buffer_size": 100_000,
+        "learning_starts": 1_000,
+        "chunk_iterations": 100,
+    }
+    assert r.warmup_steps == 1000 and r.num_iterations == 1125
+
+
+def test_ppo_defaults_pass_validation_on_discrete_and_continuous_envs():
+    """``--algo ppo`` with no other flag is valid (its minibatch divides its rollout)."""
+    for env in ("gymnax/CartPole-v1", "gymnax/Acrobot-v1", "gymnax/Pendulum-v1"):
+        validate(RunConfig(algo="ppo", env=env))
+    with pytest.raises(ConfigError) as e:
+        validate(RunConfig(algo="ppo", env="gymnax/CartPole-v1", num_envs=8, rollout_steps=1))
+    assert e.value.field == "batch_size" and "must divide the rollout" in str(e.value)
+
+
+def test_cli_refuses_a_bad_section_of_an_algorithm_not_in_use(capsys):
+    """``--td3.gamma 1.5`` with SAC: exit 2 naming --td3.gamma (issue 15 item 6)."""
+    assert cli.main(["train", "--td3.gamma", "1.5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("jaxspreeze: error: --td3.gamma:"), err

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jaxspreeze import replay
-from jaxspreeze.types import Transition
+from jaxspreeze.types import EnvSpec, Transition
 
 
 def _example():
@@ -68,3 +68,17 @@ def test_add_rollout_time_major_and_nbytes():
     np.testing.assert_array_equal(buf.data.reward[:6], np.arange(6))
     allocated = sum(x.nbytes for x in jax.tree.leaves(buf))
     assert abs(replay.nbytes(_example(), 10) - allocated) <= 8
+
+
+def test_example_transition_matches_the_env_spec():
+    """Zeros of one transition: float32 obs/reward, int32 discrete or float32 continuous
+    actions, bool flags; its buffer's nbytes is what init allocates."""
+    cont = replay.example_transition(EnvSpec("c", (3,), False, 2, (-1.0,) * 2, (1.0,) * 2))
+    disc = replay.example_transition(EnvSpec("d", (4,), True, 2))
+    assert cont.obs.shape == cont.next_obs.shape == (3,) and cont.action.shape == (2,)
+    assert cont.obs.dtype == cont.reward.dtype == cont.action.dtype == jnp.float32
+    assert disc.action.shape == () and disc.action.dtype == jnp.int32
+    assert disc.terminated.dtype == disc.truncated.dtype == jnp.bool_ and disc.reward.shape == ()
+    assert all(not np.asarray(x).any() for x in jax.tree.leaves(cont))
+    allocated = sum(x.nbytes for x in jax.tree.leaves(replay.init(disc, 7)))
+    assert abs(replay.nbytes(disc, 7) - allocated) <= 8

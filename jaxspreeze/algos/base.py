@@ -8,8 +8,9 @@ each side sees the other's parameters from the end of the previous iteration).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import jax
@@ -17,10 +18,22 @@ import jax.numpy as jnp
 
 from jaxspreeze import replay
 from jaxspreeze.errors import ConfigError
-from jaxspreeze.types import PyTree
+from jaxspreeze.types import EnvSpec, PyTree
 
 Metrics = dict[str, jax.Array]
 Phase = Callable[[PyTree, PyTree, Any, jax.Array], tuple[PyTree, Metrics]]
+
+# RunConfig's run-level sizes whose default each algorithm chooses (AlgoSpec.defaults)
+RUN_SIZES = (
+    "total_steps",
+    "num_envs",
+    "rollout_steps",
+    "grad_steps",
+    "batch_size",
+    "buffer_size",
+    "learning_starts",
+    "chunk_iterations",
+)
 
 
 class AgentState(NamedTuple):
@@ -58,6 +71,57 @@ class Algorithm:
     actor_phase: Phase
     actor_steps_per_iteration: int
     critic_steps_per_iteration: int
+
+
+def _one(cfg: Any) -> int:
+    """The default gradient-step multiple: any number of steps per iteration."""
+    return 1
+
+
+@dataclass(frozen=True, eq=False)
+class AlgoSpec:
+    """One algorithm as the registry (``jaxspreeze.algos``) knows it.
+
+    - ``name``: the ``--algo`` value and the name of its RunConfig section (``[sac]``).
+    - ``config_cls``: the dataclass of its own hyperparameters (``--sac.actor-lr``).
+    - ``on_policy``: learns from the fresh rollout (no replay buffer, no warm-up).
+    - ``defaults``: its value of every run-level size in :data:`RUN_SIZES`, used where the
+      user set none (``config.resolve``).
+    - ``supports(env_spec) -> str | None``: why it cannot train that env (None: it can).
+    - ``validate(cfg, prefix, run) -> None``: ConfigError naming ``<prefix><field>`` for
+      a bad hyperparameter; ``run`` is the resolved RunConfig when this algorithm is the
+      one in use (then run-level checks particular to it run too), None to check its own
+      section only.
+    - ``make(cfg, env_spec, run) -> Algorithm``: bind it to its config, the env and the
+      resolved run's sizes.
+    - ``grad_step_multiple(cfg) -> int``: gradient steps per iteration must be a
+      multiple of this (TD3: ``policy_delay``).
+    - ``shape_fields``: its fields that change the state's shapes (resume checks).
+    - ``label``: its name in help texts (default: ``name`` in capitals).
+    """
+
+    name: str
+    config_cls: type
+    on_policy: bool
+    defaults: Mapping[str, int]
+    supports: Callable[[EnvSpec], str | None]
+    validate: Callable[[Any, str, Any], None]
+    make: Callable[[Any, EnvSpec, Any], Algorithm]
+    grad_step_multiple: Callable[[Any], int] = _one
+    shape_fields: tuple[str, ...] = ("hidden",)
+    label: str = field(default="")
+
+    def __post_init__(self) -> None:
+        missing = set(RUN_SIZES) - set(self.defaults)
+        extra = set(self.defaults) - set(RUN_SIZES)
+        if missing or extra:
+            raise ValueError(
+                f"{self.name}: defaults must give exactly {RUN_SIZES}; "
+                f"missing {sorted(missing)}, unknown {sorted(extra)}"
+            )
+        object.__setattr__(self, "defaults", MappingProxyType(dict(self.defaults)))
+        if not self.label:
+            object.__setattr__(self, "label", self.name.upper())
 
 
 def replay_phase(

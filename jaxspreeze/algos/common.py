@@ -1,8 +1,17 @@
-"""Maths shared by the algorithms: one gradient step, Polyak averaging, GAE."""
+"""Maths shared by the algorithms: one gradient step, Polyak averaging, GAE.
+
+Data parallelism hooks in here and nowhere else in the algorithms: while a data-parallel
+schedule traces one shard's step inside :func:`data_parallel`, every optimiser made by
+:func:`adam` averages its incoming gradients over the data axes before the update, and
+:func:`stats_update` merges the observation statistics of all shards. Outside that
+context both are exactly the single-device code (the traced program is unchanged).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import jax
@@ -11,13 +20,50 @@ import optax
 
 from jaxspreeze.types import PyTree
 
+# the named axes a data-parallel schedule is tracing one shard's step under (None: none)
+_DATA_AXES: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar(
+    "jaxspreeze_data_axes", default=None
+)
+
+
+@contextlib.contextmanager
+def data_parallel(axes: tuple[str, ...]) -> Iterator[None]:
+    """Trace the code inside as one shard of a data-parallel step over the named ``axes``."""
+    token = _DATA_AXES.set(tuple(axes))
+    try:
+        yield
+    finally:
+        _DATA_AXES.reset(token)
+
+
+def cross_device_mean(tree: PyTree) -> PyTree:
+    """The mean of ``tree`` over the data-parallel shards; ``tree`` itself outside one."""
+    axes = _DATA_AXES.get()
+    return tree if axes is None else jax.lax.pmean(tree, axes)
+
+
+def _averaged(tx: optax.GradientTransformation) -> optax.GradientTransformationExtraArgs:
+    """``tx`` whose update first averages the gradients over the data-parallel shards.
+
+    The state is ``tx``'s own (same structure), so states and checkpoints do not change.
+    """
+
+    def update(updates: PyTree, state: PyTree, params: PyTree = None, **extra: Any):
+        return tx.update(cross_device_mean(updates), state, params, **extra)
+
+    return optax.GradientTransformationExtraArgs(tx.init, update)
+
 
 def adam(lr: float, max_grad_norm: float | None = None) -> optax.GradientTransformation:
-    """Adam whose learning rate is a state leaf (``inject_hyperparams``), optionally clipped."""
+    """Adam whose learning rate is a state leaf (``inject_hyperparams``), optionally clipped.
+
+    Under :func:`data_parallel` the gradients are averaged over the shards first (before
+    clipping), so every shard applies the same update.
+    """
     opt = optax.inject_hyperparams(optax.adam)(learning_rate=lr)
-    if max_grad_norm is None:
-        return opt
-    return optax.chain(optax.clip_by_global_norm(max_grad_norm), opt)
+    if max_grad_norm is not None:
+        opt = optax.chain(optax.clip_by_global_norm(max_grad_norm), opt)
+    return _averaged(opt)
 
 
 def gradient_step(
@@ -105,8 +151,17 @@ def stats_init(shape: tuple[int, ...]) -> RunningStats:
 
 
 def stats_update(stats: RunningStats, x: jax.Array) -> RunningStats:
-    """Merge a batch ``x [B, *shape]`` into the running statistics."""
+    """Merge a batch ``x [B, *shape]`` into the running statistics.
+
+    Under :func:`data_parallel` the batch is the union of every shard's ``x``.
+    """
     b_mean, b_var, b_count = x.mean(0), x.var(0), jnp.asarray(x.shape[0], jnp.float32)
+    axes = _DATA_AXES.get()
+    if axes is not None:  # the moments of all shards' batches together (equal sizes)
+        shard_mean = b_mean
+        b_mean = jax.lax.pmean(shard_mean, axes)
+        b_var = jax.lax.pmean(b_var + (shard_mean - b_mean) ** 2, axes)
+        b_count = jax.lax.psum(b_count, axes)
     delta = b_mean - stats.mean
     total = stats.count + b_count
     mean = stats.mean + delta * b_count / total

@@ -27,7 +27,7 @@ from jaxspreeze.types import EnvSpec, PyTree, Transition
 class PPOConfig:
     """PPO's own hyperparameters (rollout = num_envs x rollout_steps of RunConfig)."""
 
-    lr: float = 3e-4
+    lr: float = 1e-3
     """Learning rate of the policy and the value function (Adam)."""
     gamma: float = 0.99
     """Discount factor."""
@@ -39,11 +39,11 @@ class PPOConfig:
     """Value-loss coefficient."""
     ent_coef: float = 0.0
     """Entropy bonus coefficient."""
-    epochs: int = 4
+    epochs: int = 10
     """Passes over each rollout."""
     max_grad_norm: float = 0.5
     """Global gradient-norm clip."""
-    anneal_lr: bool = False
+    anneal_lr: bool = True
     """Anneal the learning rate linearly to 0 over training."""
     normalize_obs: bool = False
     """Normalise observations with running statistics."""
@@ -102,7 +102,7 @@ def supports(spec: EnvSpec) -> str | None:
 
 
 def validate(cfg: PPOConfig, prefix: str, run: Any) -> None:
-    """Raise ConfigError naming the first bad PPO field."""
+    """Raise ConfigError naming the first bad PPO field (and batch_size when ``run`` is given)."""
 
     base.check_positive(cfg, prefix, ("lr", "clip_eps", "vf_coef", "epochs", "max_grad_norm"))
     base.check_unit(cfg, prefix, ("gamma", "gae_lambda"))
@@ -112,6 +112,14 @@ def validate(cfg: PPOConfig, prefix: str, run: Any) -> None:
     if isinstance(ent, bool) or not isinstance(ent, (int, float)) or ent < 0:
         raise ConfigError(f"{prefix}ent_coef", f"must be >= 0, got {ent!r}")
     base.check_hidden(cfg, prefix)
+    if run is not None:
+        rollout = run.num_envs * run.rollout_steps
+        if run.batch_size > rollout or rollout % run.batch_size:
+            raise ConfigError(
+                "batch_size",
+                f"PPO minibatch {run.batch_size} must divide the rollout of {rollout} "
+                "transitions (num_envs x rollout_steps)",
+            )
 
 
 def _flat(x: jax.Array) -> jax.Array:
@@ -312,3 +320,32 @@ def make(cfg: PPOConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
         actor_steps_per_iteration=updates_per_phase,
         critic_steps_per_iteration=updates_per_phase,
     )
+
+
+# run-level sizes when the user sets none: 16 envs x 64 steps = 1024 transitions per
+# rollout in 4 minibatches of 256, with PPOConfig's defaults (lr 1e-3 annealed, 10
+# epochs). Measured on 6 seeds each (6 vmapped seeds, CPU) at 200k env steps: CartPole-v1
+# 500 on every seed from about 40k steps on, Acrobot-v1 -76 to -87 (random: -500).
+# PPO has no replay buffer, warm-up or per-iteration grad_steps (its updates per
+# iteration are epochs x minibatches): those sizes are 0.
+DEFAULTS = {
+    "total_steps": 200_000,
+    "num_envs": 16,
+    "rollout_steps": 64,
+    "grad_steps": 0,
+    "batch_size": 256,
+    "buffer_size": 0,
+    "learning_starts": 0,
+    "chunk_iterations": 20,
+}
+
+SPEC = base.AlgoSpec(
+    name="ppo",
+    config_cls=PPOConfig,
+    on_policy=True,
+    defaults=DEFAULTS,
+    supports=supports,
+    validate=validate,
+    make=make,
+    shape_fields=("hidden", "normalize_obs"),
+)

@@ -182,3 +182,27 @@ def make(cfg: SACConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
         actor_steps_per_iteration=grad_steps,
         critic_steps_per_iteration=grad_steps,
     )
+
+
+# run-level sizes when the user sets none (the default ``jaxspreeze train``)
+DEFAULTS = {
+    "total_steps": 10_000,
+    "num_envs": 8,
+    "rollout_steps": 1,
+    "grad_steps": 8,
+    "batch_size": 256,
+    "buffer_size": 100_000,
+    "learning_starts": 1_000,
+    "chunk_iterations": 100,
+}
+
+SPEC = base.AlgoSpec(
+    name="sac",
+    config_cls=SACConfig,
+    on_policy=False,
+    defaults=DEFAULTS,
+    supports=supports,
+    validate=validate,
+    make=make,
+    shape_fields=("hidden",),
+)

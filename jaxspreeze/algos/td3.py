@@ -67,7 +67,7 @@ def supports(spec: EnvSpec) -> str | None:
 
 
 def validate(cfg: TD3Config, prefix: str, run: Any) -> None:
-    """Raise ConfigError naming the first bad TD3 field."""
+    """Raise ConfigError naming the first bad TD3 field (and grad_steps when ``run`` is given)."""
 
     base.check_positive(cfg, prefix, ("actor_lr", "critic_lr", "policy_delay"))
     base.check_unit(cfg, prefix, ("gamma", "tau"))
@@ -77,13 +77,18 @@ def validate(cfg: TD3Config, prefix: str, run: Any) -> None:
             raise ConfigError(f"{prefix}{name}", f"must be >= 0, got {value!r}")
     if not isinstance(cfg.policy_delay, int):
         raise ConfigError(f"{prefix}policy_delay", f"must be an integer, got {cfg.policy_delay!r}")
-    if run.grad_steps % cfg.policy_delay:
+    if run is not None and run.grad_steps % cfg.policy_delay:
         raise ConfigError(
             "grad_steps",
             f"must be a multiple of {prefix}policy_delay ({cfg.policy_delay}) so the actor "
             f"updates every policy_delay critic updates; got {run.grad_steps}",
         )
     base.check_hidden(cfg, prefix)
+
+
+def grad_step_multiple(cfg: TD3Config) -> int:
+    """Gradient steps per iteration must be a multiple of ``policy_delay``."""
+    return cfg.policy_delay
 
 
 def make(cfg: TD3Config, spec: EnvSpec, run: Any) -> base.Algorithm:
@@ -189,3 +194,28 @@ def make(cfg: TD3Config, spec: EnvSpec, run: Any) -> base.Algorithm:
         actor_steps_per_iteration=actor_steps,
         critic_steps_per_iteration=grad_steps,
     )
+
+
+# run-level sizes when the user sets none (the default ``jaxspreeze train``)
+DEFAULTS = {
+    "total_steps": 10_000,
+    "num_envs": 8,
+    "rollout_steps": 1,
+    "grad_steps": 8,
+    "batch_size": 256,
+    "buffer_size": 100_000,
+    "learning_starts": 1_000,
+    "chunk_iterations": 100,
+}
+
+SPEC = base.AlgoSpec(
+    name="td3",
+    config_cls=TD3Config,
+    on_policy=False,
+    defaults=DEFAULTS,
+    supports=supports,
+    validate=validate,
+    make=make,
+    grad_step_multiple=grad_step_multiple,
+    shape_fields=("hidden",),
+)
