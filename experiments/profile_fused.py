@@ -5,7 +5,7 @@
 Times, interleaved round by round (medians, compile excluded, each call blocked):
 the fused chunk (per iteration), collect alone, the critic side alone (store + G
 updates), the actor side alone (G updates), the bare reference SAC update of
-tests/benchmarks/references.py (G steps of critic + actor + temperature + target on one
+jaxspreeze/bench/references.py (G steps of critic + actor + temperature + target on one
 shared batch, plain optax/flax, no metrics) and a 1024^3 matmul (the machine's dense
 peak at that moment). Writes experiments/results/profile_fused_<backend>.json and .md.
 """
@@ -15,22 +15,18 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 
+from jaxspreeze import devices, schedules
+from jaxspreeze.bench import references
+from jaxspreeze.bench.record import versions
+from jaxspreeze.config import RunConfig, resolve
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "benchmarks"))
-
-import references  # noqa: E402
-
-from jaxspreeze import devices  # noqa: E402
-from jaxspreeze.bench.record import versions  # noqa: E402
-from jaxspreeze.config import RunConfig  # noqa: E402
-from jaxspreeze.loop import Loop  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,15 +38,15 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     k = args.chunk_iterations
     cfg = RunConfig(chunk_iterations=k, placement="single").replace(sac={"hidden": (256, 256)})
-    cfg = cfg.replace(total_steps=cfg.warmup_steps + 4 * k * cfg.steps_per_iteration)
+    cfg = resolve(cfg.replace(total_steps=cfg.warmup_steps + 4 * k * cfg.steps_per_iteration))
     g, b = cfg.grad_steps, cfg.batch_size
     one = devices.single()
 
-    fused = Loop(cfg, one)
+    fused = schedules.make(cfg, one)
     s = fused.init()
     fused.compile(s)
     s = jax.block_until_ready(fused.warmup(s))
-    pieces = Loop(cfg, one, dispatched=True)  # the same functions cut at the split's seams
+    pieces = schedules.make(cfg, one, dispatched=True)  # the fused program cut at the seams
     p = pieces.init()
     pieces.compile(p)
     p = jax.block_until_ready(pieces.warmup(p))

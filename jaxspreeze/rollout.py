@@ -6,7 +6,6 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
-import jax.numpy as jnp
 
 from jaxspreeze.envs import EnvState, VecEnv
 from jaxspreeze.types import Transition
@@ -27,12 +26,6 @@ class Episodes(NamedTuple):
     done: jax.Array
     returns: jax.Array
     lengths: jax.Array
-
-    def mean_return(self) -> tuple[jax.Array, jax.Array]:
-        """(mean return of the episodes that ended, how many ended)."""
-        n = self.done.sum()
-        total = jnp.where(self.done, self.returns, 0.0).sum()
-        return total / jnp.maximum(n, 1), n
 
 
 def env_init(env: VecEnv, key: jax.Array) -> EnvCarry:

@@ -1,4 +1,4 @@
-"""The shared vocabulary: transitions, environment specs and run counters."""
+"""The shared vocabulary: transitions, environment specs, device placements, records."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 import jax
 
 PyTree = Any
+Record = dict[str, Any]  # one JSON-able row: a chunk, an evaluation, a summary
 
 
 class Transition(NamedTuple):
@@ -47,3 +48,48 @@ class EnvSpec:
     def action_shape(self) -> tuple[int, ...]:
         """Shape of one action: ``()`` for discrete actions, ``(action_dim,)`` otherwise."""
         return () if self.discrete else (self.action_dim,)
+
+
+DATA_AXIS = "data"  # the mesh axis a data-parallel placement shards envs and replay over
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Devices for the actor side (envs, policy, obs buffer), critic side (buffer) and eval.
+
+    ``mesh`` (data parallelism): every device of every process along the ``"data"`` axis;
+    each steps its own envs and keeps its own replay shard. ``actor``, ``critic`` and
+    ``eval`` are then this process's first device (where its evaluator runs).
+    """
+
+    actor: jax.Device
+    critic: jax.Device
+    eval: jax.Device
+    mesh: jax.sharding.Mesh | None = None
+
+    @property
+    def split(self) -> bool:
+        """True when the actor and the critic live on different devices."""
+        return self.actor != self.critic
+
+    @property
+    def data_parallel(self) -> bool:
+        """True when a mesh spreads the run over devices (data parallelism)."""
+        return self.mesh is not None
+
+    @property
+    def data_devices(self) -> int:
+        """Devices the run is data-parallel over (1 without a mesh)."""
+        return 1 if self.mesh is None else self.mesh.devices.size
+
+    def describe(self) -> str:
+        """One line naming the devices."""
+        if self.mesh is not None:
+            devices = self.mesh.devices.flat
+            processes = len({d.process_index for d in devices})
+            kind = self.actor.platform
+            where = f"{processes} processes" if processes > 1 else "1 process"
+            return f"data-parallel over {self.data_devices} {kind} devices ({where})"
+        if not self.split:
+            return f"single device {self.actor}"
+        return f"split: actor on {self.actor}, critic on {self.critic}, eval on {self.eval}"

@@ -2,17 +2,21 @@
 
 ``python tests/split_worker.py equal sac ppo`` runs tiny SAC (2 seeds) and PPO configs with the
 single and the split placement from the same seed and prints one JSON line of findings:
-where each part of the state lives, whether the two runs agree, the policy lag, the
-trace counts and what ``auto`` resolves to. ``learn`` trains SAC on Pendulum with the
+where each part of the state lives, whether the two runs agree, the policy lag, how often
+JAX traced and compiled each program (its own ``jax.monitoring`` events) and what
+``auto`` resolves to. ``learn`` trains SAC on Pendulum with the
 split and prints the summary. The assertions live in test_split.py.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import json
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("JAX_NUM_CPU_DEVICES", "2")
@@ -20,19 +24,26 @@ os.environ.setdefault("JAX_NUM_CPU_DEVICES", "2")
 import jax
 import numpy as np
 
-from jaxspreeze import devices, replay
+from jaxspreeze import devices, replay, schedules
 from jaxspreeze.algos.base import AgentState
 from jaxspreeze.algos.ppo import PPOConfig
 from jaxspreeze.algos.sac import SACConfig
-from jaxspreeze.config import RunConfig
-from jaxspreeze.loop import Loop, TrainState
+from jaxspreeze.config import RunConfig, resolve
+from jaxspreeze.iteration import TrainState
+from jaxspreeze.schedules import Schedule
+from jaxspreeze.types import Placement
+
+# JAX's own compile events (jax.monitoring): a function traced to a jaxpr, a program compiled
+TRACE = "/jax/core/compile/jaxpr_trace_duration"
+COMPILE = "/jax/core/compile/backend_compile_duration"
 
 
 def configs() -> dict[str, RunConfig]:
-    """The tiny runs compared single vs split (3 chunks of 2 iterations each)."""
+    """The tiny runs compared single vs split (3 chunks of 2 iterations each), resolved."""
     sac = RunConfig(
         algo="sac",
         num_envs=4,
+        rollout_steps=1,
         grad_steps=2,
         batch_size=16,
         buffer_size=512,
@@ -51,7 +62,7 @@ def configs() -> dict[str, RunConfig]:
         total_steps=3 * 2 * 32,
         ppo=PPOConfig(hidden=(16, 16), epochs=2),
     )
-    return {"sac": sac, "ppo": ppo}
+    return {"sac": resolve(sac), "ppo": resolve(ppo)}
 
 
 def where(state: TrainState) -> dict[str, list[int]]:
@@ -95,7 +106,23 @@ def _is_key(x) -> bool:
     return jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
-def by_hand(loop: Loop, before: TrainState, after: TrainState) -> dict[str, bool]:
+@contextlib.contextmanager
+def compile_events() -> Iterator[collections.Counter]:
+    """Count JAX's trace and compile events by (event, function name) while inside."""
+    seen: collections.Counter = collections.Counter()
+
+    def listen(event: str, duration: float, **kwargs: object) -> None:
+        if event in (TRACE, COMPILE):
+            seen[event, str(kwargs.get("fun_name"))] += 1
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        yield seen
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+
+
+def by_hand(loop: Schedule, before: TrainState, after: TrainState) -> dict[str, bool]:
     """The staleness rule restated with the algorithm's phases, for seed 0 of a chunk.
 
     Each iteration: collect; store; critic phase against the actor's view from the
@@ -109,7 +136,7 @@ def by_hand(loop: Loop, before: TrainState, after: TrainState) -> dict[str, bool
     def iterate(s):
         late = None
         for _ in range(loop.iterations_per_chunk):
-            env, key, es, it, c, _ = loop._collect(
+            env, key, es, it, c, _ = loop.per_seed.collect(
                 s.agent.actor, s.env, s.key, s.env_steps, s.iteration, s.actor_updates
             )
             buffer = replay.add_rollout(s.buffer, c.traj)
@@ -147,21 +174,24 @@ def by_hand(loop: Loop, before: TrainState, after: TrainState) -> dict[str, bool
     }
 
 
-def run(cfg: RunConfig, placement: devices.Placement, check_rule: bool = False):
-    """Init, warm up and run every chunk; record placements and the outputs."""
-    loop = Loop(cfg, placement)
-    state = loop.init()
-    at_init = where(state)
-    state = loop.warmup(state)
-    warm = jax.device_get(state.buffer)
-    at_warm = where(state)
-    before = jax.device_get(state)
-    metrics, rule = [], None
-    for i in range(loop.num_chunks):
-        state, m = loop.chunk(state)
-        metrics.append(jax.device_get(m))
-        if i == 0 and check_rule:
-            rule = by_hand(loop, before, jax.device_get(state))
+def run(cfg: RunConfig, placement: Placement, check_rule: bool = False):
+    """Init, compile, warm up and run every chunk; record placements, outputs, compiles."""
+    with compile_events() as whole_run:
+        loop = schedules.make(cfg, placement)
+        state = loop.init()
+        at_init = where(state)
+        loop.compile(state)
+        with compile_events() as after_compile:
+            state = loop.warmup(state)
+            warm = jax.device_get(state.buffer)
+            at_warm = where(state)
+            before = jax.device_get(state)
+            metrics, first = [], None
+            for _ in range(loop.num_chunks):
+                state, m = loop.chunk(state)
+                metrics.append(jax.device_get(m))
+                first = jax.device_get(state) if first is None else first
+    rule = by_hand(loop, before, first) if check_rule else None
     at_end = where(state)
     comparable = state._replace(obs_buffer=None)  # single keeps no obs-only copy
     obs_match = None
@@ -175,6 +205,9 @@ def run(cfg: RunConfig, placement: devices.Placement, check_rule: bool = False):
         "where": {"init": at_init, "warm": at_warm, "end": at_end},
         "obs_buffer_matches": obs_match,
         "rule": rule,
+        "traces": {name: n for (event, name), n in whole_run.items() if event == TRACE},
+        "compiles": {name: n for (event, name), n in whole_run.items() if event == COMPILE},
+        "events_after_compile": sum(after_compile.values()),
     }
 
 
@@ -206,8 +239,12 @@ def equal(names: list[str]) -> dict[str, object]:
             "actor_updates": np.asarray(split["state"].actor_updates).tolist(),
             "iterations": np.asarray(split["state"].iteration).tolist(),
             "metric_shape": list(np.shape(split["metrics"][0]["policy_lag"])),
-            "trace_count_split": split["loop"].trace_count,
-            "trace_count_single": single["loop"].trace_count,
+            "traces_split": split["traces"],
+            "traces_single": single["traces"],
+            "compiles_split": split["compiles"],
+            "compiles_single": single["compiles"],
+            "events_after_compile_split": split["events_after_compile"],
+            "events_after_compile_single": single["events_after_compile"],
             "chunks": split["loop"].num_chunks,
             "staleness_rule": single["rule"],
         }

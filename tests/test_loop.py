@@ -1,8 +1,9 @@
 """Placement resolution and chunking on one device.
 
-The compiled loop is tested in test_split.py, whose two-device worker runs the fused
-one-device chunk too (trace once, the staleness rule restated by hand, the policy lag,
-the counters): one set of compiles serves both.
+The compiled schedules are tested in test_split.py, whose two-device worker runs the fused
+one-device chunk too (each chunk program traced and compiled once, counted with JAX's
+own compile events; the staleness rule restated by hand, the policy lag, the counters):
+one set of compiles serves both.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ import jax
 import pytest
 
 from jaxspreeze import devices
-from jaxspreeze.config import RunConfig
+from jaxspreeze.config import RunConfig, resolve
 from jaxspreeze.errors import ConfigError
-from jaxspreeze.loop import chunking
+from jaxspreeze.schedules import chunking
 
 
 def test_auto_is_single_on_one_device():
@@ -32,7 +33,15 @@ def test_split_on_one_device_fails_clearly():
 
 @pytest.mark.parametrize(("iters", "k"), [(1, 250), (10, 3), (250, 250), (251, 250)])
 def test_chunking_covers_the_run(iters, k):
-    cfg = RunConfig(total_steps=iters * 8 + 1000, chunk_iterations=k)
+    cfg = resolve(
+        RunConfig(
+            total_steps=iters * 8 + 1000,
+            num_envs=8,
+            rollout_steps=1,
+            learning_starts=1000,
+            chunk_iterations=k,
+        )
+    )
     per_chunk, chunks = chunking(cfg)
     assert per_chunk <= k
     assert iters <= per_chunk * chunks < iters + chunks

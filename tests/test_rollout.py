@@ -12,7 +12,9 @@ from jaxspreeze.rollout import EnvCarry, env_init, rollout
 
 def test_scan_rollout_equals_python_loop():
     env = make_env("gymnax/Pendulum-v1", 4)
-    policy = lambda obs, key: jnp.clip(obs[:, :1] * 1.5, -2, 2) + 0.1 * jax.random.normal(key, (4, 1))
+    policy = lambda obs, key: (
+        jnp.clip(obs[:, :1] * 1.5, -2, 2) + 0.1 * jax.random.normal(key, (4, 1))
+    )
     carry = env_init(env, jax.random.key(1))
     key = jax.random.key(2)
     T = 25

@@ -117,11 +117,24 @@ def test_each_side_sees_the_other_from_the_start_of_the_iteration(found):
     assert rule["rules_differ"], rule  # the check can tell the rules apart
 
 
+# the programs of one chunk, as compile logs name them (jaxspreeze.schedules)
+PROGRAMS = {
+    "single": ("fused_chunk",),
+    "split": ("split_collect", "split_critic", "split_actor", "split_critic_view"),
+}
+
+
 @pytest.mark.parametrize("algo", ALGOS)
-def test_split_pieces_trace_once(request, algo):
+def test_chunk_programs_trace_and_compile_once(request, algo):
+    """JAX's own events: each chunk program traced and compiled once per run, then reused."""
     f = findings(request, algo)[algo]
-    assert f["trace_count_split"] == 1
-    assert f["trace_count_single"] == 1
+    for placement, names in PROGRAMS.items():
+        traces, compiles = f[f"traces_{placement}"], f[f"compiles_{placement}"]
+        for name in names:
+            assert traces.get(name) == 1, (placement, name, traces)
+            assert compiles.get(f"jit({name})") == 1, (placement, name, compiles)
+        # warm-up and every chunk reuse what compile() built: nothing traced or compiled
+        assert f[f"events_after_compile_{placement}"] == 0, placement
 
 
 @pytest.mark.slow

@@ -1,0 +1,63 @@
+"""Schedules: ways to run the same training iteration on the devices, chunk by chunk.
+
+- :class:`Fused` (one device): ``scan(vmap(iteration))``, one program per chunk.
+- :class:`Split` (two devices, or one for measuring the pieces): the host dispatches
+  collect, the critic side and the actor side of every iteration to their devices.
+- :class:`HostAsync` (host envs, ``gymnasium/<id>`` and ``envpool/<task>``): sampling
+  worker threads step the envs while the learner updates from the replay buffer.
+- :class:`DataParallel` (a mesh of every device of every process): the fused chunk on
+  every device, each with its own envs and replay shard, gradients averaged.
+
+Every schedule has the same API: ``init``, ``place``, ``warmup``, ``compile``, ``chunk``,
+and the attributes ``cfg placement algo env iterations_per_chunk num_chunks split
+policy_lag host``, and ``close()`` (the host schedule's workers). :func:`make` picks one
+for a placement and env.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from jaxspreeze.algos.base import Algorithm
+from jaxspreeze.envs import is_host_env
+from jaxspreeze.schedules.base import Schedule, chunking
+from jaxspreeze.schedules.data_parallel import DataParallel
+from jaxspreeze.schedules.fused import Fused
+from jaxspreeze.schedules.host_async import HostAsync
+from jaxspreeze.schedules.split import Split
+from jaxspreeze.types import Placement
+
+if TYPE_CHECKING:
+    from jaxspreeze.config import RunConfig
+
+__all__ = ["DataParallel", "Fused", "HostAsync", "Schedule", "Split", "chunking", "make"]
+
+
+def make(
+    cfg: RunConfig,
+    placement: Placement,
+    algo: Algorithm | None = None,
+    dispatched: bool | None = None,
+) -> Schedule:
+    """The schedule for a resolved ``cfg`` on ``placement``.
+
+    ``dispatched`` runs the split's host-dispatched schedule (default: exactly when the
+    placement splits); on one device it is the fused program cut at the split's seams.
+    A placement with a mesh (``devices.resolve("data")``) runs :class:`DataParallel`;
+    a host env (``gymnasium/...``, ``envpool/...``) runs :class:`HostAsync`.
+    """
+    if is_host_env(cfg.env):
+        if placement.data_parallel or dispatched:
+            raise ValueError("host envs run the host schedule (one learner device)")
+        return HostAsync(cfg, placement, algo)
+    if placement.data_parallel:
+        if dispatched:
+            raise ValueError("the data-parallel schedule is one fused program per chunk")
+        return DataParallel(cfg, placement, algo)
+    if dispatched is None:
+        dispatched = placement.split
+    if dispatched:
+        return Split(cfg, placement, algo)
+    if placement.split:
+        raise ValueError("the fused chunk runs on one device; a split placement is dispatched")
+    return Fused(cfg, placement, algo)

@@ -1,0 +1,129 @@
+"""What every schedule shares: the run's env, algorithm and per-seed pieces, init, placing.
+
+A schedule runs :class:`~jaxspreeze.iteration.Iteration` for all seeds, chunk by chunk;
+the subclasses differ in how one chunk of K iterations reaches the devices.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+import jax
+import jax.numpy as jnp
+
+from jaxspreeze import algos
+from jaxspreeze.algos.base import AgentState, Algorithm
+from jaxspreeze.envs import VecEnv, make_env
+from jaxspreeze.iteration import Iteration, Metrics, TrainState
+from jaxspreeze.types import Placement, PyTree
+
+if TYPE_CHECKING:
+    from jaxspreeze.config import RunConfig
+
+
+def chunking(cfg: RunConfig) -> tuple[int, int]:
+    """(iterations per chunk, number of chunks) covering ``cfg.num_iterations``.
+
+    Chunks are equal-sized so one program serves the whole run; the total is rounded up
+    by fewer than ``num_chunks`` iterations.
+    """
+    n = max(cfg.num_iterations, 1)
+    num_chunks = math.ceil(n / cfg.chunk_iterations)
+    return math.ceil(n / num_chunks), num_chunks
+
+
+def abstract_on(tree: PyTree, device: jax.Device) -> PyTree:
+    """Abstract arrays shaped like ``tree``, committed to ``device`` (for AOT lowering)."""
+    sharding = jax.sharding.SingleDeviceSharding(device)
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
+
+
+@dataclass(eq=False)
+class Schedule(ABC):
+    """The jitted pieces of training for one (resolved) config and placement.
+
+    ``algo`` defaults to ``algos.get(cfg.algo).make(...)``; pass one to train a custom
+    :class:`~jaxspreeze.algos.base.Algorithm`.
+    """
+
+    split: ClassVar[bool] = False  # True: the host dispatches the two-device schedule
+    host: ClassVar[bool] = False  # True: host envs, stepped by sampling workers
+
+    cfg: RunConfig
+    placement: Placement
+    algo: Algorithm | None = None
+    env: VecEnv = field(init=False)
+    per_seed: Iteration = field(init=False)
+    iterations_per_chunk: int = field(init=False)
+    num_chunks: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        cfg = self.cfg
+        if not getattr(cfg, "resolved", True):
+            raise ValueError("a schedule needs a resolved config: config.resolve(cfg) first")
+        self.env = make_env(cfg.env, cfg.num_envs)
+        if self.algo is None:
+            self.algo = algos.get(cfg.algo).make(cfg.algo_config, self.env.spec, cfg)
+        self.per_seed = Iteration.from_config(cfg, self.algo, self.env, obs_buffer=self.split)
+        self.iterations_per_chunk, self.num_chunks = chunking(cfg)
+        self._init = jax.jit(jax.vmap(self.per_seed.init))  # one program, however often called
+
+    @property
+    def policy_lag(self) -> int:
+        """Actor updates between the parameters that act and the newest ones (the rule)."""
+        return self.algo.actor_steps_per_iteration
+
+    def _keys(self, seed: int | None) -> jax.Array:
+        seed = self.cfg.seed if seed is None else seed
+        return jnp.stack([jax.random.key(seed + i) for i in range(self.cfg.num_seeds)])
+
+    def init(self, seed: int | None = None) -> TrainState:
+        """A fresh state for all seeds (seed i uses ``cfg.seed + i``), placed on devices."""
+        return self.place(self._init(self._keys(seed)))
+
+    def init_abstract(self) -> TrainState:
+        """The shapes and dtypes of :meth:`init`'s state; nothing is allocated."""
+        keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), self.cfg.num_seeds))
+        return jax.eval_shape(jax.vmap(self.per_seed.init), keys)
+
+    def place(self, state: TrainState) -> TrainState:
+        """Commit each part of ``state`` to its device."""
+        p = self.placement
+        put = jax.device_put
+        return TrainState(
+            AgentState(put(state.agent.actor, p.actor), put(state.agent.critic, p.critic)),
+            put(state.env, p.actor),
+            put(state.buffer, p.critic),
+            put(state.obs_buffer, p.actor),
+            put(state.key, p.actor),
+            put(state.env_steps, p.actor),
+            put(state.iteration, p.actor),
+            put(state.actor_updates, p.actor),
+        )
+
+    def _warms_up(self) -> bool:
+        """True when the run starts with a random-action warm-up (off-policy, steps > 0)."""
+        return bool(self.cfg.warmup_steps) and not self.algo.on_policy
+
+    def close(self) -> list[str]:
+        """Release what the schedule runs beside the devices (worker threads, host envs).
+
+        Idempotent; returns the names of threads that did not stop. Nothing to do here.
+        """
+        return []
+
+    # the schedule-specific part
+    @abstractmethod
+    def warmup(self, state: TrainState) -> TrainState:
+        """Random-action warm-up (off-policy; a no-op otherwise)."""
+
+    @abstractmethod
+    def compile(self, state: TrainState) -> None:
+        """Ahead-of-time compile the chunk (and the warm-up) for ``state``'s shapes."""
+
+    @abstractmethod
+    def chunk(self, state: TrainState) -> tuple[TrainState, Metrics]:
+        """Run one chunk of K iterations; returns the new state and the metrics ``[K, S]``."""

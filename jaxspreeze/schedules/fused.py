@@ -1,0 +1,59 @@
+"""The fused one-device chunk: ``scan(vmap(iteration))``, compiled ahead of time.
+
+Collect, the critic side and the actor side of :class:`~jaxspreeze.iteration.Iteration`
+are composed into one function, vmapped over seeds and fused over K iterations into one
+``lax.scan`` program; the state is donated to it, so a chunk updates it in place.
+Compile logs and profiles name the program ``fused_chunk`` (and ``warmup``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+
+from jaxspreeze.iteration import Metrics, TrainState
+from jaxspreeze.schedules.base import Schedule
+
+
+@dataclass(eq=False)
+class Fused(Schedule):
+    """All of a run on one device: one compiled program per chunk of K iterations."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._warmup: Any = None
+        self._chunk: Any = None
+
+    def fused_chunk(self, s: TrainState) -> tuple[TrainState, Metrics]:
+        """K iterations of all seeds as one traceable function: ``scan(vmap(iteration))``."""
+        step = lambda s, _: jax.vmap(self.per_seed)(s)
+        return jax.lax.scan(step, s, None, length=self.iterations_per_chunk)
+
+    def _compile_warmup(self, state: TrainState) -> None:
+        fn = jax.jit(jax.vmap(self.per_seed.warmup), donate_argnums=0)
+        self._warmup = fn.lower(state).compile()
+
+    def warmup(self, state: TrainState) -> TrainState:
+        """Random-action warm-up (off-policy; a no-op otherwise), one donating program."""
+        if not self._warms_up():
+            return state
+        if self._warmup is None:
+            self._compile_warmup(state)
+        return self._warmup(state)
+
+    def compile(self, state: TrainState) -> None:
+        """Ahead-of-time compile the chunk (and the warm-up) for ``state``'s shapes."""
+        if self._warms_up():
+            self._compile_warmup(state)
+        self._chunk = jax.jit(self.fused_chunk, donate_argnums=0).lower(state).compile()
+
+    def chunk(self, state: TrainState) -> tuple[TrainState, Metrics]:
+        """Run one chunk of K iterations; returns the new state and the metrics ``[K, S]``.
+
+        Dispatch is asynchronous: nothing here waits for the device.
+        """
+        if self._chunk is None:
+            self.compile(state)
+        return self._chunk(state)
