@@ -1,67 +1,65 @@
-"""Checkpoints: the whole run state on disk, written atomically; ``jaxspreeze eval``.
+"""Checkpoints: the whole run state on disk, written atomically; evaluating the latest one.
 
 A checkpoint is a directory ``<run_dir>/checkpoints/<env_steps, 12 digits>/`` holding
 
-- ``arrays.bin``: the raw bytes of every leaf of the :class:`~jaxspreeze.loop.TrainState`
+- ``arrays.bin``: the raw bytes of every leaf of the :class:`~jaxspreeze.iteration.TrainState`
   pytree (all parameters, optimiser states, targets, temperature, replay buffer contents
   with its index and size, env states, PRNG keys as their raw ``key_data``, counters,
   normaliser statistics), exactly as the device held them (bitwise, same dtype), one
   after the other at 64-byte aligned offsets;
-- ``manifest.json``: the key path, dtype, shape, offset and PRNG implementation of each
-  leaf, the host-side counters (``env_steps``, ``chunk``) and the caller's ``extra``;
+- ``manifest.json``: the key path, dtype, shape, offset, PRNG implementation and CRC-32
+  of each leaf, the host-side counters (``env_steps``, ``chunk``) and the caller's ``extra``;
 - ``config.json``: the run's :class:`~jaxspreeze.config.RunConfig`.
 
 Writes are atomic: everything goes to a hidden ``.tmp-*`` directory next to the final one,
 is fsynced, and is renamed into place in one ``rename(2)``; a crash at any point leaves the
-previous checkpoints intact, and :func:`latest` never returns a half-written one. Old
+previous checkpoints intact, and :func:`latest` never returns a half-written one; a save
+that fails (e.g. the disk is full) removes its temp directory before it raises. Old
 checkpoints are removed the same way (renamed away, then deleted).
+
+Damage after the fact (a truncated ``arrays.bin``, flipped bytes, a malformed manifest) is
+caught by the per-leaf checksums: :func:`verify` checks a whole checkpoint,
+:func:`restore` every leaf it reads, and :func:`newest_intact` finds the newest
+checkpoint that passes (what a resume and ``jaxspreeze eval`` use).
 
 Why not orbax: this state has typed PRNG keys, bool and int leaves, and a split placement
 whose halves must come back on their own devices; one raw file plus a JSON manifest gives
-a bitwise round trip with full control of atomicity (and a test hook inside the write),
-one fsync per checkpoint, a memory-mapped restore of a large replay buffer, and the module
+a bitwise round trip with full control of atomicity, one fsync per checkpoint, a memory-mapped restore of a large replay buffer, and the module
 imports in milliseconds where orbax takes about 2.5 s. Host memory: :func:`save` copies one
 leaf at a time to the host.
+
+Whether a checkpoint may be resumed with a given config is :mod:`jaxspreeze.resume`'s
+question; :func:`evaluate_checkpoint` is what ``jaxspreeze eval`` runs.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
-import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
+import zlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import jax
 import numpy as np
 
+from jaxspreeze import config as config_lib
 from jaxspreeze.config import RunConfig
-from jaxspreeze.errors import CheckpointError, ConfigError
-
-if TYPE_CHECKING:
-    from jaxspreeze.loop import TrainState
+from jaxspreeze.envs import is_host_env, make_env
+from jaxspreeze.errors import CheckpointError, ConfigError, NonFiniteError
+from jaxspreeze.evaluate import make_evaluate, make_host_evaluate
+from jaxspreeze.iteration import TrainState
+from jaxspreeze.policy import make_algorithm
+from jaxspreeze.records import clean
 
 FORMAT = 1
 DIGITS = 12
 CHECKPOINTS = "checkpoints"
 MANIFEST = "manifest.json"
-
-# Test hook: called with a stage name ("leaf:<i>", "before_commit", "after_commit") while a
-# checkpoint is written, so a test can kill the process at a chosen point inside a save.
-_HOOK: Callable[[str], None] | None = None
-
-# Config fields of each algorithm that change the shapes of its state (besides RunConfig's).
-# An algorithm module may declare its own ``SHAPE_FIELDS`` tuple, which takes precedence.
-ALGO_SHAPE_FIELDS: dict[str, tuple[str, ...]] = {
-    "sac": ("hidden",),
-    "td3": ("hidden",),
-    "ddpg": ("hidden",),
-    "ppo": ("hidden", "normalize_obs"),
-}
+CONFIG = "config.json"
 
 
 # ------------------------------------------------------------------------------ paths
@@ -89,15 +87,11 @@ def latest(run_dir: str | Path) -> Path | None:
 
 # ------------------------------------------------------------------------------ save
 def _is_key(x: Any) -> bool:
-    import jax
-
     return hasattr(x, "dtype") and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
 
 
 def _to_host(x: Any) -> tuple[np.ndarray, str | None]:
     """A host copy of one leaf and its PRNG implementation name (None for plain arrays)."""
-    import jax
-
     if _is_key(x):
         return np.asarray(jax.random.key_data(x)), str(jax.random.key_impl(x))
     return np.asarray(x), None
@@ -134,11 +128,6 @@ def _remove(path: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
-def _hook(stage: str) -> None:
-    if _HOOK is not None:
-        _HOOK(stage)
-
-
 def save(
     run_dir: str | Path,
     state: TrainState,
@@ -153,18 +142,14 @@ def save(
     """Write the whole ``state`` as ``<run_dir>/checkpoints/<env_steps>``; returns its path.
 
     Blocks until every leaf is on the host and on disk, so call it *before* handing
-    ``state`` to the next (donating) ``Loop.chunk``. ``config`` defaults to the run's
+    ``state`` to the next (donating) ``Schedule.chunk``. ``config`` defaults to the run's
     ``config.json``. An existing checkpoint at the same step is replaced. Only the newest
     ``keep`` checkpoints are kept. With ``require_finite`` (default) a NaN or inf in any
     floating leaf of ``state.agent`` (parameters, targets, optimiser states, temperature)
     raises :class:`~jaxspreeze.errors.NonFiniteError` and nothing is committed, so the
-    last good checkpoint stays the latest.
+    last good checkpoint stays the latest. Any failure (an OSError such as a full disk,
+    an exception while copying a leaf) removes the temp directory before it propagates.
     """
-    import jax
-
-    from jaxspreeze import config as config_lib
-    from jaxspreeze.metrics import clean
-
     if keep < 1:
         raise ValueError(f"keep must be >= 1, got {keep}")
     run_dir = Path(run_dir)
@@ -179,14 +164,58 @@ def save(
     final = root / name
     tmp = root / f".tmp-{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir(parents=True)
+    try:
+        _write(tmp, run_dir, state, env_steps, chunk, extra, config, require_finite)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if e.filename is None:  # a write() names no file: name the checkpoint
+            raise OSError(e.errno, e.strerror, str(final)) from None
+        raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
+    # commit: one rename makes the checkpoint visible, complete
+    replaced = None
+    if final.exists():  # same step saved before: move it aside, delete after the commit
+        replaced = root / f".trash-{name}-{uuid.uuid4().hex[:8]}"
+        os.rename(final, replaced)
+    try:
+        os.rename(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if replaced is not None and not final.exists():
+            os.rename(replaced, final)
+        raise
+    _fsync_dir(root)
+    if replaced is not None:
+        shutil.rmtree(replaced, ignore_errors=True)
+
+    for old in list_checkpoints(run_dir)[:-keep]:
+        _remove(old)
+    _fsync_dir(root)
+    return final
+
+
+def _write(
+    tmp: Path,
+    run_dir: Path,
+    state: TrainState,
+    env_steps: int,
+    chunk: int,
+    extra: dict[str, Any] | None,
+    config: RunConfig | None,
+    require_finite: bool,
+) -> None:
+    """Write ``arrays.bin``, ``config.json`` and (last) ``manifest.json`` into ``tmp``."""
     leaves_with_paths, treedef = jax.tree_util.tree_flatten_with_path(state)
     entries = []
     nonfinite: list[str] = []
     with open(tmp / DATA, "wb") as f:
-        for i, (path, leaf) in enumerate(leaves_with_paths):
+        for path, leaf in leaves_with_paths:
             arr, key_impl = _to_host(leaf)
             f.write(b"\0" * (-f.tell() % ALIGN))
+            raw = np.ascontiguousarray(arr).reshape(-1).view(np.uint8).data
             entries.append(
                 {
                     "path": jax.tree_util.keystr(path),
@@ -195,9 +224,10 @@ def save(
                     "dtype": arr.dtype.name,
                     "shape": list(arr.shape),
                     "key_impl": key_impl,
+                    "crc32": zlib.crc32(raw),
                 }
             )
-            f.write(np.ascontiguousarray(arr).reshape(-1).view(np.uint8).data)
+            f.write(raw)
             key_str = entries[-1]["path"]
             if (
                 require_finite
@@ -206,27 +236,29 @@ def save(
                 and not np.isfinite(arr).all()
             ):
                 nonfinite.append(key_str)
-            del arr
-            _hook(f"leaf:{i}")
+            del arr, raw
         f.flush()
         os.fsync(f.fileno())
     if nonfinite:
-        from jaxspreeze.errors import NonFiniteError
-
-        shutil.rmtree(tmp, ignore_errors=True)
+        previous = latest(run_dir)
+        kept = (
+            f"the newest checkpoint, {previous}, stays the latest"
+            if previous is not None
+            else "no checkpoint was written before it"
+        )
         raise NonFiniteError(
             f"not saving the state at env step {int(env_steps)}: non-finite values in "
-            f"{len(nonfinite)} leaves, e.g. {nonfinite[0]}; the last good checkpoint is kept"
+            f"{len(nonfinite)} leaves, e.g. {nonfinite[0]}; {kept}"
         )
 
     if config is not None:
         cfg_data = config_lib.to_dict(config)
-    elif (run_dir / "config.json").is_file():
-        cfg_data = json.loads((run_dir / "config.json").read_text())
+    elif (run_dir / CONFIG).is_file():
+        cfg_data = json.loads((run_dir / CONFIG).read_text())
     else:
         cfg_data = None
     if cfg_data is not None:
-        _write_json(tmp / "config.json", cfg_data)
+        _write_json(tmp / CONFIG, cfg_data)
     manifest = {
         "format": FORMAT,
         "env_steps": int(env_steps),
@@ -239,43 +271,102 @@ def save(
     }
     _write_json(tmp / MANIFEST, manifest)  # written last: a dir without it is incomplete
     _fsync_dir(tmp)
-    _hook("before_commit")
-
-    # commit: one rename makes the checkpoint visible, complete
-    replaced = None
-    if final.exists():  # same step saved before: move it aside, delete after the commit
-        replaced = root / f".trash-{name}-{uuid.uuid4().hex[:8]}"
-        os.rename(final, replaced)
-    os.rename(tmp, final)
-    _fsync_dir(root)
-    _hook("after_commit")
-    if replaced is not None:
-        shutil.rmtree(replaced, ignore_errors=True)
-
-    for old in list_checkpoints(run_dir)[:-keep]:
-        _remove(old)
-    _fsync_dir(root)
-    return final
 
 
 # ------------------------------------------------------------------------------ restore
 def read_manifest(path: str | Path) -> dict[str, Any]:
-    """The manifest of the checkpoint at ``path`` (CheckpointError if incomplete)."""
+    """The manifest of the checkpoint at ``path`` (CheckpointError if incomplete or damaged)."""
     file = Path(path) / MANIFEST
     if not file.is_file():
         raise CheckpointError(f"{path} is not a complete checkpoint (no {MANIFEST})")
-    manifest = json.loads(file.read_text())
+    try:
+        manifest = json.loads(file.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{file} is damaged (not valid JSON: {e})") from None
+    if not isinstance(manifest, dict):
+        raise CheckpointError(f"{file} is damaged (not a JSON object)")
     if manifest.get("format") != FORMAT:
         raise CheckpointError(f"{path}: unknown checkpoint format {manifest.get('format')!r}")
+    try:
+        int(manifest["env_steps"]), int(manifest["chunk"])
+        for e in manifest["leaves"]:
+            e["path"], int(e["offset"]), int(e["nbytes"]), np.dtype(e["dtype"]), list(e["shape"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(f"{file} is damaged (a field is missing or malformed: {e})") from None
     return manifest
 
 
 def read_config(path: str | Path) -> RunConfig | None:
     """The RunConfig stored with the checkpoint at ``path`` (None if it has none)."""
-    from jaxspreeze import config as config_lib
+    file = Path(path) / CONFIG
+    if not file.is_file():
+        return None
+    try:
+        return config_lib.load(file)
+    except ConfigError as e:
+        raise CheckpointError(f"{file} is damaged ({e})") from None
 
-    file = Path(path) / "config.json"
-    return config_lib.load(file) if file.is_file() else None
+
+def _data(path: Path, manifest: dict[str, Any]) -> np.ndarray:
+    """``arrays.bin`` of a checkpoint, memory-mapped; CheckpointError if it is too short."""
+    file = path / DATA
+    if not file.is_file():
+        raise CheckpointError(f"{file} is missing")
+    size = file.stat().st_size
+    need = max((int(e["offset"]) + int(e["nbytes"]) for e in manifest["leaves"]), default=0)
+    if size < need:
+        raise CheckpointError(
+            f"{file} is damaged (truncated: {size:,} bytes, the manifest needs {need:,})"
+        )
+    return np.memmap(file, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
+
+
+def _check_leaf(file: Path, entry: dict[str, Any], raw: Any) -> None:
+    """CheckpointError unless ``raw`` has the CRC-32 the manifest recorded (if it has one)."""
+    want = entry.get("crc32")
+    if want is not None and zlib.crc32(raw) != want:
+        raise CheckpointError(
+            f"{file} is damaged (leaf {entry['path']} does not match its checksum)"
+        )
+
+
+def verify(path: str | Path) -> dict[str, Any]:
+    """Check a whole checkpoint (manifest, size, every leaf's checksum, config); its manifest.
+
+    Raises :class:`~jaxspreeze.errors.CheckpointError` naming the damaged file.
+    """
+    path = Path(path)
+    manifest = read_manifest(path)
+    data = _data(path, manifest)
+    for entry in manifest["leaves"]:
+        start = int(entry["offset"])
+        _check_leaf(path / DATA, entry, data[start : start + int(entry["nbytes"])])
+    read_config(path)
+    return manifest
+
+
+def newest_intact(run_dir: str | Path) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """The newest checkpoint of ``run_dir`` that :func:`verify` passes, and the damaged
+    newer ones with the reason for each (newest first)."""
+    damaged: list[tuple[Path, str]] = []
+    for path in reversed(list_checkpoints(run_dir)):
+        try:
+            verify(path)
+        except CheckpointError as e:
+            damaged.append((path, str(e)))
+            continue
+        return path, damaged
+    return None, damaged
+
+
+def set_aside(path: str | Path) -> Path:
+    """Rename a damaged checkpoint to ``damaged-<name>`` (no longer listed, never pruned)."""
+    path = Path(path)
+    target = path.with_name(f"damaged-{path.name}")
+    if target.exists():
+        target = path.with_name(f"damaged-{path.name}-{uuid.uuid4().hex[:8]}")
+    os.rename(path, target)
+    return target
 
 
 def _placement_of(leaf: Any) -> Any:
@@ -283,22 +374,31 @@ def _placement_of(leaf: Any) -> Any:
     return getattr(leaf, "sharding", None)
 
 
+def _put(arr: np.ndarray, sharding: Any) -> jax.Array:
+    """``arr`` on ``sharding``; one that spans other processes (a multi-process
+    data-parallel run, each process restoring the same checkpoint) keeps this process's
+    part of it."""
+    if sharding is None or sharding.is_fully_addressable:
+        return jax.device_put(arr, sharding)
+    return jax.make_array_from_callback(arr.shape, sharding, lambda index: arr[index])
+
+
 def restore(
-    path: str | Path, template: TrainState, *, partial: bool = False
+    path: str | Path, template: TrainState, *, partial: bool = False, check: bool = True
 ) -> tuple[TrainState, dict[str, Any]]:
     """Load the checkpoint at ``path`` into the structure of ``template``.
 
     Each leaf comes back bitwise, with the template leaf's dtype, on the template leaf's
     device(s) (so the split placement's actor and critic halves return to their own
-    devices). ``template`` is typically a fresh ``Loop.init()`` of the same config; its
+    devices). ``template`` is typically a fresh ``Schedule.init()`` of the same config; its
     values are not read. With ``partial=True`` saved leaves that the template lacks are
-    skipped (e.g. evaluating a split-placement run on one device).
+    skipped (e.g. evaluating a split-placement run on one device). With ``check`` (the
+    default) every leaf read is checked against its checksum (CheckpointError when it
+    does not match; pass False when :func:`verify` has just checked the whole checkpoint).
 
     Returns ``(state, info)``; ``info`` has ``env_steps``, ``chunk``, ``extra``,
     ``config`` (a RunConfig or None) and ``path``.
     """
-    import jax
-
     path = Path(path)
     manifest = read_manifest(path)
     saved = {e["path"]: e for e in manifest["leaves"]}
@@ -318,10 +418,7 @@ def restore(
             "its networks or the placement (split keeps an observation-only buffer) differ"
         )
 
-    file = path / DATA
-    data = (
-        np.memmap(file, dtype=np.uint8, mode="r") if file.stat().st_size else np.zeros(0, np.uint8)
-    )
+    data = _data(path, manifest)
     out = []
     for key_path, leaf in zip(wanted, (leaf for _, leaf in leaves_with_paths), strict=True):
         entry = saved[key_path]
@@ -332,7 +429,7 @@ def restore(
             raise CheckpointError(
                 f"{path}: leaf {key_path} is {entry['dtype']}{entry['shape']} in the "
                 f"checkpoint but {want_dtype.name}{list(want_shape)} in this run; the config "
-                "changed a shape (see checkpoint.check_compatible)"
+                "changed a shape (see resume.check_compatible)"
             )
         if is_key and entry["key_impl"] != str(jax.random.key_impl(leaf)):
             raise CheckpointError(
@@ -340,12 +437,14 @@ def restore(
                 f"{jax.random.key_impl(leaf)}"
             )
         raw = data[entry["offset"] : entry["offset"] + entry["nbytes"]]
+        if check:
+            _check_leaf(path / DATA, entry, raw)
         arr = np.array(raw).view(want_dtype).reshape(want_shape)  # a copy, off the mmap
         placement = _placement_of(leaf)
-        value = jax.device_put(arr, placement)
+        value = _put(arr, placement)
         if is_key:
             value = jax.random.wrap_key_data(value, impl=entry["key_impl"])
-            if placement is not None:
+            if placement is not None and not value.sharding.is_equivalent_to(placement, value.ndim):
                 value = jax.device_put(value, placement)
         out.append(value)
     state = jax.tree_util.tree_unflatten(treedef, out)
@@ -359,131 +458,69 @@ def restore(
     return state, info
 
 
-# ------------------------------------------------------------------------------ resume checks
-def _shape_fields(cfg: RunConfig) -> list[str]:
-    from jaxspreeze import algos
-
-    fields = ["algo", "env", "num_envs", "num_seeds"]
-    if cfg.algo != "ppo":
-        fields.append("buffer_size")
-    try:
-        module = algos.get(cfg.algo)
-        own = getattr(module, "SHAPE_FIELDS", ALGO_SHAPE_FIELDS.get(cfg.algo, ("hidden",)))
-    except ValueError:
-        own = ()
-    fields += [f"{cfg.algo}.{name}" for name in own]
-    return fields
-
-
-def _get(cfg: RunConfig, dotted: str) -> Any:
-    value: Any = cfg
-    for part in dotted.split("."):
-        value = getattr(value, part)
-    return value
-
-
-def check_compatible(
-    saved_cfg: RunConfig,
-    cfg: RunConfig,
-    *,
-    saved_split: bool | None = None,
-    split: bool | None = None,
-) -> None:
-    """ConfigError naming every field whose change alters the run state's shapes.
-
-    Shape fields: algo, env, num_envs, num_seeds, buffer_size (off-policy), the
-    algorithm's network widths (``<algo>.hidden``) and whatever else its module lists
-    in ``SHAPE_FIELDS``; and the placement when it switches between split and single
-    for an off-policy algorithm (the split keeps an extra observation-only buffer).
-    ``saved_split`` / ``split`` are the resolved placements, when known.
-    """
-    changed = []
-    for name in _shape_fields(saved_cfg):
-        old = _get(saved_cfg, name)
-        try:
-            new = _get(cfg, name)
-        except AttributeError:
-            new = None
-        if old != new:
-            changed.append((name, old, new))
-    if saved_split is not None and split is not None and saved_split != split and cfg.algo != "ppo":
-        where = lambda s: "split" if s else "single"
-        changed.append(("placement", where(saved_split), where(split)))
-    if changed:
-        listing = ", ".join(f"{name} {old!r} -> {new!r}" for name, old, new in changed)
-        raise ConfigError(
-            changed[0][0],
-            f"cannot resume: these settings change the shapes of the saved state: {listing}; "
-            "resume with the run's own values (its config.json) or start a new run",
-        )
-
-
-def config_changes(saved_cfg: RunConfig, cfg: RunConfig) -> dict[str, tuple[Any, Any]]:
-    """Every field (dotted for algorithm fields) whose value differs: ``{name: (old, new)}``.
-
-    Useful on resume to print what changed. Note that learning rates, gamma and tau are
-    leaves of the saved state: a resumed run keeps the checkpoint's values.
-    """
-    from jaxspreeze import config as config_lib
-
-    def flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for k, v in d.items():
-            if isinstance(v, dict):
-                out.update(flat(v, f"{prefix}{k}."))
-            else:
-                out[f"{prefix}{k}"] = v
-        return out
-
-    old, new = flat(config_lib.to_dict(saved_cfg)), flat(config_lib.to_dict(cfg))
-    return {
-        k: (old.get(k), new.get(k)) for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)
-    }
-
-
 def saved_split(path: str | Path) -> bool:
     """Whether the checkpoint at ``path`` was written by a split placement."""
     return any(e["path"].startswith(".obs_buffer") for e in read_manifest(path)["leaves"])
 
 
-# ------------------------------------------------------------------------------ eval CLI
+# ------------------------------------------------------------------------------ evaluation
+def is_checkpoint(path: str | Path) -> bool:
+    """Whether ``path`` is one checkpoint directory (``<run>/checkpoints/<digits>``)."""
+    path = Path(path)
+    return path.name.isdigit() and path.parent.name == CHECKPOINTS and (path / MANIFEST).is_file()
+
+
 def evaluate_checkpoint(
     run_dir: str | Path, episodes: int | None = None, seed: int | None = None
 ) -> dict[str, Any]:
-    """Restore the latest checkpoint of ``run_dir`` and evaluate its policy, per seed.
+    """Restore a run's newest intact checkpoint (or the checkpoint ``run_dir`` names) and
+    evaluate its policy, per seed.
 
-    Returns ``{"checkpoint", "env_steps", "episodes", "return_mean", "return_std",
-    "length_mean"}`` (lists over seeds). Raises CheckpointError if there is none.
+    ``run_dir`` is a run directory or one of its checkpoint directories
+    (``RUN/checkpoints/000000021000``). Returns ``{"checkpoint", "env_steps", "episodes",
+    "return_mean", "return_std", "length_mean", "damaged"}`` (lists over seeds;
+    ``env_steps`` per seed; ``damaged``: the newer checkpoints skipped as damaged, with
+    why). Raises CheckpointError if there is none.
     """
-    import jax
-
-    from jaxspreeze import devices
-    from jaxspreeze.envs import make_env
-    from jaxspreeze.evaluate import make_evaluate
-    from jaxspreeze.loop import Loop, TrainState
-
-    run_dir = Path(run_dir)
-    path = latest(run_dir)
-    if path is None:
-        raise CheckpointError(f"{run_dir} has no checkpoint (looked in {checkpoint_dir(run_dir)})")
+    given = Path(run_dir)
+    damaged: list[tuple[Path, str]] = []
+    if is_checkpoint(given):
+        path, run_dir = given, given.parent.parent
+        verify(path)
+    else:
+        run_dir = given
+        path, damaged = newest_intact(run_dir)
+        if path is None:
+            if damaged:
+                raise CheckpointError(
+                    f"{run_dir} has no intact checkpoint: {damaged[0][1]}"
+                    + (f" (and {len(damaged) - 1} more damaged)" if len(damaged) > 1 else "")
+                )
+            raise CheckpointError(
+                f"{run_dir} has no checkpoint (looked in {checkpoint_dir(run_dir)})"
+            )
     cfg = read_config(path)
-    if cfg is None and (run_dir / "config.json").is_file():
-        from jaxspreeze import config as config_lib
-
-        cfg = config_lib.load(run_dir / "config.json")
+    if cfg is None and (run_dir / CONFIG).is_file():
+        try:
+            cfg = config_lib.load(run_dir / CONFIG)
+        except ConfigError as e:
+            raise CheckpointError(f"{run_dir / CONFIG} is damaged ({e})") from None
     if cfg is None:
-        raise CheckpointError(f"{path} has no config.json, and neither has {run_dir}")
+        raise CheckpointError(f"{path} has no {CONFIG}, and neither has {run_dir}")
+    cfg = config_lib.resolve(cfg)
     episodes = episodes or cfg.eval_episodes
-    loop = Loop(cfg, devices.single())
+    algo = make_algorithm(cfg)
     # only the agent is needed: a template without the (possibly huge) replay buffer
-    agent = jax.jit(jax.vmap(loop.algo.init))(jax.random.split(jax.random.key(0), cfg.num_seeds))
+    agent = jax.jit(jax.vmap(algo.init))(jax.random.split(jax.random.key(0), cfg.num_seeds))
     template = TrainState(*[None] * len(TrainState._fields))._replace(agent=agent)
     state, info = restore(path, template, partial=True)
-    eval_env = make_env(cfg.env, episodes)
-    evaluate = jax.jit(jax.vmap(make_evaluate(loop.algo.act, eval_env)))
     seed = cfg.seed + 10_000 if seed is None else seed
-    keys = jax.random.split(jax.random.key(seed), cfg.num_seeds)
-    result = jax.device_get(evaluate(state.agent.actor, keys))
+    if is_host_env(cfg.env):  # host envs: stepped on the host, seeded from ``seed``
+        result = make_host_evaluate(algo.act, cfg.env, episodes, seed)(state.agent.actor)
+    else:
+        evaluate = jax.jit(jax.vmap(make_evaluate(algo.act, make_env(cfg.env, episodes))))
+        keys = jax.random.split(jax.random.key(seed), cfg.num_seeds)
+        result = jax.device_get(evaluate(state.agent.actor, keys))
     return {
         "checkpoint": str(path),
         "env_steps": info["env_steps"],
@@ -491,39 +528,5 @@ def evaluate_checkpoint(
         "return_mean": np.asarray(result.return_mean).tolist(),
         "return_std": np.asarray(result.return_std).tolist(),
         "length_mean": np.asarray(result.length_mean).tolist(),
+        "damaged": [[str(p), why] for p, why in damaged],
     }
-
-
-def main(argv: Sequence[str]) -> int:
-    """``jaxspreeze eval RUN_DIR [--episodes N] [--seed S] [--json]``."""
-    parser = argparse.ArgumentParser(
-        prog="jaxspreeze eval",
-        description="Evaluate the latest checkpoint of a run directory: one deterministic "
-        "episode per env, N envs, every seed of the run.",
-    )
-    parser.add_argument("run_dir", help="a run directory (holds checkpoints/)")
-    parser.add_argument("--episodes", type=int, default=None, help="episodes per seed")
-    parser.add_argument("--seed", type=int, default=None, help="evaluation seed")
-    parser.add_argument("--json", action="store_true", help="print one JSON line")
-    try:
-        args = parser.parse_args(list(argv))
-    except SystemExit as e:
-        return int(e.code or 0)
-    if args.episodes is not None and args.episodes < 1:
-        print("jaxspreeze: error: --episodes: must be >= 1", file=sys.stderr)
-        return 2
-    try:
-        result = evaluate_checkpoint(args.run_dir, args.episodes, args.seed)
-    except (CheckpointError, ConfigError) as e:
-        print(f"jaxspreeze: error: {e}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps(result))
-        return 0
-    means, stds = result["return_mean"], result["return_std"]
-    print(f"checkpoint: {result['checkpoint']} ({result['env_steps']} env steps per seed)")
-    for i, (m, s) in enumerate(zip(means, stds, strict=True)):
-        print(f"  seed {i}: return {m:.2f} +- {s:.2f} over {result['episodes']} episodes")
-    if len(means) > 1:
-        print(f"  mean over seeds: {np.mean(means):.2f} (std {np.std(means):.2f})")
-    return 0

@@ -32,3 +32,7 @@ class NonFiniteError(RuntimeError):
 
 class CheckpointError(ValueError):
     """A checkpoint that is missing, unreadable or does not fit the state it restores into."""
+
+
+class ProcessError(RuntimeError):
+    """A multi-process run cannot go on: another process failed, died or disagrees."""

@@ -1,15 +1,22 @@
-"""Guards: turn the loop's cheap in-chunk finiteness flags into a clear stop message.
+"""Guards: turn a chunk's cheap in-chunk finiteness flags into a clear stop message.
 
-Every phase of an algorithm reports a ``finite`` flag (1 when its losses, gradient norms
-and, for the actor, the temperature were finite at every gradient step); the loop keeps
-them as ``critic_finite`` / ``actor_finite`` and :func:`jaxspreeze.trainer.chunk_record`
-reduces them over the chunk and the seeds. A non-finite parameter makes the next loss
+Every phase of an algorithm reports a ``finite`` flag (1 when its losses, gradient
+norms and, for the actor, the temperature were finite at every gradient step); the
+iteration keeps them as ``critic_finite`` / ``actor_finite`` and
+:func:`jaxspreeze.records.chunk_record` reduces them over the chunk and the seeds. A non-finite parameter makes the next loss
 non-finite, so the flag catches it one step later. No debug mode, no host callback.
+
+:class:`Tripwire` carries the first such message from the metrics thread, which builds
+the records, to the main thread, which stops training at the next chunk boundary.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
+
+from jaxspreeze.errors import NonFiniteError
+from jaxspreeze.types import Record
 
 QUANTITIES = {
     "critic_finite": "critic loss/gradients (or critic parameters)",
@@ -40,7 +47,49 @@ def nonfinite_message(record: dict[str, Any]) -> str | None:
             text += f" in seed(s) {', '.join(map(str, seeds))}"
         parts.append(text)
     return (
-        f"non-finite {' and '.join(parts)} {where}. Training stopped; the last good "
-        "checkpoint is kept. Lower the learning rates, check the environment's rewards "
-        "and observations, or resume from the checkpoint with a smaller learning rate."
+        f"non-finite {' and '.join(parts)} {where}. Training stopped. Lower the learning "
+        "rates or check the environment's rewards and observations."
     )
+
+
+def checkpoint_note(latest: Any, run_dir: Any) -> str:
+    """What a non-finite stop leaves: the newest checkpoint (a path or None) and how to go on.
+
+    A resumed run takes changed learning rates from its new config, so resuming with
+    smaller ones is a real way on.
+    """
+    if latest is None:
+        return (
+            "No checkpoint was written before it (set --checkpoint-every to keep one); "
+            "start the run again with smaller learning rates."
+        )
+    return (
+        f"The last good checkpoint, {latest}, is kept: resume it with smaller learning "
+        f"rates (jaxspreeze train --resume {run_dir} --<algo>.<name>-lr ...)."
+    )
+
+
+class Tripwire:
+    """The first non-finite chunk, handed from the thread that sees it to the main thread.
+
+    The metrics thread passes every chunk record through :meth:`check`; the main thread
+    calls :meth:`raise_if_tripped` at chunk boundaries. The message is written once,
+    before the event is set, and only read after it is set.
+    """
+
+    def __init__(self) -> None:
+        self._tripped = threading.Event()
+        self._message: str | None = None
+
+    def check(self, record: Record) -> Record:
+        """Trip on the first record whose guard flags are False; returns ``record``."""
+        message = nonfinite_message(record)
+        if message is not None and not self._tripped.is_set():
+            self._message = message
+            self._tripped.set()
+        return record
+
+    def raise_if_tripped(self) -> None:
+        """Raise :class:`~jaxspreeze.errors.NonFiniteError` with the message, once tripped."""
+        if self._tripped.is_set():
+            raise NonFiniteError(self._message)

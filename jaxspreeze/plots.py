@@ -1,49 +1,63 @@
-"""Pictures of runs: learning curves and throughput as PNGs, and a live notebook plot.
+"""Pictures of runs: learning curves and throughput as matplotlib figures and PNGs.
 
-``jaxspreeze plot RUN_DIR [RUN_DIR ...] [--out FILE]``: with one run and no ``--out`` it
-(re)writes ``learning_curve.png`` and ``throughput.png`` in the run directory; otherwise
-it writes one comparison figure (default ``comparison.png``). Curves come from the
-run's ``metrics.jsonl``: eval records (``eval_return`` vs env steps and vs wall time, a
-band of ±1 std over seeds when a run has several) and chunk records (training episode
-return, env steps/s, update samples/s). matplotlib is imported on use (Agg, no pyplot).
+Curves come from a run's ``metrics.jsonl``: eval records (``eval_return`` vs env steps
+and vs wall time, a band of ±1 std over seeds when a run has several) and chunk records
+(training episode return, env steps/s, update samples/s). :func:`write_run_plots` writes
+a run's ``learning_curve.png`` and ``throughput.png``; :func:`compare_runs` one figure
+comparing several runs. matplotlib is imported on use (Agg figures, no pyplot). The
+sinks that draw these while a run trains are in :mod:`jaxspreeze.sinks.plots`.
 """
 
 from __future__ import annotations
 
-import argparse
-import io
 import json
 import math
-import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jaxspreeze.metrics import Record
+import numpy as np
+
+from jaxspreeze.types import Record
 
 LEARNING_CURVE = "learning_curve.png"
 THROUGHPUT = "throughput.png"
 
 
 def load_records(run_dir: str | Path) -> list[Record]:
-    """The records of a run's ``metrics.jsonl`` (unreadable lines are skipped)."""
+    """The records of a run's ``metrics.jsonl``.
+
+    A line that is not a record (e.g. cut short by a crash) is skipped; a file with lines
+    but no record at all raises ValueError naming it (it is not a metrics file), and so
+    does a file without any line (nothing to draw yet).
+    """
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: is {run_dir} a jaxspreeze run directory?")
+    try:
+        lines = [line for line in path.read_text().splitlines() if line.strip()]
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not a metrics file (not text)") from None
     records = []
-    for line in path.read_text().splitlines():
+    for line in lines:
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if isinstance(record, dict) and _finite(record.get("env_steps")):
+            records.append(record)
+    if not lines:
+        raise ValueError(f"{path} holds no records yet: nothing to plot")
+    if not records:
+        raise ValueError(
+            f"{path} holds no metrics records ({len(lines)} line(s), none a JSON record with "
+            "env_steps): is it a jaxspreeze metrics file?"
+        )
     return records
 
 
 def _series(records: Sequence[Record], kind: str, x: str, y: str):
     """(x, mean, per-seed rows or None) of the records of ``kind`` with a finite ``y``."""
-    import numpy as np
-
     xs, means, seeds = [], [], []
     for r in records:
         if r.get("kind", "chunk") != kind or not _finite(r.get(y)) or not _finite(r.get(x)):
@@ -68,8 +82,6 @@ def _finite(v: Any) -> bool:
 
 def _curve(ax, records, kind: str, x: str, y: str, label: str, color) -> bool:
     """Plot one run's ``y`` vs ``x``; a band of ±1 std over seeds. False if no data."""
-    import numpy as np
-
     xs, mean, per_seed = _series(records, kind, x, y)
     if len(xs) == 0:
         return False
@@ -108,6 +120,7 @@ def _has_seeds(records: Sequence[Record]) -> bool:
 
 
 def _figure(ncols: int, nrows: int = 1, title: str = ""):
+    # heavy dependency (about 0.5 s): imported when the first figure is drawn
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(4.6 * ncols, 3.6 * nrows), layout="constrained")
@@ -240,116 +253,14 @@ def compare_runs(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
     return save(comparison_figure(runs), out)
 
 
-class PlotsSink:
-    """Keeps the records and writes the run's PNGs when the run ends (sink ``plots``)."""
-
-    name = "plots"
-
-    def __init__(self, run_dir: str | Path):
-        self.run_dir = Path(run_dir)
-        self.records: list[Record] = []
-
-    def write(self, record: Record) -> None:
-        """Keep ``record`` for the end-of-run pictures."""
-        self.records.append(record)
-
-    def close(self) -> None:
-        """Write ``learning_curve.png`` and ``throughput.png``."""
-        if self.records:
-            write_run_plots(self.run_dir, self.records)
-
-
-def in_notebook() -> bool:
-    """True inside a Jupyter kernel (IPython already imported and running a kernel)."""
-    ipython = sys.modules.get("IPython")
-    if ipython is None:
-        return False
-    shell = ipython.get_ipython()
-    return shell is not None and hasattr(shell, "kernel")
-
-
-class NotebookPlotSink:
-    """A live learning-curve figure in a notebook cell, redrawn at most every ``every_s``.
-
-    ``train(cfg, sinks=[NotebookPlotSink()])``. Outside a notebook it only keeps the
-    records (``figure()`` draws them on demand).
-    """
-
-    name = "notebook-plot"
-
-    def __init__(self, every_s: float = 2.0, throughput: bool = False, label: str = "run"):
-        self.every_s = every_s
-        self.throughput = throughput
-        self.label = label
-        self.records: list[Record] = []
-        self._handle: Any = None
-        self._last = -math.inf
-        self._live = in_notebook()
-
-    def figure(self):
-        """The current figure (learning curves, or throughput when asked for)."""
-        runs = {self.label: self.records}
-        return throughput_figure(runs) if self.throughput else learning_curve_figure(runs)
-
-    def write(self, record: Record) -> None:
-        """Keep ``record``; redraw if the last redraw is older than ``every_s``."""
-        self.records.append(record)
-        if self._live and time.monotonic() - self._last >= self.every_s:
-            self._draw()
-
-    def _draw(self) -> None:
-        from IPython.display import Image, display
-
-        buf = io.BytesIO()
-        self.figure().savefig(buf, format="png", dpi=80)
-        image = Image(data=buf.getvalue(), format="png")
-        if self._handle is None:
-            self._handle = display(image, display_id=True)
-        else:
-            self._handle.update(image)
-        self._last = time.monotonic()
-
-    def close(self) -> None:
-        """Draw the final state."""
-        if self._live and self.records:
-            self._draw()
-
-
-def main(argv: Sequence[str]) -> int:
-    """``jaxspreeze plot RUN_DIR [RUN_DIR ...] [--out FILE]``."""
-    parser = argparse.ArgumentParser(
-        prog="jaxspreeze plot",
-        description="Learning-curve and throughput PNGs for one run (written into the run "
-        "directory) or a comparison of several runs.",
-    )
-    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
-    parser.add_argument(
-        "--out",
-        default=None,
-        help="PNG to write a comparison figure to (default: with one run, learning_curve.png "
-        "and throughput.png in the run directory; with several, comparison.png)",
-    )
-    args = parser.parse_args(list(argv))
-    try:
-        if args.out is None and len(args.run_dirs) == 1:
-            paths = write_run_plots(args.run_dirs[0])
-        else:
-            paths = [compare_runs(args.run_dirs, args.out or "comparison.png")]
-    except FileNotFoundError as e:
-        print(f"jaxspreeze: error: {e}", file=sys.stderr)
-        return 2
-    for p in paths:
-        print(p)
-    return 0
-
-
 __all__ = [
-    "NotebookPlotSink",
-    "PlotsSink",
+    "LEARNING_CURVE",
+    "THROUGHPUT",
     "compare_runs",
+    "comparison_figure",
     "learning_curve_figure",
     "load_records",
-    "main",
+    "save",
     "throughput_figure",
     "write_run_plots",
 ]

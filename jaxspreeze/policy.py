@@ -11,9 +11,14 @@ from typing import Any, NamedTuple
 
 import jax
 import numpy as np
+from flax import serialization
 
+from jaxspreeze import algos
+from jaxspreeze import config as config_lib
 from jaxspreeze.algos.base import Algorithm
 from jaxspreeze.config import RunConfig
+from jaxspreeze.envs import env_spec
+from jaxspreeze.errors import ConfigError
 from jaxspreeze.types import PyTree
 
 POLICY_FILE = "policy.msgpack"
@@ -33,8 +38,6 @@ class Policy(NamedTuple):
 
 def save_policy(run_dir: str | Path, actor: PyTree) -> Path:
     """Write the actor of every seed to ``<run_dir>/policy.msgpack``; returns the path."""
-    from flax import serialization
-
     path = Path(run_dir) / POLICY_FILE
     host = jax.tree.map(np.asarray, jax.device_get(actor))
     path.write_bytes(serialization.to_bytes(host))
@@ -43,28 +46,40 @@ def save_policy(run_dir: str | Path, actor: PyTree) -> Path:
 
 def make_algorithm(cfg: RunConfig) -> Algorithm:
     """The run's algorithm bound to its env spec (no compile)."""
-    from jaxspreeze import algos
-    from jaxspreeze.envs import env_spec
-
+    cfg = config_lib.resolve(cfg)
     return algos.get(cfg.algo).make(cfg.algo_config, env_spec(cfg.env), cfg)
 
 
 def load_policy(run_dir: str | Path) -> Policy:
     """Read ``config.json`` and ``policy.msgpack`` of a finished run."""
-    from flax import serialization
-
-    from jaxspreeze import config as config_lib
-
     run_dir = Path(run_dir)
     path = run_dir / POLICY_FILE
     if not path.exists():
         raise FileNotFoundError(
             f"{path} not found: the run has no saved policy (train it to the end first)"
         )
-    cfg = config_lib.load(run_dir / "config.json")
+    try:
+        cfg = config_lib.resolve(config_lib.load(run_dir / "config.json"))
+    except ConfigError as e:
+        raise ValueError(f"{run_dir / 'config.json'}: {str(e).split(': ', 1)[1]}") from None
     algo = make_algorithm(cfg)
     keys = jax.random.split(jax.random.key(0), cfg.num_seeds)
     target: Any = jax.eval_shape(jax.vmap(algo.init), keys).actor
-    state = serialization.msgpack_restore(path.read_bytes())
-    actor = serialization.from_state_dict(target, state)
-    return Policy(cfg, algo, jax.tree.map(np.asarray, actor))
+    try:
+        state = serialization.msgpack_restore(path.read_bytes())
+        actor = serialization.from_state_dict(target, state)
+        actor = jax.tree.map(np.asarray, actor)
+        _check_shapes(actor, target)
+    except Exception as e:  # msgpack and flax raise many kinds for a damaged file
+        raise ValueError(
+            f"{path} is damaged or is not this run's policy ({type(e).__name__}: {e}); "
+            "evaluate the run's checkpoint instead (jaxspreeze eval RUN_DIR)"
+        ) from None
+    return Policy(cfg, algo, actor)
+
+
+def _check_shapes(actor: PyTree, target: PyTree) -> None:
+    """ValueError unless every leaf of ``actor`` has the shape and dtype of ``target``'s."""
+    for got, want in zip(jax.tree.leaves(actor), jax.tree.leaves(target), strict=True):
+        if got.shape != want.shape or got.dtype != want.dtype:
+            raise ValueError(f"a leaf is {got.dtype}{got.shape}, expected {want.dtype}{want.shape}")

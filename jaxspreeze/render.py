@@ -1,23 +1,26 @@
 """Watch a trained policy: a GIF for gymnax tasks, an HTML viewer for brax tasks.
 
-``jaxspreeze render RUN_DIR [--out FILE] [--seed-index I] [--max-steps N]`` loads the
-run's ``policy.msgpack``, rolls out one deterministic episode with the policy of seed 0
-(by default) and writes ``FILE`` (default ``<run>/render.gif`` or ``render.html``).
-gymnax frames are drawn here from the env state (gymnax's own renderer needs gym): see
-:data:`DRAWERS` for the supported tasks. brax episodes use ``brax.io.html.render``.
+:func:`render_run` loads a run's ``policy.msgpack``, rolls out one deterministic episode
+with the policy of one seed (0 by default) and writes a file (default
+``<run>/render.gif`` or ``render.html``). gymnax frames are drawn here from the env state
+(gymnax's own renderer needs gym): see :data:`DRAWERS` for the supported tasks. brax
+episodes use ``brax.io.html.render``.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import imageio.v3 as iio
+import jax
+import jax.numpy as jnp
 import numpy as np
+from PIL import Image, ImageDraw
 
+from jaxspreeze.envs import make_env
 from jaxspreeze.policy import Policy, load_policy
 
 WIDTH, HEIGHT = 320, 240
@@ -29,8 +32,6 @@ class _Canvas:
     """A PIL image with world coordinates: x in [x0, x1], y in [y0, y0 + aspect span]."""
 
     def __init__(self, x0: float, x1: float, y0: float):
-        from PIL import Image, ImageDraw
-
         self.image = Image.new("RGB", (WIDTH, HEIGHT), (250, 250, 250))
         self.draw = ImageDraw.Draw(self.image)
         self.x0, self.y0 = x0, y0
@@ -137,11 +138,6 @@ def rollout_episode(
     Returns (inner env states before each step, stacked ``[T, 1, ...]``; the episode's
     number of steps; its return).
     """
-    import jax
-    import jax.numpy as jnp
-
-    from jaxspreeze.envs import make_env
-
     env = make_env(policy.cfg.env, 1)
     steps = max_steps or env.spec.max_episode_steps
     actor = jax.tree.map(jnp.asarray, policy.seed(seed_index))
@@ -171,8 +167,6 @@ def rollout_episode(
 
 def gif_frames(policy: Policy, seed_index: int = 0, max_steps: int | None = None) -> list[Frame]:
     """The frames of one episode of a gymnax task (see :data:`DRAWERS`)."""
-    import jax
-
     name = policy.cfg.env.partition("/")[2]
     draw = DRAWERS.get(name)
     if draw is None:
@@ -180,8 +174,6 @@ def gif_frames(policy: Policy, seed_index: int = 0, max_steps: int | None = None
             f"no renderer for {policy.cfg.env}; GIFs are drawn for gymnax/"
             + ", gymnax/".join(DRAWERS)
         )
-    from jaxspreeze.envs import make_env
-
     _, params = make_env(policy.cfg.env, 1).render_state
     inner, length, _ = rollout_episode(policy, seed_index, max_steps)
     return [draw(jax.tree.map(lambda x: x[t, 0], inner), params, t) for t in range(max(length, 1))]
@@ -189,8 +181,6 @@ def gif_frames(policy: Policy, seed_index: int = 0, max_steps: int | None = None
 
 def write_gif(frames: Sequence[Frame], out: str | Path, fps: int = 30) -> Path:
     """Write ``frames`` as a looping GIF (imageio)."""
-    import imageio.v3 as iio
-
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     iio.imwrite(out, np.stack(frames), extension=".gif", duration=1000 / fps, loop=0)
@@ -199,10 +189,8 @@ def write_gif(frames: Sequence[Frame], out: str | Path, fps: int = 30) -> Path:
 
 def brax_html(policy: Policy, seed_index: int = 0, max_steps: int | None = None) -> str:
     """The brax viewer (``brax.io.html.render``) of one deterministic episode."""
-    import jax
+    # heavy dependency (brax imports in about 3 s): imported only to render a brax task
     from brax.io import html
-
-    from jaxspreeze.envs import make_env
 
     brax_env = make_env(policy.cfg.env, 1).render_state
     inner, length, _ = rollout_episode(policy, seed_index, max_steps)
@@ -238,31 +226,3 @@ def render_run(
     if out.suffix.lower() != ".gif":
         raise ValueError(f"gymnax tasks render to a GIF; got --out {out}")
     return write_gif(gif_frames(policy, seed_index, max_steps), out, fps)
-
-
-def main(argv: Sequence[str]) -> int:
-    """``jaxspreeze render RUN_DIR [--out FILE]``."""
-    parser = argparse.ArgumentParser(
-        prog="jaxspreeze render",
-        description="Roll out a trained policy (deterministic, one episode) to a GIF (gymnax) "
-        "or an HTML viewer (brax).",
-    )
-    parser.add_argument("run_dir", metavar="RUN_DIR", help="a finished run directory")
-    parser.add_argument("--out", default=None, help="output file (.gif for gymnax, .html for brax)")
-    parser.add_argument("--seed-index", type=int, default=0, help="which seed's policy (default 0)")
-    parser.add_argument("--max-steps", type=int, default=None, help="cap on the episode length")
-    parser.add_argument("--fps", type=int, default=30, help="GIF frames per second")
-    args = parser.parse_args(list(argv))
-    try:
-        path = render_run(
-            args.run_dir,
-            args.out,
-            seed_index=args.seed_index,
-            max_steps=args.max_steps,
-            fps=args.fps,
-        )
-    except (FileNotFoundError, ValueError) as e:
-        print(f"jaxspreeze: error: {e}", file=sys.stderr)
-        return 2
-    print(path)
-    return 0

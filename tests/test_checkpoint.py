@@ -1,8 +1,10 @@
-"""Checkpoints: bitwise round trip, bitwise resume at the Loop level, atomic writes, guards.
+"""Checkpoints: bitwise round trip, bitwise resume at the schedule level, atomic writes,
+guards, resume checks.
 
-One tiny SAC run (2 seeds) is compiled once per module and shared; a "fresh" Loop reuses
-its compiled executables (the program is a pure function of the config; what a resume
-must bring back is the state, which is what these tests check).
+One tiny SAC run (2 seeds) is compiled once per module and shared; resuming it reuses
+that schedule's compiled programs (a schedule carries no run state: the program is a pure
+function of the config; what a resume must bring back is the state, which is what these
+tests check). The slow tests resume in a fresh schedule that compiles its own programs.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxspreeze import checkpoint, devices
+from jaxspreeze import checkpoint, cli, config, devices, resume, schedules
 from jaxspreeze.algos.base import AgentState
 from jaxspreeze.algos.sac import SACConfig
 from jaxspreeze.config import RunConfig
 from jaxspreeze.errors import CheckpointError, ConfigError, NonFiniteError
 from jaxspreeze.guards import nonfinite_message
-from jaxspreeze.loop import Loop, TrainState
+from jaxspreeze.iteration import TrainState
+from jaxspreeze.records import chunk_record
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -47,8 +50,8 @@ TINY = dict(
 
 
 def tiny_cfg(**changes) -> RunConfig:
-    """The shared tiny SAC config (2 seeds) with ``changes``."""
-    return RunConfig(**{**TINY, **changes})
+    """The shared tiny SAC config (2 seeds) with ``changes``, resolved."""
+    return config.resolve(RunConfig(**{**TINY, **changes}))
 
 
 def host_leaves(tree) -> list[tuple[str, str, tuple, bytes]]:
@@ -81,26 +84,19 @@ def drop_optimizer_state(state: TrainState, fresh: TrainState) -> TrainState:
     return state._replace(agent=agent)
 
 
-def fresh_loop(like: Loop) -> Loop:
-    """A new Loop for the same config that reuses ``like``'s compiled executables."""
-    loop = Loop(like.cfg, like.placement)
-    loop._compiled = like._compiled
-    return loop
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """Chunk A and B of the tiny run, uninterrupted, with a checkpoint after chunk A."""
     cfg = tiny_cfg()
-    loop = Loop(cfg, devices.single())
+    schedule = schedules.make(cfg, devices.single())
     run_dir = tmp_path_factory.mktemp("run")
-    state_a, _ = loop.chunk(loop.init())
+    state_a, _ = schedule.chunk(schedule.init())
     ckpt = checkpoint.save(run_dir, state_a, env_steps=4, chunk=0, config=cfg, extra={"x": 1})
     host_a = host_leaves(state_a)
-    state_b, metrics_b = loop.chunk(state_a)  # donates state_a
+    state_b, metrics_b = schedule.chunk(state_a)  # donates state_a
     return {
         "cfg": cfg,
-        "loop": loop,
+        "schedule": schedule,
         "run_dir": run_dir,
         "ckpt": ckpt,
         "host_a": host_a,
@@ -112,7 +108,7 @@ def run(tmp_path_factory):
 @pytest.fixture(scope="module")
 def template(run):
     """A fresh state of the tiny config, as a restore template (never donated)."""
-    return fresh_loop(run["loop"]).init()
+    return run["schedule"].init()
 
 
 def host_copy(tree):
@@ -152,19 +148,19 @@ def test_round_trip_other_algorithms(algo, tmp_path):
     if algo == "ppo":
         changes.update(batch_size=2, num_envs=2, rollout_steps=2, learning_starts=0)
     cfg = tiny_cfg(**changes)
-    loop = Loop(cfg, devices.single())
-    state = loop.init()
+    schedule = schedules.make(cfg, devices.single())
+    state = schedule.init()
     path = checkpoint.save(tmp_path, state, env_steps=0, chunk=0, config=cfg)
-    restored, _ = checkpoint.restore(path, loop.init(seed=123))
+    restored, _ = checkpoint.restore(path, schedule.init(seed=123))
     assert bitwise_equal(restored, state)
 
 
 # ------------------------------------------------------------------------------ bitwise resume
 def test_resume_equals_uninterrupted_run(run, template):
-    """Chunk A, save, restore into a fresh Loop, chunk B == chunks A, B: state and metrics."""
-    loop = fresh_loop(run["loop"])
+    """Chunk A, save, restore into a fresh state, chunk B == chunks A, B: state and metrics."""
+    schedule = run["schedule"]
     restored, _ = checkpoint.restore(checkpoint.latest(run["run_dir"]), template)
-    state_b, metrics_b = loop.chunk(restored)
+    state_b, metrics_b = schedule.chunk(restored)
     assert bitwise_equal(state_b, run["state_b"])
     metrics_b = jax.device_get(metrics_b)
     assert metrics_b.keys() == run["metrics_b"].keys()
@@ -174,10 +170,10 @@ def test_resume_equals_uninterrupted_run(run, template):
 
 def test_resume_without_optimizer_state_differs(run, template):
     """Negative control: re-initialised optimizer states make the comparison fail."""
-    loop = fresh_loop(run["loop"])
+    schedule = run["schedule"]
     restored, _ = checkpoint.restore(run["ckpt"], template)
     dropped = drop_optimizer_state(restored, host_copy(template))
-    state_b, _ = loop.chunk(dropped)
+    state_b, _ = schedule.chunk(dropped)
     assert not bitwise_equal(state_b.agent, run["state_b"].agent)
     assert not bitwise_equal(state_b, run["state_b"])
 
@@ -200,26 +196,49 @@ def test_keep_latest_and_incomplete_dirs(template, tmp_path):
     assert not list(root.glob(".tmp-*"))
 
 
+class Crash(Exception):
+    """Raised inside a save, where a crash would happen."""
+
+
+class Exploding:
+    """A leaf that raises :class:`Crash` when save() copies it to the host."""
+
+    def __array__(self, dtype=None, copy=None):
+        raise Crash("while writing a leaf")
+
+
+def with_leaf(tree, i: int, leaf):
+    """``tree`` with its ``i``-th leaf replaced by ``leaf``."""
+    leaves, treedef = jax.tree.flatten(tree)
+    return jax.tree.unflatten(treedef, [*leaves[:i], leaf, *leaves[i + 1 :]])
+
+
+def crash_at_commit(monkeypatch):
+    """Make the rename that commits a checkpoint (its temp dir into place) raise Crash."""
+    real = os.rename
+
+    def rename(src, dst, *args, **kwargs):
+        if Path(src).name.startswith(".tmp-"):
+            raise Crash("before the commit")
+        return real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "rename", rename)
+
+
 def test_crash_at_every_stage_of_a_save_keeps_the_previous(template, tmp_path, monkeypatch):
-    """An exception at any point inside save() leaves the previous checkpoint loadable."""
+    """An exception at any point inside save() leaves the previous checkpoint loadable:
+    while writing leaf i (every 7th leaf), and with everything written, before the commit."""
     first = checkpoint.save(tmp_path, template, env_steps=1, chunk=0)
     n_leaves = len(jax.tree.leaves(template))
-    stages = [f"leaf:{i}" for i in range(0, n_leaves, 7)] + ["before_commit"]
-
-    class Crash(Exception):
-        pass
-
-    for stage in stages:
-
-        def hook(s, stage=stage):
-            if s == stage:
-                raise Crash(stage)
-
-        monkeypatch.setattr(checkpoint, "_HOOK", hook)
+    for i in range(0, n_leaves, 7):
+        with pytest.raises(Crash):
+            checkpoint.save(tmp_path, with_leaf(template, i, Exploding()), env_steps=2, chunk=1)
+        assert checkpoint.latest(tmp_path) == first, i
+    with monkeypatch.context() as mp:
+        crash_at_commit(mp)
         with pytest.raises(Crash):
             checkpoint.save(tmp_path, template, env_steps=2, chunk=1)
-        assert checkpoint.latest(tmp_path) == first, stage
-    monkeypatch.setattr(checkpoint, "_HOOK", None)
+    assert checkpoint.latest(tmp_path) == first, "before_commit"
     restored, info = checkpoint.restore(checkpoint.latest(tmp_path), template)
     assert bitwise_equal(restored, template) and info["env_steps"] == 1
 
@@ -227,18 +246,34 @@ def test_crash_at_every_stage_of_a_save_keeps_the_previous(template, tmp_path, m
 KILL_CHILD = """
 import os, random, sys, time
 os.environ["JAX_PLATFORMS"] = "cpu"
+import jax
 import numpy as np
 from jaxspreeze import checkpoint
+
+def stall(where):
+    print("KILL-ME", where, flush=True)
+    time.sleep(120)
+
+class Stalling:  # a leaf that stalls when save() copies it to the host
+    def __array__(self, dtype=None, copy=None):
+        stall("leaf")
+
 # a state-like tree (no jit needed here): 60 leaves, one of them 8 MiB
 tree = {{f"leaf{{i:02d}}": np.full((16, 16), i, np.float32) for i in range(59)}}
 tree["buffer"] = np.ones((2**21,), np.float32)
 stages = [f"leaf:{{i}}" for i in range(len(tree))] + ["before_commit"]
 kill_at = random.Random(0).choice(stages)
-def hook(stage):
-    if stage == kill_at:
-        print("KILL-ME", stage, flush=True)
-        time.sleep(120)
-checkpoint._HOOK = hook
+if kill_at == "before_commit":  # everything written: stall at the rename that commits
+    rename = os.rename
+    def stalling_rename(src, dst):
+        if os.path.basename(src).startswith(".tmp-"):
+            stall(kill_at)
+        return rename(src, dst)
+    os.rename = stalling_rename
+else:  # stall while writing leaf i
+    leaves, treedef = jax.tree.flatten(tree)
+    leaves[int(kill_at.split(":")[1])] = Stalling()
+    tree = jax.tree.unflatten(treedef, leaves)
 checkpoint.save({run_dir!r}, tree, env_steps=16, chunk=1)
 print("NOT KILLED", flush=True)
 """
@@ -273,9 +308,8 @@ def test_sigkill_during_save_keeps_previous_checkpoint(run, template, tmp_path):
 
 def test_restore_rejects_a_different_shape(run, tmp_path):
     """A template of another config fails with a message naming the leaf."""
-    other = Loop(tiny_cfg(buffer_size=32), devices.single())
-    keys = lambda: jax.random.split(jax.random.key(0), 2)
-    abstract = jax.eval_shape(lambda: jax.vmap(other._init_one)(keys()))  # nothing allocated
+    other = schedules.make(tiny_cfg(buffer_size=32), devices.single())
+    abstract = other.init_abstract()  # nothing allocated
     with pytest.raises(CheckpointError, match=r"\.buffer\.data"):
         checkpoint.restore(run["ckpt"], abstract)
 
@@ -283,16 +317,16 @@ def test_restore_rejects_a_different_shape(run, tmp_path):
 def test_check_compatible_names_every_shape_field(run):
     """Resuming with shape-changing settings names all of them; other changes pass."""
     saved = run["cfg"]
-    checkpoint.check_compatible(saved, saved.replace(total_steps=10**6, seed=3))
+    resume.check_compatible(saved, saved.replace(total_steps=10**6, seed=3))
     bad = saved.replace(num_envs=4, buffer_size=128, sac={"hidden": (16, 16)})
     with pytest.raises(ConfigError) as e:
-        checkpoint.check_compatible(saved, bad)
+        resume.check_compatible(saved, bad)
     assert e.value.field == "num_envs"
     for name in ("num_envs", "buffer_size", "sac.hidden"):
         assert name in str(e.value)
     with pytest.raises(ConfigError, match="placement"):
-        checkpoint.check_compatible(saved, saved, saved_split=False, split=True)
-    assert checkpoint.config_changes(saved, bad)["num_envs"] == (2, 4)
+        resume.check_compatible(saved, saved, saved_split=False, split=True)
+    assert resume.config_changes(saved, bad)["num_envs"] == (2, 4)
 
 
 SPLIT_CHILD = """
@@ -300,13 +334,12 @@ import os, sys
 os.environ["JAX_PLATFORMS"] = "cpu"
 sys.path.insert(0, {tests!r})
 from test_checkpoint import tiny_cfg, bitwise_equal
-from jaxspreeze import checkpoint, devices
-from jaxspreeze.loop import Loop
+from jaxspreeze import checkpoint, devices, schedules
 import jax
 placement = devices.resolve("split")
 assert placement.split
-loop = Loop(tiny_cfg(num_seeds=1, placement="split"), placement)
-state = loop.init()
+schedule = schedules.make(tiny_cfg(num_seeds=1, placement="split"), placement)
+state = schedule.init()
 path = checkpoint.save({run_dir!r}, state, env_steps=0, chunk=0)
 assert checkpoint.saved_split(path)
 # the template's values are never read (the in-process round trip uses a different one);
@@ -341,9 +374,7 @@ def test_split_placement_restores_onto_its_devices(tmp_path):
 def test_poisoned_critic_turns_the_finite_flag_false(run, template, tmp_path):
     """NaN in seed 0's critic parameters: critic_finite False for seed 0, True for seed 1;
     such a state is never saved."""
-    from jaxspreeze.trainer import chunk_record
-
-    loop = fresh_loop(run["loop"])
+    schedule = run["schedule"]
     state, _ = checkpoint.restore(run["ckpt"], template)
     critic = state.agent.critic
     poisoned = jax.tree.map(lambda x: x.at[0].set(jnp.nan), critic.params)
@@ -353,11 +384,11 @@ def test_poisoned_critic_turns_the_finite_flag_false(run, template, tmp_path):
         checkpoint.save(tmp_path, state, env_steps=16, chunk=1)
     assert checkpoint.latest(tmp_path) == good
     assert not list(checkpoint.checkpoint_dir(tmp_path).glob(".tmp-*"))
-    _, metrics = loop.chunk(state)
+    _, metrics = schedule.chunk(state)
     metrics = jax.device_get(metrics)
     assert not np.asarray(metrics["critic_finite"])[:, 0].any()
     assert np.asarray(metrics["critic_finite"])[:, 1].all()
-    record = chunk_record(metrics, run["cfg"])
+    record = chunk_record(metrics, run["cfg"].num_seeds)
     record["chunk"] = 1
     assert record["critic_finite"] is False
     message = nonfinite_message(record)
@@ -376,14 +407,21 @@ def test_nonfinite_message():
     assert "critic" not in msg.split(" in the chunk")[0]
 
 
-# ------------------------------------------------------------------------------ eval CLI
+# ------------------------------------------------------------------------------ evaluation
+def test_evaluate_checkpoint_of_a_run_without_one_is_an_error(tmp_path):
+    """evaluate_checkpoint names the directory it looked in."""
+    with pytest.raises(CheckpointError, match="no checkpoint") as e:
+        checkpoint.evaluate_checkpoint(tmp_path / "nothing-here")
+    assert str(checkpoint.checkpoint_dir(tmp_path / "nothing-here")) in str(e.value)
+
+
 def test_eval_cli(run, capsys):
     """`jaxspreeze eval RUN_DIR` evaluates the latest checkpoint; no checkpoint -> exit 2."""
-    assert checkpoint.main([str(run["run_dir"]), "--episodes", "2", "--json"]) == 0
+    assert cli.main(["eval", str(run["run_dir"]), "--episodes", "2", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["env_steps"] == 4 and result["episodes"] == 2
     assert len(result["return_mean"]) == 2 and all(map(math.isfinite, result["return_mean"]))
-    assert checkpoint.main([str(run["run_dir"] / "nothing-here")]) == 2
+    assert cli.main(["eval", str(run["run_dir"] / "nothing-here")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no checkpoint" in err[0]
 
@@ -404,13 +442,13 @@ def test_eval_cli_subprocess_no_checkpoint(tmp_path):
 
 # ------------------------------------------------------------------------------ slow: more algorithms, split
 def resume_matches(cfg: RunConfig, placement, run_dir) -> tuple[bool, bool]:
-    """(chunk A, save, restore in a fresh Loop, chunk B == A, B; same with the optimizer
-    state dropped). The fresh Loop compiles its own program, as a new process would."""
-    loop = Loop(cfg, placement)
-    state_a, _ = loop.chunk(loop.warmup(loop.init()))
+    """(chunk A, save, restore in a fresh schedule, chunk B == A, B; same with the optimizer
+    state dropped). The fresh schedule compiles its own program, as a new process would."""
+    schedule = schedules.make(cfg, placement)
+    state_a, _ = schedule.chunk(schedule.warmup(schedule.init()))
     path = checkpoint.save(run_dir, state_a, env_steps=1, chunk=0, config=cfg)
-    state_b, metrics_b = loop.chunk(state_a)
-    fresh = Loop(cfg, placement)
+    state_b, metrics_b = schedule.chunk(state_a)
+    fresh = schedules.make(cfg, placement)
     restored, _ = checkpoint.restore(path, fresh.init())
     again_b, again_metrics = fresh.chunk(restored)
     same = bitwise_equal(again_b, state_b) and bitwise_equal(

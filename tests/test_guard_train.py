@@ -7,9 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxspreeze import checkpoint
+from jaxspreeze import checkpoint, config, devices, rundir, schedules
 from jaxspreeze.errors import NonFiniteError
-from jaxspreeze.loop import Loop
 from jaxspreeze.trainer import train
 
 
@@ -17,7 +16,7 @@ def test_injected_nan_stops_and_keeps_last_good_checkpoint(tiny_cfg, monkeypatch
     cfg = tiny_cfg.replace(
         total_steps=1_400, chunk_iterations=25, checkpoint_every=100, keep_checkpoints=10
     )
-    original = Loop.chunk
+    original = schedules.Fused.chunk  # one CPU device: the fused schedule
     calls = {"n": 0}
 
     def poisoned_chunk(self, state):
@@ -30,16 +29,18 @@ def test_injected_nan_stops_and_keeps_last_good_checkpoint(tiny_cfg, monkeypatch
             )
         return original(self, state)
 
-    monkeypatch.setattr(Loop, "chunk", poisoned_chunk)
+    monkeypatch.setattr(schedules.Fused, "chunk", poisoned_chunk)
     with pytest.raises(NonFiniteError) as err:
         train(cfg, quiet=True)
     message = str(err.value)
     assert "non-finite" in message and "critic" in message and "env step" in message
     assert "env step 600" in message  # the end of the 4th chunk (200 warm-up + 4 x 100)
+    assert "The last good checkpoint," in message and "000000000500, is kept" in message
     # the checkpoints of the first 3 chunks are kept; none of the poisoned state
     kept = checkpoint.list_checkpoints(cfg_dir := (tiny_cfg_dir(cfg)))
     assert [int(p.name) for p in kept] == [300, 400, 500], kept
-    state, info = checkpoint.restore(checkpoint.latest(cfg_dir), Loop(cfg, _single()).init())
+    template = schedules.make(config.resolve(cfg), devices.single()).init()
+    state, info = checkpoint.restore(checkpoint.latest(cfg_dir), template)
     assert info["env_steps"] == 500
     assert all(
         np.isfinite(np.asarray(x)).all()
@@ -50,12 +51,26 @@ def test_injected_nan_stops_and_keeps_last_good_checkpoint(tiny_cfg, monkeypatch
 
 def tiny_cfg_dir(cfg):
     """The run directory of ``cfg``."""
-    from pathlib import Path
-
-    return Path(cfg.logdir) / cfg.run_name
+    return rundir.path_of(cfg)
 
 
-def _single():
-    from jaxspreeze import devices
+def test_nan_before_any_checkpoint_says_none_was_kept(tiny_cfg, monkeypatch):
+    """A NaN in the first chunk of a run that checkpoints only at the end: the message says
+    that no checkpoint was written (it claims no kept one); the run stays NOT_STARTED."""
+    original = schedules.Fused.chunk
 
-    return devices.single()
+    def poisoned_chunk(self, state):
+        critic = state.agent.critic
+        params = jax.tree.map(lambda x: x.at[(0,) * x.ndim].set(jnp.nan), critic.params)
+        state = state._replace(agent=state.agent._replace(critic=critic._replace(params=params)))
+        return original(self, state)
+
+    monkeypatch.setattr(schedules.Fused, "chunk", poisoned_chunk)
+    cfg = tiny_cfg.replace(run_name="nan-first")
+    with pytest.raises(NonFiniteError) as err:
+        train(cfg, quiet=True)
+    message = str(err.value)
+    assert "non-finite" in message and "No checkpoint was written" in message
+    assert "is kept" not in message
+    run = rundir.RunDir(rundir.path_of(cfg))
+    assert not checkpoint.list_checkpoints(run.path) and run.not_started

@@ -3,6 +3,7 @@ failing host threads (training never waits on them and never traces the chunk ag
 
 from __future__ import annotations
 
+import collections
 import json
 import threading
 
@@ -10,13 +11,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_sinks import read_csv, read_tensorboard
 
 from jaxspreeze import metrics, trainer
 from jaxspreeze.algos.sac import SACConfig
 from jaxspreeze.config import RunConfig
 from jaxspreeze.evaluate import EvalResult, Evaluator, make_seed_evaluate, snapshot_copy
-from jaxspreeze.metrics import read_csv, read_tensorboard
 from jaxspreeze.policy import load_policy, make_algorithm
+
+TRACE = "/jax/core/compile/jaxpr_trace_duration"  # JAX's own event: a function traced
 
 
 def tiny(tmp, **changes) -> RunConfig:
@@ -140,7 +143,8 @@ def held_run(tmp_path_factory):
         sinks=("jsonl", "csv", "tensorboard", "plots"),
     )
     gate, held, reports = threading.Event(), {}, []
-    real = trainer.make_eval_fn
+    traces: collections.Counter = collections.Counter()
+    real = trainer.make_seed_evaluate
 
     def held_eval_fn(act, env, keys):
         fn = real(act, env, keys)
@@ -153,16 +157,24 @@ def held_run(tmp_path_factory):
 
         return evaluate
 
+    def listen(event: str, duration: float, **kwargs: object) -> None:
+        if event == TRACE:
+            traces[kwargs.get("fun_name")] += 1
+
     recorder = Recorder(last_chunk=4, gate=gate)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(trainer, "make_eval_fn", held_eval_fn)
-        mp.setattr(metrics, "warn", reports.append)
-        result = trainer.train(cfg, quiet=True, sinks=[recorder, Boom()])
-    return result, recorder, held, reports
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(trainer, "make_seed_evaluate", held_eval_fn)
+            mp.setattr(metrics, "warn", reports.append)
+            result = trainer.train(cfg, quiet=True, sinks=[recorder, Boom()])
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    return result, recorder, held, reports, traces
 
 
 def test_training_finishes_every_chunk_while_the_evaluator_is_held(held_run):
-    result, recorder, held, _ = held_run
+    result, recorder, held, _, _ = held_run
     assert result.summary["chunks"] == 5
     assert held == {"timed_out": False}  # released by the last chunk's record, not a timeout
     assert recorder.chunks_before_release == [0, 1, 2, 3, 4]
@@ -180,7 +192,7 @@ def test_training_finishes_every_chunk_while_the_evaluator_is_held(held_run):
 
 
 def test_a_failing_sink_and_evaluator_are_reported_not_raised(held_run):
-    result, recorder, _, reports = held_run
+    result, recorder, _, reports, _ = held_run
     s = result.summary
     n_records = len(recorder.records)
     assert n_records == 5 + result.summary["evaluations_done"]  # chunks + evaluations
@@ -200,6 +212,7 @@ def test_a_failing_sink_and_evaluator_are_reported_not_raised(held_run):
     for key in (
         "final_eval_return",
         "env_steps",
+        "env_steps_total",
         "wall_s",
         "compile_s",
         "env_steps_per_s",
@@ -213,10 +226,19 @@ def test_a_failing_sink_and_evaluator_are_reported_not_raised(held_run):
 
 
 def test_chunk_traces_once_with_sinks_and_evaluator_on(held_run):
-    result = held_run[0]
-    assert result.loop.trace_count == 1
-    hlo = result.loop._compiled["chunk"].as_text().lower()
+    result, traces = held_run[0], held_run[4]
+    assert traces["fused_chunk"] == 1  # the schedule's chunk program (single device)
+    schedule = result.schedule
+    hlo = jax.jit(schedule.fused_chunk).lower(schedule.init_abstract()).as_text().lower()
     assert "callback" not in hlo and "print" not in hlo
+
+
+def test_env_steps_count_one_seed_and_the_total_counts_all(held_run):
+    result, recorder, _, _, _ = held_run
+    s = result.summary
+    assert s["env_steps"] == 600 and s["env_steps_total"] == 2 * 600  # 2 seeds
+    chunks = [r for r in recorder.records if r["kind"] == "chunk"]
+    assert [r["env_steps"] for r in chunks] == [200 + 80 * (i + 1) for i in range(5)]
 
 
 def test_jsonl_csv_and_tensorboard_agree_for_the_run(held_run):

@@ -1,4 +1,5 @@
-"""``jaxspreeze plot`` and ``jaxspreeze render`` on a short run directory."""
+"""Plots and renders of a short run directory: the library functions and their commands
+(``jaxspreeze plot``, ``jaxspreeze render``)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ from pathlib import Path
 import jax
 import pytest
 
-from jaxspreeze import plots, render, trainer
+from jaxspreeze import cli, plots, render, rundir
 from jaxspreeze.algos.ppo import PPOConfig
 from jaxspreeze.algos.sac import SACConfig
 from jaxspreeze.config import RunConfig
-from jaxspreeze.metrics import JsonlSink
 from jaxspreeze.policy import make_algorithm, save_policy
+from jaxspreeze.sinks import JsonlSink, NotebookPlotSink
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -30,7 +31,7 @@ def short_run(tmp: Path, name: str, env: str = "gymnax/Pendulum-v1", algo: str =
         sac=SACConfig(hidden=(32, 32)),
         ppo=PPOConfig(hidden=(32, 32)),
     )
-    run_dir = trainer.make_run_dir(cfg)
+    run_dir = rundir.create(cfg).path
     algorithm = make_algorithm(cfg)
     save_policy(run_dir, jax.vmap(algorithm.init)(jax.random.split(jax.random.key(0), 2)).actor)
     sink = JsonlSink(run_dir)
@@ -65,9 +66,18 @@ def short_run(tmp: Path, name: str, env: str = "gymnax/Pendulum-v1", algo: str =
     return run_dir
 
 
-def test_plot_writes_the_run_pngs(tmp_path, capsys):
+def test_write_run_plots_writes_the_run_pngs(tmp_path):
     run_dir = short_run(tmp_path, "a")
-    assert plots.main([str(run_dir)]) == 0
+    paths = plots.write_run_plots(run_dir)
+    assert paths == [run_dir / plots.LEARNING_CURVE, run_dir / plots.THROUGHPUT]
+    for name in (plots.LEARNING_CURVE, plots.THROUGHPUT):
+        data = (run_dir / name).read_bytes()
+        assert data[:8] == PNG and len(data) > 5000
+
+
+def test_plot_command_writes_the_run_pngs(tmp_path, capsys):
+    run_dir = short_run(tmp_path, "a")
+    assert cli.main(["plot", str(run_dir)]) == 0
     for name in (plots.LEARNING_CURVE, plots.THROUGHPUT):
         data = (run_dir / name).read_bytes()
         assert data[:8] == PNG and len(data) > 5000
@@ -77,18 +87,23 @@ def test_plot_writes_the_run_pngs(tmp_path, capsys):
 def test_plot_compares_several_runs(tmp_path):
     runs = [str(short_run(tmp_path, name)) for name in ("a", "b")]
     out = tmp_path / "figs" / "compare.png"
-    assert plots.main([*runs, "--out", str(out)]) == 0
+    assert plots.compare_runs(runs, out) == out
+    assert out.read_bytes()[:8] == PNG
+    out.unlink()
+    assert cli.main(["plot", *runs, "--out", str(out)]) == 0
     assert out.read_bytes()[:8] == PNG
 
 
 def test_plot_of_a_missing_run_is_an_error(tmp_path, capsys):
-    assert plots.main([str(tmp_path / "nope")]) == 2
+    with pytest.raises(FileNotFoundError, match=r"metrics\.jsonl"):
+        plots.write_run_plots(tmp_path / "nope")
+    assert cli.main(["plot", str(tmp_path / "nope")]) == 2
     assert "metrics.jsonl" in capsys.readouterr().err
 
 
 def test_notebook_plot_sink_keeps_records_and_draws_on_demand(tmp_path):
-    sink = plots.NotebookPlotSink(every_s=0.0)
-    assert not sink._live  # not inside a Jupyter kernel here: no display calls
+    sink = NotebookPlotSink(every_s=0.0)
+    assert not sink.live  # not inside a Jupyter kernel here: no display calls
     for record in plots.load_records(short_run(tmp_path, "nb")):
         sink.write(record)
     sink.close()
@@ -101,7 +116,7 @@ def test_render_pendulum_gif(tmp_path):
 
     run_dir = short_run(tmp_path, "pendulum")
     out = tmp_path / "pendulum.gif"
-    assert render.main([str(run_dir), "--out", str(out), "--max-steps", "40"]) == 0
+    assert cli.main(["render", str(run_dir), "--out", str(out), "--max-steps", "40"]) == 0
     assert out.read_bytes()[:6] == b"GIF89a"
     frames = iio.imread(out, index=None)
     assert frames.shape == (40, render.HEIGHT, render.WIDTH, 3)
@@ -116,7 +131,9 @@ def test_render_cartpole_gif_with_a_discrete_policy(tmp_path):
 
 def test_render_rejects_a_wrong_file_type(tmp_path, capsys):
     run_dir = short_run(tmp_path, "pendulum")
-    assert render.main([str(run_dir), "--out", str(tmp_path / "x.mp4")]) == 2
+    with pytest.raises(ValueError, match="GIF"):
+        render.render_run(run_dir, tmp_path / "x.mp4")
+    assert cli.main(["render", str(run_dir), "--out", str(tmp_path / "x.mp4")]) == 2
     assert "GIF" in capsys.readouterr().err
 
 

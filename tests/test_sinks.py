@@ -2,24 +2,45 @@
 
 from __future__ import annotations
 
+import csv
+import importlib.util
 import io
 import json
 import math
+import struct
 import threading
+from pathlib import Path
 
 import pytest
+from tensorboardX.proto import event_pb2
 
-from jaxspreeze import metrics
-from jaxspreeze.metrics import (
-    ConsoleSink,
-    CsvSink,
-    JsonlSink,
-    MetricsThread,
-    TensorBoardSink,
-    make_sinks,
-    read_csv,
-    read_tensorboard,
-)
+from jaxspreeze.metrics import MetricsThread
+from jaxspreeze.sinks import ConsoleSink, CsvSink, JsonlSink, TensorBoardSink, make_sinks
+
+
+def read_csv(path: str | Path) -> list[dict[str, str]]:
+    """The rows of a ``metrics.csv`` (cells as strings, missing values as '')."""
+    with Path(path).open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def read_tensorboard(logdir: str | Path) -> dict[str, dict[int, float]]:
+    """``{tag: {step: value}}`` of the scalars in the event files under ``logdir``.
+
+    Reads the TFRecord framing directly and parses events with tensorboardX's protobuf
+    classes (the ``tensorboard`` package is not needed).
+    """
+    out: dict[str, dict[int, float]] = {}
+    for path in sorted(Path(logdir).glob("events.out.tfevents.*")):
+        data = path.read_bytes()
+        pos = 0
+        while pos + 12 <= len(data):
+            (length,) = struct.unpack("<Q", data[pos : pos + 8])
+            event = event_pb2.Event.FromString(data[pos + 12 : pos + 12 + length])
+            pos += 12 + length + 4  # length, its crc, the event, its crc
+            for value in event.summary.value:
+                out.setdefault(value.tag, {})[int(event.step)] = float(value.simple_value)
+    return out
 
 
 def chunk(i: int, seeds: int = 2) -> dict:
@@ -188,9 +209,9 @@ def test_failing_and_slow_sinks_never_block_and_are_counted():
 
 def test_make_sinks_skips_what_is_not_installed(tmp_path, monkeypatch):
     notes = []
-    real = metrics.importlib.util.find_spec
+    real = importlib.util.find_spec
     monkeypatch.setattr(
-        metrics.importlib.util,
+        importlib.util,
         "find_spec",
         lambda name: None if name in ("tensorboardX", "wandb") else real(name),
     )
@@ -205,3 +226,25 @@ def test_make_sinks_skips_what_is_not_installed(tmp_path, monkeypatch):
     assert any("tensorboardX" in n for n in notes) and any("wandb" in n for n in notes)
     for s in sinks:
         s.close()
+
+
+def test_tensorboard_purges_what_a_resumed_run_runs_again(tmp_path):
+    """purge_step: the event file starts with a session START at that step, which makes
+    TensorBoard hide the earlier session's events at or past it."""
+    first = TensorBoardSink(tmp_path)
+    for steps in (100, 200, 300):
+        first.write({"kind": "chunk", "env_steps": steps, "x": 1.0})
+    first.close()
+    again = TensorBoardSink(tmp_path, purge_step=201)
+    again.write({"kind": "chunk", "env_steps": 300, "x": 2.0})
+    again.close()
+    starts = []
+    for path in sorted(tmp_path.glob("tb/events.out.tfevents.*")):
+        data, pos = path.read_bytes(), 0
+        while pos + 12 <= len(data):
+            (length,) = struct.unpack("<Q", data[pos : pos + 8])
+            event = event_pb2.Event.FromString(data[pos + 12 : pos + 12 + length])
+            pos += 12 + length + 4
+            if event.HasField("session_log"):
+                starts.append((event.session_log.status, event.step))
+    assert (event_pb2.SessionLog.START, 201) in starts

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from jaxspreeze.stopping import GracefulStop
+from jaxspreeze.stopping import GracefulStop, StopRequested
 
 
 def wait_for(stop: GracefulStop) -> None:
@@ -36,6 +36,8 @@ def test_first_signal_requests_a_stop(sig):
             time.sleep(0.05)
     assert signal.getsignal(sig) is before
     assert "jaxspreeze train --resume runs/x" in stop.resume_hint("runs/x")
+    hint = stop.resume_hint("runs/x", env_steps=12_000)
+    assert hint.startswith(f"stopped by {sig.name} at 12,000 env steps;"), hint
 
 
 def test_second_sigint_raises_keyboard_interrupt():
@@ -67,7 +69,7 @@ def test_no_op_outside_the_main_thread():
 
 KILL_CHILD = """
 import os, signal, sys, time
-from jaxspreeze.stopping import GracefulStop
+from jaxspreeze.stopping import GracefulStop, StopRequested
 with GracefulStop(second="kill") as stop:
     os.kill(os.getpid(), signal.SIGINT)
     while not stop.requested:
@@ -86,3 +88,67 @@ def test_second_sigint_kills_at_once_in_kill_mode():
     )
     assert out.stdout.split() == ["requested", "SIGINT"], out.stderr
     assert out.returncode == -signal.SIGINT
+
+
+def test_a_signal_while_starting_raises_stop_requested():
+    """``"raise"`` mode: a signal inside ``starting`` raises StopRequested (a
+    KeyboardInterrupt) at the next check, with the start's line."""
+    with GracefulStop() as stop:
+        with pytest.raises(StopRequested) as e, stop.starting("nothing was trained"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            wait_for(stop)
+            stop.set_start_line("compiling; the run is marked NOT_STARTED")
+            stop.check()
+            pytest.fail("check() did not raise")
+        assert isinstance(e.value, KeyboardInterrupt) and e.value.signal_name == "SIGTERM"
+        assert "NOT_STARTED" in str(e.value) and not stop.is_starting
+
+
+BLOCKED_CHILD = """
+import contextlib, os, signal, sys, threading, time
+import jax, jax.numpy as jnp
+from jaxspreeze.stopping import GracefulStop, StopRequested
+loop = jax.jit(lambda x, n: jax.lax.fori_loop(0, n, lambda i, x: x * 1.0000001 + 1e-9, x))
+x = jnp.ones(())
+loop(x, 10).block_until_ready()  # compiled
+
+def signals(times):
+    for t in times:
+        time.sleep(t)
+        os.kill(os.getpid(), signal.{sig})
+
+with GracefulStop(second="kill") as stop:
+    context = stop.starting("compiling; nothing was trained") if {starting} else (
+        contextlib.nullcontext()
+    )
+    with context:
+        print("blocking", flush=True)
+        threading.Thread(target=signals, args=({times},), daemon=True).start()
+        loop(x, 1_000_000_000).block_until_ready()  # ~20 s inside XLA: no Python handler runs
+    print("finished", stop.requested, flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("sig", "times", "starting", "line"),
+    [
+        # two quick Ctrl-Cs while the main thread waits on the device: the second one ends
+        # the process at once (before, both reached the Python handler as one request)
+        ("SIGINT", (0.5, 0.3), False, "second SIGINT: stopping at once"),
+        # while starting (compiling, warming up) the first signal already stops
+        ("SIGINT", (0.5,), True, "stopped by SIGINT: compiling; nothing was trained"),
+        ("SIGTERM", (0.5,), True, "stopped by SIGTERM: compiling; nothing was trained"),
+    ],
+)
+def test_kill_mode_acts_while_the_main_thread_is_inside_xla(sig, times, starting, line):
+    """``second="kill"``: the watcher thread sees each signal although the main thread is
+    blocked in an XLA call; one line on stderr, then death by the signal."""
+    code = BLOCKED_CHILD.format(sig=sig, times=times, starting=starting)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert out.stdout.split() == ["blocking"], (out.stdout, out.stderr)
+    assert out.returncode == -getattr(signal, sig), out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and line in lines[0], out.stderr

@@ -1,0 +1,45 @@
+"""TensorBoard event files under ``<run>/tb/`` (tensorboardX)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from jaxspreeze.sinks.base import scalars
+from jaxspreeze.types import Record
+
+
+class TensorBoardSink:
+    """TensorBoard event files under ``<run>/tb/`` (tensorboardX, imported on first use).
+
+    Chunk values are logged as ``train/<name>``, eval values as ``eval/<name>``, per-seed
+    values as ``<prefix>/<name>/seed<i>``; the step is the record's ``env_steps``.
+    ``purge_step`` (a resumed run: the checkpoint's step + 1) hides the events an earlier
+    session wrote at or past it, so TensorBoard shows each step once.
+    """
+
+    name = "tensorboard"
+
+    def __init__(self, run_dir: str | Path, purge_step: int | None = None):
+        self.logdir = Path(run_dir) / "tb"
+        self.purge_step = purge_step
+        self._writer: Any = None
+
+    def write(self, record: Record) -> None:
+        """Add every finite scalar of ``record`` at step ``env_steps``."""
+        if self._writer is None:
+            # heavy optional dependency: imported by the first write, on the sink's thread
+            from tensorboardX import SummaryWriter
+
+            self._writer = SummaryWriter(
+                logdir=str(self.logdir), flush_secs=10, purge_step=self.purge_step
+            )
+        prefix = "eval" if record.get("kind") == "eval" else "train"
+        step = int(record["env_steps"])
+        for key, value in scalars(record):
+            self._writer.add_scalar(f"{prefix}/{key}", value, step)
+
+    def close(self) -> None:
+        """Flush and close the event file."""
+        if self._writer is not None:
+            self._writer.close()
