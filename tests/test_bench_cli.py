@@ -30,7 +30,7 @@ def test_list_quick_and_full(capsys) -> None:
     full = capsys.readouterr().out.split()
     assert set(quick) < set(full)
     kinds = {c.split("-")[0] for c in full}
-    assert kinds == {"sampling", "update", "chunk", "trainer", "end_to_end"}
+    assert kinds == {"sampling", "update", "chunk", "trainer", "end_to_end", "learning"}
     for env in ("gymnax/Pendulum-v1", "gymnax/CartPole-v1", "brax/ant"):
         assert any(env in c for c in quick)
 
@@ -45,6 +45,8 @@ def test_gpu_scale_reaches_65536() -> None:
 def test_bad_option_exits_2(capsys) -> None:
     """An unknown option or a bad value is a usage error."""
     assert main(["bench", "--no-such-flag"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--no-such-flag" in err[0], err  # tyro's message, on one line
     assert main(["bench", "--rounds", "0"]) == 2
     assert "--rounds" in capsys.readouterr().err
 

@@ -1,18 +1,11 @@
-"""Throughput benchmarks: workloads, the throughput record, and ``jaxspreeze bench``.
+"""Throughput benchmarks: workloads, the throughput record, the references and the report.
 
 - :mod:`.record`: :class:`Workload`, timing, the throughput record, matmul peak;
 - :mod:`.cases`: the measured cases (sampling, update, chunk, end to end);
 - :mod:`.suite`: the quick / full selections and measuring a case with its reference;
-- :mod:`.report`: table, ``bench.json`` and ``bench.md``; :mod:`.command`: the CLI.
+- :mod:`.references`: the bare references timed side by side (a hand-fused rollout, a
+  minimal SAC update, brax's own trainers; :mod:`.brax_compat` lets those run on new jax);
+- :mod:`.report`: table, ``bench.json`` and ``bench.md``.
+
+The ``jaxspreeze bench`` command is :mod:`jaxspreeze.cli.bench`.
 """
-
-from __future__ import annotations
-
-from collections.abc import Sequence
-
-
-def main(argv: Sequence[str]) -> int:
-    """``jaxspreeze bench [--full] [--out DIR]`` (see ``jaxspreeze bench --help``)."""
-    from jaxspreeze.bench.command import main as bench_main
-
-    return bench_main(argv)

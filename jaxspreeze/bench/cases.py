@@ -16,42 +16,39 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxspreeze import algos, devices, networks, replay
+from jaxspreeze import algos, devices, iteration, replay, schedules
 from jaxspreeze.algos.base import AgentState
 from jaxspreeze.bench.record import Record, Workload, flops_of, throughput_record
-from jaxspreeze.config import RunConfig
+from jaxspreeze.config import RunConfig, resolve
 from jaxspreeze.envs import VecEnv, env_spec, make_env
 from jaxspreeze.evaluate import make_evaluate
-from jaxspreeze.loop import Loop
+from jaxspreeze.iteration import TrainState
 from jaxspreeze.rollout import env_init, rollout
+from jaxspreeze.schedules import Schedule
 from jaxspreeze.types import EnvSpec, Transition
 
 HIDDEN = (256, 256)
 UPDATE_ENV = "gymnax/Pendulum-v1"
-PPO_ROLLOUT_STEPS = 16
-PPO_MINIBATCHES = 4
+ON_POLICY_ROLLOUT_STEPS = 16
+ON_POLICY_MINIBATCHES = 4
 
 
 class Unavailable(RuntimeError):
-    """A case cannot run here (an algorithm not implemented yet, a missing library)."""
+    """A case cannot run here (the algorithm does not train that env)."""
 
 
-def unavailable_reason(algo: str) -> str | None:
-    """Why ``algo`` cannot be benchmarked yet (None when its ``make`` exists)."""
-    try:
-        module = algos.get(algo)
-    except Exception as e:  # an algorithm module that does not import yet
-        return f"{algo}: {e}"
-    if not hasattr(module, "make"):
-        return f"{algo} is not implemented yet (jaxspreeze.algos.{algo} has no make())"
-    return None
+def _check_supported(algo: str, spec: EnvSpec) -> None:
+    """Raise :class:`Unavailable` when ``algo`` cannot train an env like ``spec``."""
+    reason = algos.get(algo).supports(spec)
+    if reason:
+        raise Unavailable(f"{algo} on {spec.name}: {reason}")
 
 
 def run_config(algo: str, env: str, hidden: tuple[int, ...] = HIDDEN, **fields: Any) -> RunConfig:
-    """A RunConfig for ``algo`` on ``env`` with the algorithm's networks set to ``hidden``."""
+    """A resolved RunConfig for ``algo`` on ``env`` with its networks set to ``hidden``."""
     base = RunConfig()
     algo_cfg = dataclasses.replace(getattr(base, algo), hidden=tuple(hidden))
-    return dataclasses.replace(base, algo=algo, env=env, **{algo: algo_cfg}, **fields)
+    return resolve(dataclasses.replace(base, algo=algo, env=env, **{algo: algo_cfg}, **fields))
 
 
 def _compile(fn: Callable, *args: Any, donate: tuple[int, ...] = ()) -> tuple[Any, float]:
@@ -60,28 +57,31 @@ def _compile(fn: Callable, *args: Any, donate: tuple[int, ...] = ()) -> tuple[An
     return compiled, time.perf_counter() - t0
 
 
+def _schedule(cfg: RunConfig) -> tuple[Schedule, TrainState, float]:
+    """The fused one-device schedule of ``cfg``, a fresh state and the seconds to compile."""
+    cfg = resolve(cfg)
+    _check_supported(cfg.algo, env_spec(cfg.env))
+    schedule = schedules.make(cfg, devices.single())
+    state = schedule.init()
+    t0 = time.perf_counter()
+    schedule.compile(state)
+    return schedule, state, time.perf_counter() - t0
+
+
 # ----------------------------------------------------------------------------- sampling
 def _policy(spec: EnvSpec, num_envs: int, hidden: tuple[int, ...]):
-    """(init(key) -> params, act(params, obs, key) -> action, name) of a 2-layer policy.
+    """(init(key) -> params, act(params, obs, key) -> action, name) of a training policy.
 
-    The training algorithms' own ``act``: SAC's tanh-Gaussian for continuous actions,
-    PPO's categorical for discrete ones (a bare CategoricalActor until PPO exists).
+    The ``act`` of the first registered algorithm that trains the env (SAC's
+    tanh-Gaussian for continuous actions, PPO's categorical for discrete ones).
     """
-    algo = "ppo" if spec.discrete else "sac"
-    if unavailable_reason(algo) is None:
-        cfg = run_config(algo, spec.name, hidden, num_envs=num_envs, batch_size=num_envs)
-        a = algos.get(algo).make(cfg.algo_config, spec, cfg)
-        return (
-            lambda key: a.init(key).actor,
-            lambda params, obs, key: a.act(params, obs, key, False),
-            f"{algo}.act",
-        )
-    net = networks.CategoricalActor(hidden, spec.action_dim)
-    obs0 = jnp.zeros((1, *spec.obs_shape))
+    algo = next(a.name for a in algos.all_specs() if a.supports(spec) is None)
+    cfg = run_config(algo, spec.name, hidden, num_envs=num_envs, batch_size=num_envs)
+    a = algos.get(algo).make(cfg.algo_config, spec, cfg)
     return (
-        lambda key: net.init(key, obs0),
-        lambda params, obs, key: jax.random.categorical(key, net.apply(params, obs)),
-        "CategoricalActor",
+        lambda key: a.init(key).actor,
+        lambda params, obs, key: a.act(params, obs, key, False),
+        f"{algo}.act",
     )
 
 
@@ -151,10 +151,15 @@ def random_transitions(spec: EnvSpec, key: jax.Array, shape: tuple[int, ...]) ->
 
 
 def _update_config(algo: str, env: str, batch_size: int, steps: int, hidden) -> RunConfig:
-    if algo == "ppo":  # `steps` minibatches per epoch, each of batch_size samples
-        n = max(1, steps * batch_size // PPO_ROLLOUT_STEPS)
+    if algos.get(algo).on_policy:  # `steps` minibatches per epoch, each of batch_size samples
+        n = max(1, steps * batch_size // ON_POLICY_ROLLOUT_STEPS)
         return run_config(
-            algo, env, hidden, num_envs=n, rollout_steps=PPO_ROLLOUT_STEPS, batch_size=batch_size
+            algo,
+            env,
+            hidden,
+            num_envs=n,
+            rollout_steps=ON_POLICY_ROLLOUT_STEPS,
+            batch_size=batch_size,
         )
     capacity = max(100_000, 4 * batch_size)
     return run_config(
@@ -167,7 +172,9 @@ def _update_program(
 ):
     """(step(agent, data, key), agent, data, algorithm) for one update call.
 
-    ``abstract``: agent and data are shapes only (for lowering, e.g. cost analysis).
+    ``step`` is :func:`~jaxspreeze.iteration.update_step` (the critic-then-actor step
+    under the staleness rule) with a fresh key per call. ``abstract``: agent and data are
+    shapes only (for lowering, e.g. cost analysis).
     """
     algo = algos.get(algo_name).make(cfg.algo_config, spec, cfg)
     k_agent, k_data = jax.random.split(jax.random.key(seed))
@@ -186,22 +193,19 @@ def _update_program(
         agent, data = jax.jit(algo.init)(k_agent), jax.jit(make_data)(k_data)
 
     def step(agent: AgentState, data: Any, key: jax.Array):
-        key, k_critic, k_actor = jax.random.split(key, 3)
-        # views of the other side, as at the start of the iteration (staleness rule)
-        actor_view = algo.actor_view(agent.actor)
-        critic_view = algo.critic_view(agent.critic)
-        critic, cm = algo.critic_phase(agent.critic, actor_view, data, k_critic)
-        actor, am = algo.actor_phase(agent.actor, critic_view, data, k_actor)
-        return AgentState(actor, critic), key, (cm, am)
+        key, k_step = jax.random.split(key)
+        agent, metrics = iteration.update_step(algo, agent, data, k_step)
+        return agent, key, metrics
 
     return step, agent, data, algo
 
 
 def _one_step_config(algo: str, env: str, batch_size: int, steps: int, hidden) -> RunConfig:
     cfg = _update_config(algo, env, batch_size, steps, hidden)
-    if algo == "ppo":  # one epoch over one minibatch
-        n = max(1, batch_size // PPO_ROLLOUT_STEPS)
-        cfg = dataclasses.replace(cfg, ppo=dataclasses.replace(cfg.ppo, epochs=1), num_envs=n)
+    if algos.get(algo).on_policy:  # one epoch over one minibatch
+        n = max(1, batch_size // ON_POLICY_ROLLOUT_STEPS)
+        one_epoch = dataclasses.replace(cfg.algo_config, epochs=1)
+        cfg = dataclasses.replace(cfg, **{algo: one_epoch}, num_envs=n)
     return cfg
 
 
@@ -228,9 +232,13 @@ def _flops_per_step(
             out.append(None)
             continue
         if side == "critic":
-            fn = lambda ag, d, k, a=algo: a.critic_phase(ag.critic, a.actor_view(ag.actor), d, k)
+            fn = lambda ag, d, k, a=algo: iteration.critic_update(
+                a, ag.critic, a.actor_view(ag.actor), d, k
+            )
         else:
-            fn = lambda ag, d, k, a=algo: a.actor_phase(ag.actor, a.critic_view(ag.critic), d, k)
+            fn = lambda ag, d, k, a=algo: iteration.actor_update(
+                a, ag.actor, a.critic_view(ag.critic), d, k
+            )
         out.append(flops_of(jax.jit(fn).lower(agent, data, key)))
     return out[0], out[1]
 
@@ -246,14 +254,15 @@ def update(
     """One update call of ``algo_name``: critic and actor phases on ``batch_size`` samples.
 
     Off-policy: ``grad_steps`` steps, each on a fresh batch from a full replay buffer.
-    PPO: all of its epochs over a rollout of 4 minibatches of ``batch_size``.
+    On-policy (PPO): all of its epochs over a rollout of 4 minibatches of ``batch_size``.
     FLOPs per call: XLA's cost analysis of one step per side, times the steps per call.
     """
-    reason = unavailable_reason(algo_name)
-    if reason:
-        raise Unavailable(reason)
     spec = env_spec(env_name)
-    steps = PPO_MINIBATCHES if algo_name == "ppo" else grad_steps or update_grad_steps(batch_size)
+    _check_supported(algo_name, spec)
+    if algos.get(algo_name).on_policy:
+        steps = ON_POLICY_MINIBATCHES
+    else:
+        steps = grad_steps or update_grad_steps(batch_size)
     cfg = _update_config(algo_name, env_name, batch_size, steps, hidden)
     step, agent, data, algo = _update_program(algo_name, cfg, spec, seed)
     key = jax.random.key(seed + 1)
@@ -302,7 +311,7 @@ def chunk_config(
     hidden=HIDDEN,
     **fields: Any,
 ) -> RunConfig:
-    """A config whose run is ten chunks of ``chunk_iterations`` iterations."""
+    """A resolved config whose run is ten chunks of ``chunk_iterations`` iterations."""
     cfg = run_config(
         algo,
         env,
@@ -320,31 +329,30 @@ def chunk_config(
 
 
 def chunk(cfg: RunConfig) -> Workload:
-    """One jitted training chunk (collect + store + update, K iterations) of ``Loop``."""
-    reason = unavailable_reason(cfg.algo)
-    if reason:
-        raise Unavailable(reason)
-    loop = Loop(cfg, devices.single())
-    state = loop.init()
-    compile_s = loop.compile(state)
-    state = loop.warmup(state)
+    """One jitted training chunk (collect + store + update, K iterations), fused schedule."""
+    schedule, state, compile_s = _schedule(cfg)
+    cfg = schedule.cfg
+    state = schedule.warmup(state)
     jax.block_until_ready(state)
     holder = [state]
 
     def run() -> None:
-        holder[0], metrics = loop.chunk(holder[0])
+        holder[0], metrics = schedule.chunk(holder[0])
         jax.block_until_ready((holder[0], metrics))
 
-    k, s = loop.iterations_per_chunk, cfg.num_seeds
-    critic_steps = k * loop.algo.critic_steps_per_iteration * s
+    k, s = schedule.iterations_per_chunk, cfg.num_seeds
+    critic_steps = k * schedule.algo.critic_steps_per_iteration * s
     return Workload(
         name=f"chunk[{cfg.algo}-{cfg.env}-n{cfg.num_envs}]",
         run=run,
         env_steps=k * cfg.steps_per_iteration * s,
         update_samples=critic_steps * cfg.batch_size,
-        grad_steps={"critic": critic_steps, "actor": k * loop.algo.actor_steps_per_iteration * s},
+        grad_steps={
+            "critic": critic_steps,
+            "actor": k * schedule.algo.actor_steps_per_iteration * s,
+        },
         compile_s=compile_s,
-        policy_lag=float(loop.algo.actor_steps_per_iteration),
+        policy_lag=float(schedule.policy_lag),
         params={
             "kind": "chunk",
             "algo": cfg.algo,
@@ -367,25 +375,21 @@ def end_to_end(cfg: RunConfig, threshold: float, eval_episodes: int = 16) -> Rec
     first reaches the threshold (warm-up, chunks and evaluations included);
     ``compile_s`` (chunk, warm-up and evaluator programs) is reported apart.
     """
-    reason = unavailable_reason(cfg.algo)
-    if reason:
-        raise Unavailable(reason)
-    loop = Loop(cfg, devices.single())
-    state = loop.init()
-    compile_s = loop.compile(state)
-    evaluate = jax.vmap(make_evaluate(loop.algo.act, make_env(cfg.env, eval_episodes)))
+    schedule, state, compile_s = _schedule(cfg)
+    cfg = schedule.cfg
+    evaluate = jax.vmap(make_evaluate(schedule.algo.act, make_env(cfg.env, eval_episodes)))
     keys = jax.random.split(jax.random.key(cfg.seed + 10_000), cfg.num_seeds)
     ev, ev_compile_s = _compile(evaluate, state.agent.actor, keys)
     compile_s += ev_compile_s
 
     t0 = time.perf_counter()
-    state = loop.warmup(state)
+    state = schedule.warmup(state)
     train_s = eval_s = 0.0
     curve: list[tuple[int, float, float]] = []
     reached_at: float | None = None
-    for _ in range(loop.num_chunks):
+    for _ in range(schedule.num_chunks):
         t = time.perf_counter()
-        state, _ = loop.chunk(state)
+        state, _ = schedule.chunk(state)
         jax.block_until_ready(state)
         train_s += time.perf_counter() - t
         t = time.perf_counter()
@@ -398,16 +402,19 @@ def end_to_end(cfg: RunConfig, threshold: float, eval_episodes: int = 16) -> Rec
             break
     wall = time.perf_counter() - t0
     steps = curve[-1][0] if curve else 0
-    k_done = len(curve) * loop.iterations_per_chunk * cfg.num_seeds
-    critic_steps = k_done * loop.algo.critic_steps_per_iteration
+    k_done = len(curve) * schedule.iterations_per_chunk * cfg.num_seeds
+    critic_steps = k_done * schedule.algo.critic_steps_per_iteration
     w = Workload(
         name=f"end_to_end[{cfg.algo}-{cfg.env}]",
         run=lambda: None,
         env_steps=k_done * cfg.steps_per_iteration,
         update_samples=critic_steps * cfg.batch_size,
-        grad_steps={"critic": critic_steps, "actor": k_done * loop.algo.actor_steps_per_iteration},
+        grad_steps={
+            "critic": critic_steps,
+            "actor": k_done * schedule.algo.actor_steps_per_iteration,
+        },
         compile_s=compile_s,
-        policy_lag=float(loop.algo.actor_steps_per_iteration),
+        policy_lag=float(schedule.policy_lag),
         params={
             "kind": "end_to_end",
             "algo": cfg.algo,

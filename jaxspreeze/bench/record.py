@@ -181,7 +181,7 @@ def headline(record: Record) -> tuple[str, float | None]:
     """The rate a case is judged by: update samples/s for updates, else env steps/s."""
     if record.get("kind") == "update":
         return "update_samples_per_s", record.get("update_samples_per_s")
-    if record.get("kind") == "end_to_end":
+    if record.get("kind") in ("end_to_end", "learning"):
         return "wall_to_threshold_s", record.get("wall_to_threshold_s")
     return "env_steps_per_s", record.get("env_steps_per_s")
 

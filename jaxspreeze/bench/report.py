@@ -1,4 +1,8 @@
-"""Turn benchmark records into a printed table, ``bench.json`` and ``bench.md``."""
+"""Turn benchmark records into a printed table, ``bench.json`` and ``bench.md``.
+
+Learning records (autotuned vs default, :mod:`.learning`) also get a side-by-side table
+in ``bench.md`` and their autotune figure, ``autotune-<task>.png``.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from jaxspreeze.autotune.report import plot as plot_profile
 from jaxspreeze.bench.record import Record, headline
 
 UNITS = {
@@ -38,7 +43,14 @@ def _notes(rec: Record) -> str:
     if rec.get("kind") in ("chunk", "trainer") and rec.get("update_samples_per_s"):
         notes.append(f"{rec['update_samples_per_s']:,.0f} samples/s")
         notes.append(f"replay ratio {_num(rec.get('replay_ratio'))}")
-    if rec.get("kind") == "end_to_end":
+    if rec.get("kind") == "learning" and not rec.get("error") and not rec.get("skipped"):
+        ref = rec.get("reference") or {}
+        notes.append(f"autotuned {_sizes(rec)} vs default {_sizes(ref)}")
+        notes.append(
+            f"final return {_num(rec.get('final_return'))} vs {_num(ref.get('final_return'))}"
+        )
+        notes.append(f"seeds reached {rec.get('reached')} vs {ref.get('reached')}")
+    elif rec.get("kind") == "end_to_end":
         if rec.get("reached"):
             notes.append(f"{rec['env_steps_to_threshold']:,} env steps")
         else:
@@ -54,6 +66,105 @@ def _notes(rec: Record) -> str:
     if rec.get("skipped"):
         notes.append(f"skipped: {rec['skipped']}")
     return "; ".join(notes)
+
+
+def _sizes(rec: Record) -> str:
+    return f"n{rec.get('num_envs')}/B{rec.get('batch_size')}/G{rec.get('grad_steps')}"
+
+
+def _seconds(values: list[float | None]) -> str:
+    return ", ".join(_num(v) for v in values)
+
+
+def _returns(values: list[float]) -> str:
+    return ", ".join(f"{v:.0f}" for v in values)
+
+
+LEARNING_COLUMNS = (
+    "task",
+    "threshold",
+    "config",
+    "num_envs / batch / G / K",
+    "grad steps per env step",
+    "s to threshold (median; per seed)",
+    "at median chunk speed",
+    "env steps to threshold (per seed)",
+    "final return (mean ± std; per seed)",
+    "env steps/s",
+    "compile s",
+)
+
+
+def learning_rows(rec: Record) -> list[list[str]]:
+    """The two rows (default, autotuned) of one learning record."""
+    rows = []
+    for label, r in (("default", rec.get("reference") or {}), ("autotuned", rec)):
+        steps = r.get("env_steps_to_threshold_per_seed") or []
+        rows.append(
+            [
+                rec.get("task", "?"),
+                _num(rec.get("threshold")),
+                label,
+                f"{r.get('num_envs')} / {r.get('batch_size')} / {r.get('grad_steps')} / "
+                f"{r.get('chunk_iterations')}",
+                _num(r.get("grad_steps_per_env_step")),
+                f"{_num(r.get('wall_to_threshold_s'))} "
+                f"({_seconds(r.get('wall_to_threshold_s_per_seed') or [])})",
+                _num(r.get("steady_to_threshold_s")),
+                ", ".join("-" if v is None else f"{v:,}" for v in steps),
+                f"{_num(r.get('final_return'))} ± {_num(r.get('final_return_std'))} "
+                f"({_returns(r.get('final_return_per_seed') or [])})",
+                _num(r.get("env_steps_per_s")),
+                _num(r.get("compile_s"), 2),
+            ]
+        )
+    return rows
+
+
+def learning_markdown(records: list[Record]) -> list[str]:
+    """The side-by-side table of the learning records (empty when there are none)."""
+    recs = [r for r in records if r.get("kind") == "learning" and r.get("reference")]
+    if not recs:
+        return []
+    lines = [
+        "",
+        "## Autotuned vs default: time to the threshold and final return",
+        "",
+        "Same env-step budget; seeds trained together (vmapped) per config; the two configs "
+        "run interleaved chunk by chunk, each chunk about `eval_every` env steps and followed "
+        "by an untimed evaluation (jaxspreeze/bench/learning.py). Time = warm-up + chunks "
+        "until a seed's evaluation return first reaches the threshold (`-`: not reached); "
+        "compile time and the autotune probe are apart (a second compile of the same program "
+        "comes from the persistent compilation cache). 'At median chunk speed': warm-up + "
+        "env steps to the threshold x the run's median seconds per env step over its chunks "
+        "(load spikes on a shared machine removed). Where autotune kept the default sizes "
+        "(same config) both runs compute the same thing and differ only by the machine's "
+        "noise.",
+        "",
+        "| " + " | ".join(LEARNING_COLUMNS) + " |",
+        "|" + "---|" * len(LEARNING_COLUMNS),
+    ]
+    for rec in recs:
+        lines += ["| " + " | ".join(row) + " |" for row in learning_rows(rec)]
+    lines += [
+        "",
+        "| task | autotune probe s | same config | sooner (speedup) | sooner at median speed "
+        "(speedup) | final return ok |",
+        "|---|---|---|---|---|---|",
+    ]
+    for rec in recs:
+        v, a = rec.get("verdict") or {}, rec.get("autotune") or {}
+        if v.get("same_config"):  # an A/A run: the difference is the machine's noise
+            sooner = f"- (same config: {_ratio(v.get('speedup'))})"
+            steady = f"- (same config: {_ratio(v.get('steady_speedup'))})"
+        else:
+            sooner = f"{v.get('sooner')} ({_ratio(v.get('speedup'))})"
+            steady = f"{v.get('steady_sooner')} ({_ratio(v.get('steady_speedup'))})"
+        lines.append(
+            f"| {rec.get('task')} | {_num(a.get('probe_s'))} | {v.get('same_config')} | "
+            f"{sooner} | {steady} | {v.get('final_ok')} |"
+        )
+    return lines
 
 
 def cells(rec: Record) -> list[str]:
@@ -114,19 +225,26 @@ def markdown(report: dict[str, Any]) -> str:
         "ratio = jaxspreeze / reference (> 1: jaxspreeze is faster). References: a hand-fused "
         "`jit(lax.scan(vmap(env.step) + policy MLP))` for sampling, a minimal flax/optax SAC "
         "update for updates, brax's own `brax.training.agents.sac`/`ppo` trainers for trainer "
-        "rows (tests/benchmarks/references.py).",
+        "rows (jaxspreeze/bench/references.py); the default config for learning rows "
+        "(time to threshold: > 1, the autotuned run got there sooner).",
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),
     ]
     lines += ["| " + " | ".join(cells(r)) + " |" for r in report["records"]]
+    lines += learning_markdown(report["records"])
     return "\n".join(lines) + "\n"
 
 
 def write(report: dict[str, Any], out: Path) -> tuple[Path, Path]:
-    """Write ``bench.json`` and ``bench.md`` into ``out``; returns their paths."""
+    """Write ``bench.json``, ``bench.md`` and each learning record's figure into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     js, md = out / "bench.json", out / "bench.md"
     js.write_text(json.dumps(report, indent=2, default=str))
     md.write_text(markdown(report))
+    for rec in report["records"]:
+        profile = rec.get("profile")
+        png = out / f"autotune-{rec.get('task')}.png"
+        if rec.get("kind") == "learning" and profile and not png.exists():
+            plot_profile(profile, png)
     return js, md

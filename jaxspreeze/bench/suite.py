@@ -9,6 +9,7 @@ workload, :func:`prepare_reference` the bare reference's, and :func:`measure` ti
 from __future__ import annotations
 
 import dataclasses
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -18,7 +19,8 @@ from typing import Any
 
 import jax
 
-from jaxspreeze.bench import cases
+from jaxspreeze import algos
+from jaxspreeze.bench import cases, learning
 from jaxspreeze.bench.record import (
     Record,
     Workload,
@@ -28,11 +30,12 @@ from jaxspreeze.bench.record import (
     time_workload,
     with_reference,
 )
+from jaxspreeze.bench.report import row
 from jaxspreeze.config import RunConfig
 
 SAMPLING_ENVS = ("gymnax/Pendulum-v1", "gymnax/CartPole-v1", "brax/ant")
 UPDATE_ALGOS = ("sac", "td3", "ppo")
-REFERENCE_UPDATE_ALGOS = ("sac",)  # the minimal flax/optax reference is a SAC update
+CHUNK_ENVS = ("gymnax/Pendulum-v1", "gymnax/CartPole-v1")  # off-policy, on-policy
 
 # sizes per scale: "cpu" fits 2 cores, "gpu" goes to 65,536 envs and samples per batch
 SIZES: dict[str, dict[str, Any]] = {
@@ -91,7 +94,8 @@ E2E = {
 
 @dataclass(frozen=True)
 class Case:
-    """One measurement: its kind (sampling, update, chunk, trainer, end_to_end) and args."""
+    """One measurement: its kind (sampling, update, chunk, trainer, end_to_end, learning)
+    and args."""
 
     kind: str
     args: dict[str, Any] = field(default_factory=dict, hash=False)
@@ -123,11 +127,12 @@ def selection(full: bool = False, scale: str | None = None) -> list[Case]:
             Case("trainer", {"algo": a, "env": "brax/ant", "scale": scale}) for a in ("sac", "ppo")
         ]
         out += [Case("end_to_end", {"algo": a}) for a in ("sac", "ppo")]
+        out += [Case("learning", {"task": name}) for name in learning.TASKS]
     return out
 
 
 def _chunk_config(algo: str, scale: str) -> RunConfig:
-    env = "gymnax/Pendulum-v1" if algo == "sac" else "gymnax/CartPole-v1"
+    env = CHUNK_ENVS[algos.get(algo).on_policy]
     return cases.chunk_config(algo, env, **SIZES[scale][f"{algo}_chunk"])
 
 
@@ -135,9 +140,9 @@ def trainer_config(algo: str, env: str, scale: str) -> tuple[RunConfig, dict[str
     """jaxspreeze's chunk config matched to brax's trainer, and the trainer's arguments."""
     s = dict(SIZES[scale][f"brax_{algo}"])
     steps = s.pop("num_timesteps")
-    if algo == "sac":
+    if not algos.get(algo).on_policy:
         cfg = cases.chunk_config(
-            "sac",
+            algo,
             env,
             s["num_envs"],
             s["batch_size"],
@@ -148,8 +153,8 @@ def trainer_config(algo: str, env: str, scale: str) -> tuple[RunConfig, dict[str
         kw = dict(batch_size=s["batch_size"], grad_updates_per_step=s["grad_steps"])
     else:
         n, t = s["num_envs"], s["rollout_steps"]
-        cfg = cases.chunk_config("ppo", env, n, n * t // 4, 4, rollout_steps=t)
-        kw = dict(unroll_length=t, num_minibatches=4, epochs=cfg.ppo.epochs)
+        cfg = cases.chunk_config(algo, env, n, n * t // 4, 4, rollout_steps=t)
+        kw = dict(unroll_length=t, num_minibatches=4, epochs=cfg.algo_config.epochs)
     return cfg, dict(algo=algo, env_name=env, num_envs=s["num_envs"], num_timesteps=steps, **kw)
 
 
@@ -176,8 +181,8 @@ def prepare_reference(case: Case, refs: ModuleType | None, like: Workload) -> Wo
     a, p = case.args, like.params
     if case.kind == "sampling":
         return refs.sampling(a["env"], a["num_envs"], p["rollout_steps"])
-    if case.kind == "update" and a["algo"] in REFERENCE_UPDATE_ALGOS:
-        return refs.sac_update(a["batch_size"], like.grad_steps["critic"])
+    if case.kind == "update" and a["algo"] in refs.UPDATES:
+        return refs.UPDATES[a["algo"]](a["batch_size"], like.grad_steps["critic"])
     return None
 
 
@@ -187,12 +192,24 @@ def record_of(w: Workload, times: list[float], peak: float | None) -> Record:
 
 
 def measure(case: Case, refs: ModuleType | None = None, rounds: int = 3, warmup: int = 1) -> Record:
-    """Measure ``case`` and its reference in this process; a skipped case says why."""
+    """Measure ``case`` and its reference in this process; a skipped case says why.
+
+    A ``learning`` case (autotuned vs default config, :mod:`.learning`) has the default
+    run as its reference and prints its progress; ``JAXSPREEZE_AUTOTUNE_BUDGET_S``
+    overrides the tasks' autotune probe budgets.
+    """
     try:
+        if case.kind == "learning":
+            budget = os.environ.get("JAXSPREEZE_AUTOTUNE_BUDGET_S")
+            task = learning.TASKS[case.args["task"]]
+            rec = learning.compare(
+                task, autotune_budget_s=float(budget) if budget else None, say=print
+            )
+            return {"id": case.id, **rec}
         if case.kind == "end_to_end":
             spec = E2E[case.args["algo"]]
             algo, env = spec["config"]["algo"], spec["config"]["env"]
-            hidden = getattr(RunConfig(), algo).hidden  # the algorithm's tuned default
+            hidden = algos.get(algo).config_cls().hidden  # the algorithm's tuned default
             cfg = cases.run_config(algo, env, hidden, **_e2e_fields(spec["config"]))
             algo_cfg = dataclasses.replace(cfg.algo_config, **spec.get("algo_config", {}))
             cfg = dataclasses.replace(cfg, **{algo: algo_cfg})
@@ -248,8 +265,6 @@ def run(
     Cases that would start after ``budget_s`` seconds are recorded as skipped;
     ``on_record(records so far)`` is called after each case (to save partial results).
     """
-    from jaxspreeze.bench.report import row
-
     records: list[Record] = []
     start = time.perf_counter()
     for case in cases_:

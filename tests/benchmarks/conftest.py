@@ -21,6 +21,8 @@ from types import ModuleType
 
 import pytest
 
+from jaxspreeze.bench import references
+
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Asking for ``--benchmark-json`` (or saving) means timing: undo --benchmark-disable.
@@ -39,7 +41,5 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 @pytest.fixture(scope="session")
 def refs() -> ModuleType:
-    """The bare references (tests/benchmarks/references.py)."""
-    import references
-
+    """The bare references (jaxspreeze/bench/references.py)."""
     return references

@@ -17,10 +17,10 @@ import time
 import jax
 import pytest
 
-from jaxspreeze import devices
+from jaxspreeze import devices, schedules
 from jaxspreeze.bench.record import Workload, throughput_record
-from jaxspreeze.config import RunConfig
-from jaxspreeze.loop import Loop
+from jaxspreeze.config import RunConfig, resolve
+from jaxspreeze.schedules import Schedule
 
 pytestmark = pytest.mark.benchmark
 
@@ -29,15 +29,17 @@ WARMUP = int(os.environ.get("JAXSPREEZE_BENCH_WARMUP", "1"))
 K = 8
 
 
-def workload(placement: str) -> tuple[Workload, Loop]:
+def workload(placement: str) -> tuple[Workload, Schedule]:
     """One chunk of SAC (2x256, batch 256, 8 envs, G=8) with ``placement``."""
     if placement == "split" and len(jax.devices()) < 2:
         pytest.skip("the split needs two devices (JAX_NUM_CPU_DEVICES=2 on CPU)")
     cfg = RunConfig(chunk_iterations=K, placement=placement).replace(sac={"hidden": (256, 256)})
-    cfg = cfg.replace(total_steps=cfg.warmup_steps + 4 * K * cfg.steps_per_iteration)
-    loop = Loop(cfg, devices.resolve(placement))
+    cfg = resolve(cfg.replace(total_steps=cfg.warmup_steps + 4 * K * cfg.steps_per_iteration))
+    loop = schedules.make(cfg, devices.resolve(placement))
     state = loop.init()
-    compile_s = loop.compile(state)
+    t0 = time.perf_counter()
+    loop.compile(state)
+    compile_s = time.perf_counter() - t0
     holder = [jax.block_until_ready(loop.warmup(state))]
 
     def run() -> None:

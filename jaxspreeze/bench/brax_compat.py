@@ -3,7 +3,7 @@
 brax.training.agents.{sac,ppo}.train call ``jax.device_put_replicated``, which jax 0.10
 removed. :func:`install` puts back an equivalent (an identity ``jax.pmap`` over stacked
 copies). It changes nothing when jax still has the
-function, and it is never imported by the library: jax is never pinned for brax.
+function, and only the benchmark references call it: jax is never pinned for brax.
 """
 
 from __future__ import annotations

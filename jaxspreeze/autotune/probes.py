@@ -1,10 +1,12 @@
-"""The timed probes autotune runs: the policy-in-the-loop rollout and the update phases.
+"""The timed probes autotune runs: the policy-in-the-loop rollout and the update step.
 
 :class:`RealProber` compiles each grid point ahead of time (compile time reported apart),
 runs it once untimed, then times ``REPS`` repetitions of enough chained calls to last
 ``MIN_REP_S`` each, blocking until the results are ready before each timer stops; the
 rate is the median. Memory is estimated before anything is allocated (``replay.nbytes``,
-``jax.eval_shape``) and checked again against XLA's own count after compiling.
+``jax.eval_shape``) and checked again against XLA's own count after compiling. The update
+probe times :func:`jaxspreeze.iteration.update_step`, the training loop's own
+critic-then-actor step.
 """
 
 from __future__ import annotations
@@ -14,11 +16,17 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxspreeze import algos, envs, iteration, replay
+from jaxspreeze.autotune.choose import Point
 from jaxspreeze.config import RunConfig
-from jaxspreeze.errors import ConfigError
+from jaxspreeze.rollout import env_init, rollout
+from jaxspreeze.types import EnvSpec, Transition
 
 REPS = 5  # timed repetitions per point (the rate is their median)
 MIN_REP_S = 0.05  # each repetition runs enough calls to last at least this long
@@ -26,26 +34,29 @@ MAX_CALLS = 64
 SAMPLING_STEPS_PER_CALL = 4096  # env steps per timed sampling call (T_probe x n)
 UPDATE_SAMPLES_PER_CALL = 2048  # update samples per timed update call (G_probe x B)
 ACTIVATION_PASSES = 16  # network passes x (forward + backward) kept live by one update
+ON_POLICY_PROBE_MINIBATCHES = 4  # the on-policy update probe: minibatches per epoch
 
 
-@dataclass
-class Point:
-    """One measured grid point: a num_envs (sampling) or a batch size (update)."""
+class Prober(Protocol):
+    """Measures throughput at one grid point and estimates memory before allocating."""
 
-    value: int
-    rate: float  # median env steps/s or update samples/s
-    compile_s: float
-    call_s: float  # median seconds per timed call
-    work: int  # env steps or update samples per call
-    rates: list[float] = field(default_factory=list)  # one per repetition
-    bytes_est: int = 0  # memory this point adds to a run, estimated before allocation
-    bytes_compiled: int = 0  # XLA's own count after compile (arguments + outputs + temps)
-    wall_s: float = 0.0  # everything this point took: setup, compile, warm-up, timing
+    fixed_bytes: int  # replay buffer + agent state: allocated whatever n and B are
 
+    def sampling_bytes(self, num_envs: int) -> int:
+        """Memory a run with ``num_envs`` envs needs for sampling, before allocating."""
+        ...
 
-def grad_step_multiple(cfg: RunConfig) -> int:
-    """Gradient steps per iteration must be a multiple of this (TD3: policy_delay)."""
-    return int(getattr(cfg.algo_config, "policy_delay", 1) or 1)
+    def update_bytes(self, batch: int) -> int:
+        """Memory one update with ``batch`` samples needs, before allocating."""
+        ...
+
+    def sampling(self, num_envs: int) -> Point | None:
+        """Measure env steps/s with the policy in the loop (None: does not fit)."""
+        ...
+
+    def update(self, batch: int) -> Point | None:
+        """Measure update samples/s at this batch size (None: does not fit)."""
+        ...
 
 
 def free_memory(device: Any) -> int:
@@ -68,27 +79,18 @@ def free_memory(device: Any) -> int:
 
 
 def _tree_bytes(tree: Any) -> int:
-    import jax
-    import numpy as np
-
     return sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree))
 
 
 class RealProber:
-    """Times the real programs: the policy-in-the-loop rollout and the update phases."""
+    """Times the real programs: the policy-in-the-loop rollout and the update step."""
 
     def __init__(self, cfg: RunConfig, placement: Any, memory_limit: int):
-        import jax
-
-        from jaxspreeze import algos, envs, replay
-
         self.cfg, self.placement, self.memory_limit = cfg, placement, memory_limit
-        self.module = algos.get(cfg.algo)
-        if not hasattr(self.module, "make"):
-            raise ConfigError("algo", f"{cfg.algo} is not implemented yet")
+        self.algo_spec = algos.get(cfg.algo)
         self.spec = envs.env_spec(cfg.env)
-        self.example = _example_transition(self.spec)
-        algo = self.module.make(cfg.algo_config, self.spec, cfg)
+        self.example = replay.example_transition(self.spec)
+        algo = self.algo_spec.make(cfg.algo_config, self.spec, cfg)
         self.on_policy = algo.on_policy
         self.width = sum(cfg.algo_config.hidden)
         self._algo0 = algo
@@ -107,10 +109,6 @@ class RealProber:
 
     def sampling_bytes(self, num_envs: int) -> int:
         """Env state, the rollout ``[T, n]`` and the policy's activations."""
-        import jax
-
-        from jaxspreeze import envs, replay
-
         env = envs.make_env(self.cfg.env, num_envs)
         carry = _tree_bytes(jax.eval_shape(env.reset, jax.random.key(0)))
         steps = max(self._probe_steps(num_envs), self.cfg.rollout_steps)
@@ -119,11 +117,10 @@ class RealProber:
 
     def update_bytes(self, batch: int) -> int:
         """The sampled batch and the activations the update keeps for its gradients."""
-        from jaxspreeze import replay
-
         data = replay.nbytes(self.example, batch) * 2
         if self.on_policy:
-            data += replay.nbytes(self.example, self._ppo_envs(batch) * self.cfg.rollout_steps)
+            rollout_envs = self._on_policy_envs(batch)
+            data += replay.nbytes(self.example, rollout_envs * self.cfg.rollout_steps)
         return (data + ACTIVATION_PASSES * batch * self.width * 4) * self.seeds
 
     # timing
@@ -131,8 +128,6 @@ class RealProber:
         self, kind: str, fn: Callable, state: Any, const: Any, work: int, value: int, nbytes: int
     ) -> Point | None:
         """Compile ``fn``, run it once, then time REPS repetitions (kept for :meth:`retime`)."""
-        import jax
-
         key = jax.device_put(jax.random.key(self.cfg.seed), _device_of(state))
         t0 = time.perf_counter()
         compiled = jax.jit(fn).lower(state, const, key).compile()
@@ -184,18 +179,13 @@ class RealProber:
 
     def sampling(self, num_envs: int) -> Point | None:
         """env steps/s of ``rollout`` with the algorithm's stochastic policy in the loop."""
-        import jax
-
-        from jaxspreeze import envs
-        from jaxspreeze.rollout import env_init, rollout
-
         cfg = self.cfg
         steps = self._probe_steps(num_envs)
         env = envs.make_env(cfg.env, num_envs)
         run = cfg.replace(num_envs=num_envs)
         if self.on_policy:
             run = run.replace(batch_size=num_envs * cfg.rollout_steps)
-        algo = self.module.make(cfg.algo_config, self.spec, run)
+        algo = self.algo_spec.make(cfg.algo_config, self.spec, run)
         device = self.placement.actor
         actor = self._agent(device).actor
         key = jax.device_put(jax.random.key(cfg.seed + 1), device)
@@ -210,20 +200,15 @@ class RealProber:
             "sampling", fn, carry, actor, num_envs * steps, num_envs, self.sampling_bytes(num_envs)
         )
 
-    def _ppo_envs(self, batch: int) -> int:
-        """Envs of the PPO probe rollout: 4 minibatches of ``batch`` per epoch."""
+    def _on_policy_envs(self, batch: int) -> int:
+        """Envs of the on-policy probe rollout: 4 minibatches of ``batch`` per epoch."""
         t = self.cfg.rollout_steps
         unit = batch // math.gcd(batch, t)  # n must be a multiple of this for B | n T
-        return unit * max(1, math.ceil(4 * batch / (unit * t)))
+        return unit * max(1, math.ceil(ON_POLICY_PROBE_MINIBATCHES * batch / (unit * t)))
 
     def _filled_buffer(self) -> Any:
         """A replay buffer of ``buffer_size`` random transitions (allocated once)."""
         if self._buffer is None:
-            import jax
-            import jax.numpy as jnp
-
-            from jaxspreeze import replay
-
             cap = self.cfg.buffer_size
 
             def fill(key):
@@ -242,9 +227,6 @@ class RealProber:
         Zeros from numpy: rates of dense maths do not depend on the values, and this
         skips compiling ``init`` (seconds on a busy CPU). Key-typed leaves fall back to it.
         """
-        import jax
-        import numpy as np
-
         if self._agent_state is None:
             leaves = jax.tree.leaves(self._agent_shapes)
             if all(isinstance(x.dtype, np.dtype) for x in leaves):
@@ -255,34 +237,27 @@ class RealProber:
         return jax.device_put(self._agent_state, device)
 
     def update(self, batch: int) -> Point | None:
-        """update samples/s of the critic phase then the actor phase at ``batch``."""
-        import jax
-
-        from jaxspreeze.algos.base import AgentState
-
+        """update samples/s of the critic-then-actor step at ``batch``."""
         cfg = self.cfg
         if self.on_policy:
-            n = self._ppo_envs(batch)
+            n = self._on_policy_envs(batch)
             run = cfg.replace(num_envs=n, batch_size=batch)
             key = jax.device_put(jax.random.key(1), self.placement.critic)
             lead = (cfg.rollout_steps, n)
             data = jax.jit(lambda k: _random_like(self.spec, self.example, lead, k))(key)
         else:
-            m = grad_step_multiple(cfg)
+            m = self.algo_spec.grad_step_multiple(cfg.algo_config)
             g = m * max(1, math.ceil(UPDATE_SAMPLES_PER_CALL / batch / m))
             run = cfg.replace(batch_size=batch, grad_steps=g)
             data = self._filled_buffer()
-        algo = self.module.make(cfg.algo_config, self.spec, run)
+        algo = self.algo_spec.make(cfg.algo_config, self.spec, run)
         agent = self._agent(self.placement.critic)
         steps = max(algo.critic_steps_per_iteration, algo.actor_steps_per_iteration)
 
         def fn(agent, data, key):
-            # both phases see the other side as at the start (the loop's staleness rule)
-            k_critic, k_actor = jax.random.split(key)
-            actor_view, critic_view = algo.actor_view(agent.actor), algo.critic_view(agent.critic)
-            critic, _ = algo.critic_phase(agent.critic, actor_view, data, k_critic)
-            actor, _ = algo.actor_phase(agent.actor, critic_view, data, k_actor)
-            return AgentState(actor, critic), ()
+            # the metrics are dropped: XLA leaves out what nothing reads
+            agent, _ = iteration.update_step(algo, agent, data, key)
+            return agent, ()
 
         nbytes = self.update_bytes(batch)
         return self._time("update", fn, agent, data, steps * batch, batch, nbytes)
@@ -293,31 +268,12 @@ class RealProber:
 
 
 def _device_of(tree: Any) -> Any:
-    import jax
-
     leaf = jax.tree.leaves(tree)[0]
     return next(iter(leaf.devices()))
 
 
-def _example_transition(spec: Any) -> Any:
-    import jax.numpy as jnp
-
-    from jaxspreeze.types import Transition
-
-    obs = jnp.zeros(spec.obs_shape, jnp.float32)
-    action = jnp.zeros(spec.action_shape, jnp.int32 if spec.discrete else jnp.float32)
-    return Transition(
-        obs, action, jnp.zeros((), jnp.float32), jnp.zeros((), bool), jnp.zeros((), bool), obs
-    )
-
-
-def _random_like(spec: Any, example: Any, lead: tuple[int, ...], key: Any) -> Any:
+def _random_like(spec: EnvSpec, example: Transition, lead: tuple[int, ...], key: Any) -> Any:
     """Random transitions shaped ``[*lead, ...]``: normal obs/rewards, valid actions."""
-    import jax
-    import jax.numpy as jnp
-
-    from jaxspreeze.types import Transition
-
     k_obs, k_act, k_rew, k_next = jax.random.split(key, 4)
     obs_shape = (*lead, *spec.obs_shape)
     if spec.discrete:

@@ -9,8 +9,9 @@
 
 They return the library's :class:`~jaxspreeze.bench.record.Workload` / record so that
 both sides are timed and reported the same way, but they use none of jaxspreeze's
-env adapter, rollout, replay buffer, networks or algorithms. They live outside the
-library on purpose: ``jaxspreeze bench`` loads this file from the source checkout.
+env adapter, rollout, replay buffer, networks or algorithms: only the env's shapes
+(``env_spec``) and the record. ``jaxspreeze bench`` and the pytest-benchmark suite both
+import them from here.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from jaxspreeze.bench import brax_compat
 from jaxspreeze.bench.record import Record, Workload, flops_of
 from jaxspreeze.envs import env_spec
 
@@ -79,7 +81,7 @@ def sampling(env_name: str, num_envs: int, steps: int, hidden=HIDDEN, seed: int 
         return _squash(mean, log_std, key, scale, bias)[0]
 
     if lib == "gymnax":
-        import gymnax
+        import gymnax  # heavy (its import pulls in seaborn): only for gymnax references
 
         env, env_params = gymnax.make(name)
         v_reset = jax.vmap(env.reset, in_axes=(0, None))
@@ -92,7 +94,7 @@ def sampling(env_name: str, num_envs: int, steps: int, hidden=HIDDEN, seed: int 
             )
             return obs, state, reward, terminated | truncated
     else:
-        from brax import envs as brax_envs
+        from brax import envs as brax_envs  # heavy (mujoco): imported for brax envs only
 
         env = brax_envs.training.wrap(brax_envs.get_environment(name), episode_length=1000)
 
@@ -266,7 +268,66 @@ def sac_update(
     )
 
 
+UPDATES = {"sac": sac_update}  # the algorithms with a bare update reference
+
+
 # ----------------------------------------------------------------------------- brax trainers
+def _brax_sac(
+    common: dict[str, Any],
+    hidden: tuple[int, ...],
+    batch_size: int,
+    grad_updates_per_step: int,
+    **_: Any,
+) -> float:
+    """``brax.training.agents.sac.train``; returns its update samples per env step."""
+    # brax's trainers are heavy (mujoco): imported only when one runs
+    from brax.training.agents.sac import networks as sac_networks
+    from brax.training.agents.sac import train as sac
+
+    sac.train(
+        **common,
+        batch_size=batch_size,
+        grad_updates_per_step=grad_updates_per_step,
+        min_replay_size=common["num_envs"],
+        max_replay_size=100_000,
+        network_factory=functools.partial(
+            sac_networks.make_sac_networks, hidden_layer_sizes=hidden
+        ),
+    )
+    return grad_updates_per_step * batch_size / common["num_envs"]
+
+
+def _brax_ppo(
+    common: dict[str, Any],
+    hidden: tuple[int, ...],
+    unroll_length: int,
+    num_minibatches: int,
+    epochs: int,
+    **_: Any,
+) -> float:
+    """``brax.training.agents.ppo.train``; returns its update samples per env step."""
+    # brax's trainers are heavy (mujoco): imported only when one runs
+    from brax.training.agents.ppo import networks as ppo_networks
+    from brax.training.agents.ppo import train as ppo
+
+    ppo.train(
+        **common,
+        unroll_length=unroll_length,
+        batch_size=common["num_envs"] // num_minibatches,
+        num_minibatches=num_minibatches,
+        num_updates_per_batch=epochs,
+        network_factory=functools.partial(
+            ppo_networks.make_ppo_networks,
+            policy_hidden_layer_sizes=hidden,
+            value_hidden_layer_sizes=hidden,
+        ),
+    )
+    return float(epochs)
+
+
+BRAX_TRAINERS = {"sac": _brax_sac, "ppo": _brax_ppo}  # brax's own trainers, by brax's name
+
+
 def brax_trainer(
     algo: str,
     env_name: str,
@@ -288,10 +349,8 @@ def brax_trainer(
     ``num_envs x unroll_length`` steps per update round and splits them into
     ``num_minibatches`` minibatches for ``epochs`` passes.
     """
-    import brax_compat
-
     brax_compat.install()
-    from brax import envs as brax_envs
+    from brax import envs as brax_envs  # heavy (mujoco): imported for brax's trainers only
 
     env = brax_envs.get_environment(env_name.partition("/")[2])
     log: list[tuple[int, float, dict]] = []
@@ -306,39 +365,20 @@ def brax_trainer(
         seed=seed,
         progress_fn=progress,
     )
+    if algo not in BRAX_TRAINERS:
+        raise ValueError(
+            f"brax has no trainer {algo!r} here; choose one of {sorted(BRAX_TRAINERS)}"
+        )
     t0 = time.perf_counter()
-    if algo == "sac":
-        from brax.training.agents.sac import networks as sac_networks
-        from brax.training.agents.sac import train as sac
-
-        sac.train(
-            **common,
-            batch_size=batch_size,
-            grad_updates_per_step=grad_updates_per_step,
-            min_replay_size=num_envs,
-            max_replay_size=100_000,
-            network_factory=functools.partial(
-                sac_networks.make_sac_networks, hidden_layer_sizes=tuple(hidden)
-            ),
-        )
-        samples_per_env_step = grad_updates_per_step * batch_size / num_envs
-    else:
-        from brax.training.agents.ppo import networks as ppo_networks
-        from brax.training.agents.ppo import train as ppo
-
-        ppo.train(
-            **common,
-            unroll_length=unroll_length,
-            batch_size=num_envs // num_minibatches,
-            num_minibatches=num_minibatches,
-            num_updates_per_batch=epochs,
-            network_factory=functools.partial(
-                ppo_networks.make_ppo_networks,
-                policy_hidden_layer_sizes=tuple(hidden),
-                value_hidden_layer_sizes=tuple(hidden),
-            ),
-        )
-        samples_per_env_step = float(epochs)
+    samples_per_env_step = BRAX_TRAINERS[algo](
+        common,
+        hidden=tuple(hidden),
+        batch_size=batch_size,
+        grad_updates_per_step=grad_updates_per_step,
+        unroll_length=unroll_length,
+        num_minibatches=num_minibatches,
+        epochs=epochs,
+    )
     wall = time.perf_counter() - t0
     # brax's own per-epoch rate; the first epoch compiles, so take the last one
     sps = [float(m["training/sps"]) for _, _, m in log if "training/sps" in m]

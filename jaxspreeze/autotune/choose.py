@@ -1,0 +1,339 @@
+"""The choice rule: num_envs, batch size, gradient steps and chunk length from measured rates.
+
+The rule keeps what the configured run learns per env step and spends the hardware only
+where that costs no learning (issue 17: a faster run that takes fewer gradient steps per
+env step learns less, at the same learning rate):
+
+1. **Gradient steps per env step stay the algorithm's**: off-policy ``u = G / (n T)`` of
+   the algorithm's default run (SAC, TD3: 8 / 8 = 1); ``--replay-ratio R`` sets
+   ``u = R / B0`` (R update samples per env step at the configured batch B0) and a pinned
+   grad_steps ``u = G / (n0 T)``. On-policy ``u = epochs / B0`` (every sample is seen
+   ``epochs`` times, in minibatches of B0), so the minibatch stays B0.
+2. **The batch grows only while it is free**: the largest measured batch ``B >= B0``
+   whose gradient step takes at most ``1 + BATCH_TOLERANCE`` (10%) of B0's step time.
+   On an accelerator a bigger batch often costs nothing: each gradient step gets a
+   lower-variance gradient, with the same number of steps and the same learning rate
+   (nothing is traded, so no learning-rate scaling rule is applied). On a small CPU a
+   step's time grows with the batch, and the batch stays B0.
+3. **num_envs by predicted wall time**: for each measured n, ``G = u n T`` (rounded up
+   to a multiple of the algorithm's ``grad_step_multiple``, e.g. TD3's policy_delay: never
+   fewer gradient steps) and the predicted wall time to finish the budget is
+   ``warm-up / S(n) + iterations(n) x (n T / S(n) + G t(B))`` (S: env steps/s with the
+   policy in the loop; t(B): seconds per gradient step). Among the n within TOLERANCE
+   (5%) of the fastest, the one nearest the configured n0 wins (a change must pay for
+   itself), then the smaller.
+4. **Learning guards**: a run refreshes the policy that collects data at least
+   MIN_ITERATIONS times; an on-policy rollout holds at least ON_POLICY_MIN_MINIBATCHES and
+   at most ON_POLICY_MAX_MINIBATCHES minibatches (n0 is always allowed); memory and the
+   replay buffer bound every pair.
+5. The chunk length K makes one chunk last about TARGET_CHUNK_S.
+
+Pinned fields keep their values and the rest is chosen around them (a pinned G that
+would give fewer gradient steps per env step than u at some n rules that n out).
+Self-contained: it reads measured :class:`Point` tables (real or synthetic) and a config,
+and measures nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from jaxspreeze import algos, config
+from jaxspreeze.config import RunConfig
+from jaxspreeze.errors import ConfigError
+
+TUNED = ("num_envs", "batch_size", "grad_steps", "chunk_iterations")
+ON_POLICY_SIZES = {"num_envs", "batch_size"}  # both pinned: the minibatch rule is theirs
+TOLERANCE = 0.05  # predicted wall times within 5% of the fastest are a tie
+BATCH_TOLERANCE = 0.10  # a batch is free while its step time is within 10% of B0's
+ON_POLICY_MIN_MINIBATCHES = 4  # on-policy: a rollout holds at least this many minibatches
+ON_POLICY_MAX_MINIBATCHES = 32  # ... and at most this many (brax PPO's default count)
+MIN_ITERATIONS = 50  # a run refreshes the acting policy at least this many times
+TARGET_CHUNK_S = 1.0  # one chunk should take about this long (0.5-2 s)
+MAX_CHUNK_ITERATIONS = 10_000
+
+
+@dataclass
+class Point:
+    """One measured grid point: a num_envs (sampling) or a batch size (update)."""
+
+    value: int
+    rate: float  # median env steps/s or update samples/s
+    compile_s: float
+    call_s: float  # median seconds per timed call
+    work: int  # env steps or update samples per call
+    rates: list[float] = field(default_factory=list)  # one per repetition
+    bytes_est: int = 0  # memory this point adds to a run, estimated before allocation
+    bytes_compiled: int = 0  # XLA's own count after compile (arguments + outputs + temps)
+    wall_s: float = 0.0  # everything this point took: setup, compile, warm-up, timing
+
+
+def mib(nbytes: float | None) -> str:
+    """``nbytes`` as ``"12.3 MiB"`` (``"unknown memory"`` for None)."""
+    return "unknown memory" if nbytes is None else f"{nbytes / 2**20:,.1f} MiB"
+
+
+def update_ratio(cfg: RunConfig, pinned: set[str] | frozenset[str] = frozenset()) -> float:
+    """Gradient steps per env step that autotune keeps.
+
+    Off-policy: the algorithm's default run's ``G / (n T)`` (SAC/TD3: 8 / 8 = 1);
+    ``replay_ratio / batch_size`` when ``--replay-ratio`` is set; ``grad_steps /
+    (num_envs x rollout_steps)`` of ``cfg`` when grad_steps is pinned. On-policy (PPO):
+    ``epochs / batch_size`` (``--replay-ratio`` does not apply: its replay ratio is its
+    epochs).
+    """
+    cfg = config.resolve(cfg)
+    spec = algos.get(cfg.algo)
+    if spec.on_policy:
+        if cfg.replay_ratio:
+            raise ConfigError(
+                "replay_ratio",
+                f"{spec.label}'s replay ratio is its number of epochs (--{spec.name}.epochs, "
+                f"now {cfg.algo_config.epochs}); drop --replay-ratio",
+            )
+        return cfg.algo_config.epochs / cfg.batch_size
+    if cfg.replay_ratio:
+        return cfg.replay_ratio / cfg.batch_size
+    if "grad_steps" in pinned:
+        return cfg.grad_steps / (cfg.num_envs * cfg.rollout_steps)
+    d = spec.defaults
+    return d["grad_steps"] / (d["num_envs"] * d["rollout_steps"])
+
+
+def target_replay_ratio(cfg: RunConfig, pinned: set[str] | frozenset[str] = frozenset()) -> float:
+    """Update samples per env step at the configured batch: ``update_ratio x B0``.
+
+    Off-policy: ``--replay-ratio``, or 256 for the SAC/TD3 defaults (one batch-256
+    gradient step per env step). On-policy: its ``epochs``.
+    """
+    cfg = config.resolve(cfg)
+    return update_ratio(cfg, pinned) * cfg.batch_size
+
+
+def step_time(p: Point) -> float:
+    """Seconds per gradient step at the batch of update point ``p``."""
+    return p.value / p.rate
+
+
+def interpolate(points: Sequence[Point], value: int) -> Point:
+    """The point at ``value``, or one interpolated log-log between measured points.
+
+    Below the smallest measured value the rate scales linearly; above the largest it is
+    flat (the grid stopped because it no longer grew).
+    """
+    for p in points:
+        if p.value == value:
+            return p
+    pts = sorted(points, key=lambda p: p.value)
+    lo = max((p for p in pts if p.value < value), key=lambda p: p.value, default=pts[0])
+    hi = min((p for p in pts if p.value > value), key=lambda p: p.value, default=pts[-1])
+    if lo.value == hi.value:
+        rate = lo.rate * (value / lo.value if value < lo.value else 1.0)  # linear below
+        scale = value / lo.value
+        return Point(value, rate, 0.0, 0.0, 0, bytes_est=int(lo.bytes_est * scale))
+    w = math.log(value / lo.value) / math.log(hi.value / lo.value)
+    rate = math.exp((1 - w) * math.log(lo.rate) + w * math.log(hi.rate))
+    nbytes = int((1 - w) * lo.bytes_est + w * hi.bytes_est)
+    return Point(value, rate, 0.0, 0.0, 0, bytes_est=nbytes)
+
+
+def free_batches(
+    update: Sequence[Point], base: int, tolerance: float = BATCH_TOLERANCE
+) -> list[Point]:
+    """The measured batches ``>= base`` whose step time is within ``tolerance`` of base's.
+
+    ``base`` (the configured batch) is always among them (interpolated if unmeasured).
+    """
+    p0 = interpolate(update, base)
+    limit = (1 + tolerance) * step_time(p0)
+    larger = [p for p in update if p.value > base and step_time(p) <= limit]
+    return sorted([p0, *larger], key=lambda p: p.value)
+
+
+def max_num_envs(cfg: RunConfig) -> int:
+    """The most envs the learning guards allow (never below the configured num_envs).
+
+    At least MIN_ITERATIONS iterations per run; off-policy ``n T`` fits in the buffer;
+    on-policy at most ON_POLICY_MAX_MINIBATCHES minibatches of ``batch_size`` per rollout.
+    """
+    cfg = config.resolve(cfg)
+    T = cfg.rollout_steps
+    warmup = 0 if algos.get(cfg.algo).on_policy else cfg.learning_starts
+    top = max(cfg.total_steps - warmup, 1) // (T * MIN_ITERATIONS)
+    if algos.get(cfg.algo).on_policy:
+        top = min(top, ON_POLICY_MAX_MINIBATCHES * cfg.batch_size // T)
+    else:
+        top = min(top, cfg.buffer_size // T)
+    return max(top, cfg.num_envs, 1)
+
+
+def _warmup_steps(cfg: RunConfig, n: int) -> int:
+    if algos.get(cfg.algo).on_policy or cfg.learning_starts == 0:
+        return 0
+    return math.ceil(cfg.learning_starts / n) * n
+
+
+def choose(
+    cfg: RunConfig,
+    sampling: Sequence[Point],
+    update: Sequence[Point],
+    pinned: set[str] | frozenset[str] = frozenset(),
+    memory_limit: int | None = None,
+    fixed_bytes: int = 0,
+    tolerance: float = TOLERANCE,
+    overlap: bool = False,
+    batch_tolerance: float = BATCH_TOLERANCE,
+) -> dict[str, Any]:
+    """Pick num_envs, batch_size, grad_steps and chunk_iterations from measured rates.
+
+    The rule of this module's docstring. Every measured pair (n, B) is scored (its
+    predicted wall time to finish ``cfg.total_steps``) and listed in ``candidates`` for
+    the report; the choice is made among the eligible ones (B free, at least ``u``
+    gradient steps per env step, the guards, memory). ``overlap`` (split placement)
+    models sampling and updates running concurrently (max instead of sum). Pinned fields
+    keep ``cfg``'s values (rates there are interpolated if unmeasured). A pair needs
+    ``fixed_bytes + S.bytes_est + U.bytes_est <= memory_limit``.
+    """
+    if not sampling or not update:
+        raise ConfigError("autotune_budget_s", "no measurement to choose from")
+    cfg = config.resolve(cfg)
+    spec = algos.get(cfg.algo)
+    pinned = set(pinned) & set(TUNED)
+    on_policy = spec.on_policy
+    u = update_ratio(cfg, pinned)
+    T, n0, b0 = cfg.rollout_steps, cfg.num_envs, cfg.batch_size
+    multiple = spec.grad_step_multiple(cfg.algo_config)
+    s_points = [interpolate(sampling, n0)] if "num_envs" in pinned else list(sampling)
+    if "num_envs" not in pinned:
+        top = max_num_envs(cfg)
+        kept = [p for p in s_points if p.value <= top]
+        s_points = kept or [interpolate(sampling, n0)]
+    if "batch_size" in pinned or on_policy:
+        u_points = [interpolate(update, b0)]
+    else:
+        u_points = sorted(
+            [interpolate(update, b0), *(p for p in update if p.value > b0)],
+            key=lambda p: p.value,
+        )
+    free = {p.value for p in free_batches(u_points, b0, batch_tolerance)}
+    t_base = step_time(u_points[0])
+
+    candidates: list[dict[str, Any]] = []
+    rejected: list[str] = []
+    for s in s_points:
+        for up in u_points:
+            n, b = s.value, up.value
+            nT = n * T
+            need = fixed_bytes + s.bytes_est + up.bytes_est
+            why = ""
+            if on_policy:
+                minibatches = nT // b
+                g = cfg.grad_steps  # unused on-policy: epochs x minibatches instead
+                steps = cfg.algo_config.epochs * minibatches
+                if nT % b:
+                    continue  # the minibatch must divide the rollout
+                if minibatches < ON_POLICY_MIN_MINIBATCHES and len(pinned & ON_POLICY_SIZES) < 2:
+                    continue
+            else:
+                if b > cfg.buffer_size:
+                    continue
+                if "grad_steps" in pinned:
+                    g = cfg.grad_steps
+                else:
+                    g = multiple * max(1, math.ceil(u * nT / multiple - 1e-9))
+                steps = g
+                if g < u * nT * (1 - 1e-9) and "num_envs" not in pinned:
+                    why = "fewer gradient steps per env step"
+            if not why and b not in free:
+                why = "batch not free"
+            if memory_limit is not None and need > memory_limit:
+                why = "memory"
+            t_sample, t_update = nT / s.rate, steps * step_time(up)
+            t_iter = max(t_sample, t_update) if overlap else t_sample + t_update
+            warm = _warmup_steps(cfg, n)
+            iterations = math.ceil(max(cfg.total_steps - warm, 0) / nT)
+            wall = warm / s.rate + iterations * t_iter
+            candidates.append(
+                {
+                    "num_envs": n,
+                    "batch_size": b,
+                    "grad_steps": g,
+                    "grad_steps_per_env_step": steps / nT,
+                    "replay_ratio": steps * b / nT,
+                    "step_s": step_time(up),
+                    "iteration_s": t_iter,
+                    "iterations": iterations,
+                    "env_steps_per_s": nT / t_iter,
+                    "update_samples_per_s": steps * b / t_iter,
+                    "wall_s": wall,
+                    "bytes": need,
+                    "eligible": not why,
+                    "why_not": why,
+                }
+            )
+            if why:
+                rejected.append(f"num_envs {n} x batch {b}: {why}")
+    eligible = [c for c in candidates if c["eligible"]]
+    if not eligible:
+        if rejected and all(r.endswith("memory") for r in rejected):
+            raise ConfigError(
+                "batch_size" if "batch_size" in pinned else "num_envs",
+                f"no measured num_envs x batch size fits in {mib(memory_limit)} "
+                "(replay buffer + sampling + update); lower --buffer-size or the pinned sizes",
+            )
+        raise ConfigError(
+            "batch_size",
+            "no measured num_envs x batch size is feasible"
+            + (
+                f" ({spec.label}: the minibatch must divide num_envs x rollout_steps)"
+                if on_policy
+                else ""
+            )
+            + (f"; {rejected[0]}" if rejected else ""),
+        )
+    # the largest free batch that fits with some n, then n by predicted wall time
+    b_pick = max(c["batch_size"] for c in eligible)
+    row = [c for c in eligible if c["batch_size"] == b_pick]
+    fastest = min(c["wall_s"] for c in row)
+    good = [c for c in row if c["wall_s"] <= (1 + tolerance) * fastest]
+    pick = min(good, key=lambda c: (abs(math.log(c["num_envs"] / n0)), c["num_envs"]))
+    if "chunk_iterations" in pinned:
+        k = cfg.chunk_iterations
+    else:
+        k = int(min(max(round(TARGET_CHUNK_S / pick["iteration_s"]), 1), MAX_CHUNK_ITERATIONS))
+    best_s = max(p.rate for p in s_points)
+    best_u = max(p.rate for p in u_points)
+    base = {"num_envs": n0, "batch_size": b0, "grad_steps": cfg.grad_steps}
+    base["total_steps"] = cfg.total_steps
+    default = next((c for c in candidates if (c["num_envs"], c["batch_size"]) == (n0, b0)), None)
+    return {
+        **{key: pick[key] for key in ("num_envs", "batch_size", "grad_steps")},
+        "chunk_iterations": k,
+        "grad_steps_per_env_step": pick["grad_steps_per_env_step"],
+        "update_ratio_target": u,
+        "replay_ratio": pick["replay_ratio"],
+        "replay_ratio_target": u * b0,
+        "base": base,
+        "tolerance": tolerance,
+        "batch_tolerance": batch_tolerance,
+        "overlap": overlap,
+        "pinned": sorted(pinned),
+        "predicted": {
+            "env_steps_per_s": pick["env_steps_per_s"],
+            "update_samples_per_s": pick["update_samples_per_s"],
+            "iteration_s": pick["iteration_s"],
+            "chunk_s": k * pick["iteration_s"],
+            "wall_s": pick["wall_s"],
+            "base_wall_s": default["wall_s"] if default else None,
+            "bytes": pick["bytes"],
+        },
+        "free_batch": max(free),
+        "base_step_s": t_base,
+        # the plain per-axis knees, for reference: where each rate alone saturates
+        "sampling_knee": min(p.value for p in s_points if p.rate >= (1 - tolerance) * best_s),
+        "update_knee": min(p.value for p in u_points if p.rate >= (1 - tolerance) * best_u),
+        "candidates": sorted(candidates, key=lambda c: (c["num_envs"], c["batch_size"])),
+    }

@@ -1,0 +1,216 @@
+"""The autotune report: the measurements and the choice as a Markdown table and a figure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def _load(profile: dict[str, Any]) -> str:
+    value = (profile.get("load_average") or {}).get("before")
+    return "unknown" if value is None else f"{value:.1f}"
+
+
+def _seconds(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.1f}s"
+
+
+def table(profile: dict[str, Any]) -> str:
+    """The measurements and the choice as a Markdown table (also printed)."""
+    c = profile["choice"]
+    base = c["base"]
+    lines = [
+        f"### autotune: {profile['algo']} on {profile['env']} ({profile['placement']})",
+        "",
+        f"hardware: {profile['hardware'].get('backend')} {profile['hardware'].get('devices')}, "
+        f"{profile['hardware'].get('cpu_count')} CPUs | probe {profile['elapsed_s']:.1f}s "
+        f"of a {profile['budget_s']:g}s budget | load average {_load(profile)}",
+        "",
+        "| probe | size | rate | s per gradient step | compile s | reps | est. MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for kind, name, unit, key in (
+        ("sampling", "num_envs", "env steps/s", "num_envs"),
+        ("update", "batch", "update samples/s", "batch_size"),
+    ):
+        for p in profile[kind]["points"]:
+            mark = " **(chosen)**" if p["value"] == c[key] else ""
+            step = f"{p['value'] / p['rate'] * 1e3:.3f} ms" if kind == "update" else ""
+            lines.append(
+                f"| {kind} | {name} {p['value']}{mark} | {p['rate']:,.0f} {unit} | {step} | "
+                f"{p['compile_s']:.1f} | {len(p['rates'])} | {p['bytes_est'] / 2**20:.1f} |"
+            )
+        lines.append(f"| {kind} | stopped: {profile[kind]['stop']} | | | | | |")
+    pred = c["predicted"]
+    pinned = set(c["pinned"])
+    tag = lambda k: " (pinned)" if k in pinned else ""
+    lines += [
+        "",
+        f"choice: num_envs {c['num_envs']}{tag('num_envs')}, batch_size "
+        f"{c['batch_size']}{tag('batch_size')}, grad_steps {c['grad_steps']}"
+        f"{tag('grad_steps')}, chunk_iterations {c['chunk_iterations']}"
+        f"{tag('chunk_iterations')} (configured: num_envs {base['num_envs']}, batch_size "
+        f"{base['batch_size']}, grad_steps {base['grad_steps']})",
+        f"gradient steps per env step {c['grad_steps_per_env_step']:.4g} (kept: "
+        f"{c['update_ratio_target']:.4g}); largest free batch {c['free_batch']} (step time "
+        f"within {c['batch_tolerance']:.0%} of batch {base['batch_size']}'s)",
+        f"predicted: {pred['env_steps_per_s']:,.0f} env steps/s, "
+        f"{pred['update_samples_per_s']:,.0f} update samples/s, {pred['chunk_s']:.2f}s per "
+        f"chunk, {_seconds(pred['wall_s'])} for the budget (configured sizes: "
+        f"{_seconds(pred['base_wall_s'])})",
+        f"(per-axis knees: sampling saturates at num_envs {c['sampling_knee']}, "
+        f"updates at batch {c['update_knee']})",
+    ]
+    return "\n".join(lines)
+
+
+def plot(profile: dict[str, Any], path: Path) -> None:
+    """The measured rates, the predicted wall time per (num_envs, batch) with the chosen
+    point, and the learning comparison (eval return vs wall time) when it was run."""
+    # matplotlib is heavy: imported only when a figure is drawn
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    c = profile["choice"]
+    learning = profile.get("learning")
+    if learning:
+        fig, grid = plt.subplots(2, 2, figsize=(13, 9))
+        axes = list(grid.flat)
+    else:
+        fig, row = plt.subplots(1, 3, figsize=(16, 4.4))
+        axes = list(row)
+    _sampling_panel(axes[0], profile)
+    _update_panel(axes[1], profile)
+    _wall_panel(axes[2], profile, plt.get_cmap("viridis"))
+    if learning:
+        _learning_panel(axes[3], learning)
+    base = c["base"]
+    fig.suptitle(
+        f"autotune {profile['algo']} on {profile['env']} ({profile['hardware'].get('backend')}, "
+        f"load {_load(profile)}): num_envs {base['num_envs']} -> {c['num_envs']}, batch "
+        f"{base['batch_size']} -> {c['batch_size']}, G {base['grad_steps']} -> "
+        f"{c['grad_steps']}, K {c['chunk_iterations']}; "
+        f"{c['grad_steps_per_env_step']:.3g} gradient steps per env step (kept)"
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _mark(ax: Any, x: float, y: float, chosen: bool, base: bool) -> None:
+    """The chosen point (red star) and the configured one (open square, drawn over it)."""
+    if chosen:
+        ax.plot(x, y, "*", ms=18, color="C3", label="chosen", zorder=5)
+    if base:
+        ax.plot(x, y, "s", ms=14, mfc="none", mew=1.5, color="k", label="configured", zorder=6)
+
+
+def _mark_points(ax: Any, pts: list[dict[str, Any]], ys: list[float], chosen: int, base: int):
+    for p, y in zip(pts, ys, strict=True):
+        _mark(ax, p["value"], y, p["value"] == chosen, p["value"] == base)
+
+
+def _scale_y(ax: Any, values: list[float]) -> None:
+    """Log y where the values span more than 10x; linear (with its plain ticks) otherwise."""
+    values = [v for v in values if v and v > 0]
+    if values and max(values) > 10 * min(values):
+        ax.set_yscale("log")
+
+
+def _sampling_panel(ax: Any, profile: dict[str, Any]) -> None:
+    c = profile["choice"]
+    pts = profile["sampling"]["points"]
+    rates = [p["rate"] for p in pts]
+    ax.plot([p["value"] for p in pts], rates, "o-", color="C0", label="median")
+    for p in pts:
+        ax.plot([p["value"]] * len(p["rates"]), p["rates"], ".", color="C0", alpha=0.3)
+    _mark_points(ax, pts, rates, c["num_envs"], c["base"]["num_envs"])
+    ax.set_xscale("log", base=2)
+    _scale_y(ax, [r for p in pts for r in p["rates"]])
+    ax.set_xlabel("num_envs")
+    ax.set_ylabel("env steps/s (policy in the loop)")
+    ax.set_title(f"sampling (stopped: {profile['sampling']['stop']})")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(loc="lower right", fontsize=8)
+
+
+def _update_panel(ax: Any, profile: dict[str, Any]) -> None:
+    c = profile["choice"]
+    pts = profile["update"]["points"]
+    ms = [p["value"] / p["rate"] * 1e3 for p in pts]
+    ax.plot([p["value"] for p in pts], ms, "o-", color="C1", label="median")
+    for p in pts:
+        spread = [p["value"] / r * 1e3 for r in p["rates"]]
+        ax.plot([p["value"]] * len(spread), spread, ".", color="C1", alpha=0.3)
+    limit = (1 + c["batch_tolerance"]) * c["base_step_s"] * 1e3
+    ax.axhline(limit, ls="--", color="gray", lw=1, label=f"free: +{c['batch_tolerance']:.0%}")
+    _mark_points(ax, pts, ms, c["batch_size"], c["base"]["batch_size"])
+    ax.set_xscale("log", base=2)
+    _scale_y(ax, [*ms, limit])
+    ax.set_xlabel("batch size")
+    ax.set_ylabel("ms per gradient step (critic + actor)")
+    ax.set_title(f"update (stopped: {profile['update']['stop']})")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(loc="upper left", fontsize=8)
+
+
+def _wall_panel(ax: Any, profile: dict[str, Any], cmap: Any) -> None:
+    c = profile["choice"]
+    cands = c["candidates"]
+    batches = sorted({x["batch_size"] for x in cands})
+    for i, b in enumerate(batches):
+        row = [x for x in cands if x["batch_size"] == b]
+        color = cmap(i / max(len(batches) - 1, 1))
+        ok = all(x["eligible"] for x in row)
+        ax.plot(
+            [x["num_envs"] for x in row],
+            [x["wall_s"] for x in row],
+            "o-" if ok else "o:",
+            ms=3,
+            color=color,
+            alpha=1.0 if any(x["eligible"] for x in row) else 0.35,
+            label=f"B={b}" + ("" if any(x["eligible"] for x in row) else " (not free)"),
+        )
+    pick = c["predicted"]["wall_s"]
+    _mark(ax, c["num_envs"], pick, True, False)
+    if c["predicted"].get("base_wall_s"):
+        _mark(ax, c["base"]["num_envs"], c["predicted"]["base_wall_s"], False, True)
+    row = [x for x in cands if x["eligible"] and x["batch_size"] == c["batch_size"]]
+    best = min((x["wall_s"] for x in row), default=pick)
+    ax.axhline((1 + c["tolerance"]) * best, ls="--", color="gray", lw=1, label="fastest + tol")
+    ax.set_xscale("log", base=2)
+    _scale_y(ax, [x["wall_s"] for x in cands])
+    ax.set_xlabel("num_envs")
+    ax.set_ylabel("predicted wall time for the budget (s)")
+    ax.set_title(f"G = {c['update_ratio_target']:.3g} x n x T gradient steps per iteration")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, ncol=2)
+
+
+def _learning_panel(ax: Any, learning: dict[str, Any]) -> None:
+    colors = {"default": "C0", "autotuned": "C3"}
+    for label, run in learning["runs"].items():
+        curve = run["curve"]
+        if not curve:
+            continue
+        t = [p["wall_s"] for p in curve]
+        ret = np.array([p["return_per_seed"] for p in curve])
+        for i in range(ret.shape[1]):
+            ax.plot(t, ret[:, i], "-", lw=0.8, alpha=0.35, color=colors.get(label, "C2"))
+        sizes = f"n{run['num_envs']}/B{run['batch_size']}/G{run['grad_steps']}"
+        reach = run["wall_to_threshold_s"]
+        when = "not reached" if reach is None else f"{reach:.0f}s to threshold"
+        ax.plot(
+            t, ret.mean(axis=1), "-", lw=2, color=colors.get(label, "C2"),
+            label=f"{label} {sizes}: {when} (median of seeds)",
+        )  # fmt: skip
+    ax.axhline(learning["threshold"], ls="--", color="gray", lw=1, label="threshold")
+    ax.set_xlabel("training wall time (s; warm-up + chunks, compile and eval apart)")
+    ax.set_ylabel("eval return (thin: seeds, thick: mean)")
+    ax.set_title(f"learning: {learning['task']}, same env-step budget")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")

@@ -1,0 +1,80 @@
+"""Command line: ``jaxspreeze train|eval|autotune|bench|render|plot|launch`` (also ``python -m jaxspreeze``).
+
+One module per command (``jaxspreeze.cli.<command>``, each with ``main(argv) -> int``);
+:mod:`.common` holds the one-line errors and exit codes they share, :mod:`.args` the
+tyro parsing (one dataclass of options per command). Every error ends in one line and an
+exit code (2 bad input, 1 fault, 130/143 stopped by SIGINT/SIGTERM before training);
+``--debug`` (anywhere on the command line) or ``JAXSPREEZE_DEBUG=1`` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+from jaxspreeze.cli.common import BAD_INPUT, FAULT, config_error, fail, os_error
+from jaxspreeze.errors import CheckpointError, ConfigError, NonFiniteError, ProcessError
+
+USAGE = """usage: jaxspreeze COMMAND [options]
+
+commands:
+  train      train an agent (default config: SAC on gymnax/Pendulum-v1)
+  eval       evaluate the latest checkpoint of a run directory
+  autotune   measure this machine and pick num_envs, batch size and update ratio
+  bench      run the throughput benchmarks and write bench.json / bench.md
+  render     roll out a trained policy to a GIF (gymnax) or HTML (brax)
+  plot       learning-curve and throughput PNGs for one or more run directories
+  launch     start N local processes of one data-parallel run:
+             jaxspreeze launch --processes N -- train <train args>
+
+`jaxspreeze COMMAND --help` lists a command's options; `--debug` shows the traceback of an error.
+"""
+
+COMMANDS = ("train", "eval", "autotune", "bench", "render", "plot", "launch")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``jaxspreeze`` console script; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get("JAXSPREEZE_DEBUG", "") not in ("", "0")
+    argv = [a for a in argv if a != "--debug"]
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else BAD_INPUT
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        return fail(f"unknown command {command!r}; choose one of {', '.join(COMMANDS)}")
+    # imported when chosen: a command pulls in jax and its library, `jaxspreeze --help` does not
+    module = importlib.import_module(f"jaxspreeze.cli.{command}")
+    try:
+        return module.main(rest)
+    except SystemExit as e:  # tyro: --help (0) or bad input (2, already reported)
+        return e.code if isinstance(e.code, int) else int(e.code is not None)
+    except Exception as e:
+        if debug:
+            raise
+        return report(e)
+    except KeyboardInterrupt as e:  # jaxspreeze.stopping.StopRequested: stopped while starting
+        name = getattr(e, "signal_name", None)
+        if debug or name is None:
+            raise
+        fail(str(e), FAULT)
+        return 128 + getattr(signal, name, signal.SIGINT)
+
+
+def report(e: Exception) -> int:
+    """One line for an error that reached the command line; returns its exit code."""
+    if isinstance(e, ConfigError):
+        return config_error(e)
+    if isinstance(e, CheckpointError):
+        return fail(str(e))
+    if isinstance(e, (NonFiniteError, ProcessError)):
+        return fail(str(e), FAULT)
+    if isinstance(e, OSError):
+        return os_error(e)
+    return fail(
+        f"unexpected {type(e).__name__}: {e} (run again with --debug for the traceback)", FAULT
+    )

@@ -1,0 +1,69 @@
+"""``jaxspreeze eval RUN_DIR [--episodes N] [--seed S] [--json]``: evaluate a run's checkpoint.
+
+RUN_DIR is a run directory (its newest intact checkpoint is evaluated; damaged newer ones
+are named on stderr) or one checkpoint of it (``RUN/checkpoints/000000021000``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated
+
+import numpy as np
+import tyro
+
+from jaxspreeze.checkpoint import evaluate_checkpoint
+from jaxspreeze.cli.args import parse
+from jaxspreeze.cli.common import fail
+from jaxspreeze.errors import CheckpointError, ConfigError
+
+DESCRIPTION = (
+    "Evaluate the newest intact checkpoint of a run directory (or the checkpoint directory "
+    "given): one deterministic episode per env, N envs, every seed of the run."
+)
+
+
+@dataclass
+class EvalArgs:
+    """The options of ``jaxspreeze eval``."""
+
+    run_dir: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="RUN_DIR")]
+    """A run directory (holds checkpoints/) or one of its checkpoints."""
+    episodes: int | None = None
+    """Episodes per seed (default: the run's eval_episodes)."""
+    seed: int | None = None
+    """Evaluation seed."""
+    as_json: Annotated[bool, tyro.conf.arg(name="json")] = False
+    """Print one JSON line."""
+
+
+def main(argv: Sequence[str]) -> int:
+    """Evaluate and print the return per seed (or one JSON line)."""
+    args = parse(
+        EvalArgs,
+        argv,
+        "jaxspreeze eval",
+        markers=(tyro.conf.FlagCreatePairsOff,),
+        description=DESCRIPTION,
+    )
+    if args.episodes is not None and args.episodes < 1:
+        return fail("--episodes: must be >= 1")
+    try:
+        result = evaluate_checkpoint(args.run_dir, args.episodes, args.seed)
+    except (CheckpointError, ConfigError) as e:
+        return fail(str(e))
+    for path, why in result["damaged"]:
+        print(f"jaxspreeze: warning: skipped damaged checkpoint {path}: {why}", file=sys.stderr)
+    if args.as_json:
+        print(json.dumps(result))
+        return 0
+    means, stds = result["return_mean"], result["return_std"]
+    print(f"checkpoint: {result['checkpoint']} ({result['env_steps']} env steps per seed)")
+    for i, (m, s) in enumerate(zip(means, stds, strict=True)):
+        print(f"  seed {i}: return {m:.2f} +- {s:.2f} over {result['episodes']} episodes")
+    if len(means) > 1:
+        print(f"  mean over seeds: {np.mean(means):.2f} (std {np.std(means):.2f})")
+    return 0

@@ -1,0 +1,51 @@
+"""``jaxspreeze render RUN_DIR [--out FILE]``: a trained policy's episode as a GIF or HTML."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Annotated
+
+import tyro
+
+from jaxspreeze.cli.args import parse
+from jaxspreeze.cli.common import fail
+from jaxspreeze.render import render_run
+
+DESCRIPTION = (
+    "Roll out a trained policy (deterministic, one episode) to a GIF (gymnax) or an HTML "
+    "viewer (brax)."
+)
+
+
+@dataclass
+class RenderArgs:
+    """The options of ``jaxspreeze render``."""
+
+    run_dir: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="RUN_DIR")]
+    """A finished run directory."""
+    out: Annotated[str | None, tyro.conf.arg(metavar="FILE")] = None
+    """Output file (.gif for gymnax, .html for brax)."""
+    seed_index: int = 0
+    """Which seed's policy."""
+    max_steps: int | None = None
+    """Cap on the episode length."""
+    fps: int = 30
+    """GIF frames per second."""
+
+
+def main(argv: Sequence[str]) -> int:
+    """Render and print the output path."""
+    args = parse(RenderArgs, argv, "jaxspreeze render", description=DESCRIPTION)
+    try:
+        path = render_run(
+            args.run_dir,
+            args.out,
+            seed_index=args.seed_index,
+            max_steps=args.max_steps,
+            fps=args.fps,
+        )
+    except (FileNotFoundError, ValueError) as e:
+        return fail(str(e))
+    print(path)
+    return 0
