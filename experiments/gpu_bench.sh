@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The full jaxspreeze benchmark at GPU sizes (num_envs and batch up to 65,536) on an
-# NVIDIA machine, in under 8 minutes, results in the folder given as the argument.
+# jaxspreeze on an NVIDIA machine, one command: autotune's measured surface (grids up to
+# 65,536 envs and samples per batch), the autotuned-vs-default learning comparison and
+# the full benchmark at GPU sizes, results in the folder given as the argument.
 #
-#   experiments/gpu_bench.sh RESULTS_DIR     # on the GPU machine, from anywhere
+#   experiments/gpu_bench.sh RESULTS_DIR [STAGES]  # on the GPU machine, from anywhere
 #   experiments/gpu_bench.sh --fetch-wheels  # where pip can reach PyPI: gymnax, brax and
 #                                            # their dependencies as wheels in .whl/ for a
 #                                            # GPU machine without network (cp312, x86-64)
@@ -11,9 +12,24 @@
 # orbax-checkpoint, rich, pytest-benchmark (the lent H200 image has them). gymnax, brax,
 # mujoco(-mjx) and their few missing dependencies are installed from .whl/ when they do
 # not import (or from PyPI when .whl/ is absent and the network works).
-# Writes RESULTS_DIR/bench.json, bench.md (saved after every case), bench.log,
-# nvidia-smi.txt. Env: PYTHON (default python3), BENCH_BUDGET_S (start no case after
-# this, default 330), BENCH_TIMEOUT_S (hard stop, default 450).
+# STAGES (default "autotune learning bench", any subset, in that order):
+#   autotune  `jaxspreeze autotune` for SAC on gymnax/Pendulum-v1 with a 10M-step budget
+#             and a 1M buffer (so the learning guards let the grids reach 65,536 envs and
+#             batch 65,536) -> RESULTS_DIR/autotune/autotune.{json,md,png}, autotune.log
+#   learning  `jaxspreeze bench --full --only learning`: autotuned vs default, 3 seeds,
+#             time to threshold and final return on SAC/TD3 Pendulum, PPO CartPole, SAC
+#             brax inverted_pendulum -> RESULTS_DIR/learning/bench.{json,md},
+#             autotune-<task>.png, bench.log
+#   bench     the rest of the full benchmark at GPU sizes -> RESULTS_DIR/bench.{json,md},
+#             bench.log (saved after every case)
+#   scaling   (only when named) data parallelism, 1 device vs every device, the same
+#             sizes per device -> RESULTS_DIR/scaling/scaling.md (env steps/s and update
+#             samples/s, in all and per device), devices-<d>/ runs and logs
+# and RESULTS_DIR/nvidia-smi.txt. Env: PYTHON (default python3); AUTOTUNE_BUDGET_S (the
+# autotune stage's probe budget, default 90; JAXSPREEZE_AUTOTUNE_BUDGET_S overrides the
+# learning tasks' own), LEARNING_TIMEOUT_S (default 420), BENCH_BUDGET_S (start no case
+# after this, default 330), BENCH_TIMEOUT_S (hard stop, default 450). All three stages
+# need about 15 minutes on an H200; run them as separate calls where a call is shorter.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -40,7 +56,8 @@ if [[ "${1:-}" == "--fetch-wheels" ]]; then
     exit 0
 fi
 
-OUT="${1:?usage: experiments/gpu_bench.sh RESULTS_DIR | --fetch-wheels}"
+OUT="${1:?usage: experiments/gpu_bench.sh RESULTS_DIR [STAGES] | --fetch-wheels}"
+STAGES="${2:-autotune learning bench}"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 cd "$REPO"
@@ -64,12 +81,61 @@ export PYTHONUNBUFFERED=1
 "$PY" -c "import jax; assert jax.default_backend() == 'gpu', jax.devices(); print(jax.devices())"
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
 
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+status=0
 set +e
-timeout "${BENCH_TIMEOUT_S:-450}" "$PY" -m jaxspreeze bench --full --scale gpu --rounds 3 \
-    --budget-s "${BENCH_BUDGET_S:-330}" --out "$OUT" \
-    --note "experiments/gpu_bench.sh; GPU sizes" 2>&1 | tee "$OUT/bench.log"
-rc=${PIPESTATUS[0]}
+if has autotune; then
+    mkdir -p "$OUT/autotune"
+    timeout 300 "$PY" -m jaxspreeze autotune --out "$OUT/autotune" --algo sac \
+        --env gymnax/Pendulum-v1 --total-steps 10000000 --buffer-size 1000000 \
+        --autotune-budget-s "${AUTOTUNE_BUDGET_S:-90}" 2>&1 | tee "$OUT/autotune/autotune.log"
+    rc=${PIPESTATUS[0]}; [[ $rc != 0 ]] && status=$rc
+fi
+if has learning; then
+    mkdir -p "$OUT/learning"
+    timeout "${LEARNING_TIMEOUT_S:-420}" "$PY" -m jaxspreeze bench --full --only learning \
+        --scale gpu --out "$OUT/learning" \
+        --note "experiments/gpu_bench.sh; autotuned vs default" 2>&1 | tee "$OUT/learning/bench.log"
+    rc=${PIPESTATUS[0]}; [[ $rc != 0 ]] && status=$rc
+    [[ $rc == 124 ]] && echo "learning: time limit reached; $OUT/learning/bench.json" \
+        "holds the tasks that finished"
+fi
+if has bench; then
+    # every case of the full selection but the learning ones (the stage above)
+    ONLY=()
+    while read -r id; do ONLY+=(--only "$id"); done \
+        < <("$PY" -m jaxspreeze bench --list --full --scale gpu | grep -v '^learning-')
+    timeout "${BENCH_TIMEOUT_S:-450}" "$PY" -m jaxspreeze bench --full --scale gpu --rounds 3 \
+        "${ONLY[@]}" --budget-s "${BENCH_BUDGET_S:-330}" --out "$OUT" \
+        --note "experiments/gpu_bench.sh; GPU sizes" 2>&1 | tee "$OUT/bench.log"
+    rc=${PIPESTATUS[0]}; [[ $rc != 0 ]] && status=$rc
+    [[ $rc == 124 ]] && echo "hard time limit reached: $OUT/bench.json holds the cases that finished"
+fi
+if has scaling; then
+    # data parallelism, weak scaling: the same per-device sizes (SAC Pendulum, 4096 envs,
+    # batch 4096, 1M replay rows per device) on 1 device and on every device of this
+    # machine (one process, --placement data); env steps/s and update samples/s per device
+    mkdir -p "$OUT/scaling"
+    N=$("$PY" -c "import jax; print(jax.device_count())")
+    for d in $(echo 1 "$N" | tr ' ' '\n' | sort -un); do
+        CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((d - 1))) timeout "${SCALING_TIMEOUT_S:-240}" \
+            "$PY" -m jaxspreeze train --algo sac --env gymnax/Pendulum-v1 --placement data \
+            --num-envs $((4096 * d)) --batch-size $((4096 * d)) --buffer-size $((1048576 * d)) \
+            --total-steps $((4096 * 400 * d)) --eval-every 0 --sinks jsonl \
+            --logdir "$OUT/scaling" --run-name "devices-$d" --overwrite 2>&1 \
+            | tee "$OUT/scaling/devices-$d.log"
+        rc=${PIPESTATUS[0]}; [[ $rc != 0 ]] && status=$rc
+    done
+    "$PY" - "$OUT/scaling" <<'PYEOF' | tee "$OUT/scaling/scaling.md"
+import json, pathlib, sys
+print("| devices | env steps/s | update samples/s | env steps/s per device | samples/s per device |")
+print("|---|---|---|---|---|")
+for f in sorted(pathlib.Path(sys.argv[1]).glob("devices-*/summary.json")):
+    s = json.loads(f.read_text()); t = s["topology"]
+    print(f"| {t['devices']} | {s['env_steps_per_s']:,.0f} | {s['update_samples_per_s']:,.0f} | "
+          f"{t['per_device']['env_steps_per_s']:,.0f} | {t['per_device']['update_samples_per_s']:,.0f} |")
+PYEOF
+fi
 set -e
-[[ $rc == 124 ]] && echo "hard time limit reached: $OUT/bench.json holds the cases that finished"
 echo "results: $OUT"
-exit $rc
+exit $status

@@ -44,7 +44,7 @@ def test_unknown_algo_is_rejected(tmp_path):
 
 
 def test_preset_file_and_flags_override(tmp_path):
-    from jaxspreeze.cli import parse_train_args
+    from jaxspreeze.cli.train import parse_train_args
 
     preset = tmp_path / "p.toml"
     preset.write_text('total_steps = 1234\nnum_envs = 4\n[sac]\nhidden = [64, 64]\n')
@@ -69,3 +69,23 @@ def test_train_cli_writes_run_directory(tmp_path):
     assert (run / "metrics.jsonl").read_text().count("\n") >= 1
     last = out.stdout.strip().splitlines()[-2:]
     assert str(run) in last[0] and "final eval return" in last[1]
+
+
+def test_top_level_help_imports_no_command():
+    """`jaxspreeze --help` stays fast: neither jax nor any command's module is imported."""
+    code = (
+        "import sys; from jaxspreeze.cli import main; assert main(['--help']) == 0; "
+        "print(sorted(m for m in sys.modules if m == 'jax' or m.startswith('jaxspreeze.')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    loaded = out.stdout.strip().splitlines()[-1]
+    assert loaded == "['jaxspreeze.cli', 'jaxspreeze.cli.common', 'jaxspreeze.errors']"
+
+
+def test_bad_flag_is_one_line_naming_it():
+    """A flag tyro cannot parse exits 2 with one line that names it and points to --help."""
+    out = run_cli("train", "--total-steps", "many")
+    assert out.returncode == 2
+    lines = [line for line in out.stderr.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and "--total-steps" in lines[0] and "jaxspreeze train --help" in lines[0]
