@@ -1,4 +1,5 @@
-"""The env contract for gymnax and brax: shapes, auto-reset, terminated vs truncated."""
+"""The env contract for gymnax and brax: shapes, auto-reset, terminated vs truncated; the
+family registry and its errors (Playground: tests/test_playground.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxspreeze.envs import available_envs, env_spec, make_env
+from jaxspreeze.envs import FAMILIES, available_envs, check_env_name, env_spec, make_env
 from jaxspreeze.errors import UnknownEnvError
 
 
@@ -49,7 +50,9 @@ def test_gymnax_pendulum_contract():
 def test_gymnax_cartpole_terminates():
     env = make_env("gymnax/CartPole-v1", 4)
     assert env.spec.discrete and env.spec.action_dim == 2 and env.spec.action_shape == ()
-    _, obs, _state, _reward, term, trunc, final_obs = _run(env, 100, lambda k: jnp.zeros(4, jnp.int32))
+    _, obs, _state, _reward, term, trunc, final_obs = _run(
+        env, 100, lambda k: jnp.zeros(4, jnp.int32)
+    )
     assert term.any(), "always pushing left must topple the pole"
     assert not (term & trunc).any()
     t, i = np.argwhere(np.asarray(term))[0]
@@ -73,3 +76,17 @@ def test_unknown_env_lists_names():
     with pytest.raises(UnknownEnvError, match="gymnax/Pendulum-v1"):
         env_spec("gymnax/Nope-v0")
     assert "brax/ant" in available_envs()
+
+
+def test_names_without_a_family_suggest_one():
+    with pytest.raises(UnknownEnvError, match="did you mean gymnax/Pendulum-v1"):
+        check_env_name("Pendulum-v1")
+    with pytest.raises(UnknownEnvError, match="gymnax, brax, playground"):
+        check_env_name("mujoco/Hopper-v5")
+
+
+def test_every_family_is_one_registered_module():
+    for prefix, family in FAMILIES.items():
+        assert family.PREFIX == prefix
+        assert all(callable(getattr(family, f)) for f in ("names", "check", "make"))
+    assert "gymnax/CartPole-v1" in available_envs() and "brax/reacher" in available_envs()

@@ -1,0 +1,140 @@
+"""Vmapped environments on the device, one adapter per family, picked by the name's prefix.
+
+``make_env("gymnax/Pendulum-v1", num_envs)``, ``make_env("brax/reacher", n)``,
+``make_env("playground/CartpoleBalance", n)``: every family is driven through the
+contract of :mod:`jaxspreeze.envs.base`. A family is one module exposing ``PREFIX``,
+``names()``, ``check(env_name)`` and ``make(env_name) -> EnvParts``; adding one is that
+module plus one line in :data:`FAMILIES`.
+
+Host envs (``gymnasium/<id>``, ``envpool/<task>``, :mod:`jaxspreeze.hostenvs`) step on the
+host CPU, through the sampling workers of the host schedule: their names are checked and
+their specs built here like the others', but :func:`make_env` gives only a placeholder
+(the shapes of the env carry, no device step), see :func:`host_placeholder`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+from types import ModuleType
+
+import jax
+import jax.numpy as jnp
+
+from jaxspreeze import hostenvs
+from jaxspreeze.envs import brax, gymnax, playground
+from jaxspreeze.envs.base import (
+    REFRESH_EVERY,
+    EnvParts,
+    EnvState,
+    ResetInner,
+    StepOut,
+    VecEnv,
+    auto_reset,
+)
+from jaxspreeze.errors import UnknownEnvError
+from jaxspreeze.types import EnvSpec
+
+__all__ = [
+    "FAMILIES",
+    "REFRESH_EVERY",
+    "EnvParts",
+    "EnvState",
+    "ResetInner",
+    "StepOut",
+    "VecEnv",
+    "auto_reset",
+    "available_envs",
+    "check_env_name",
+    "env_spec",
+    "host_placeholder",
+    "is_host_env",
+    "make_env",
+]
+
+is_host_env = hostenvs.is_host_env
+
+# the family registry: name prefix -> adapter module (each imports its library lazily)
+FAMILIES: dict[str, ModuleType] = {
+    gymnax.PREFIX: gymnax,
+    brax.PREFIX: brax,
+    playground.PREFIX: playground,
+}
+
+
+def available_envs() -> list[str]:
+    """Every name :func:`make_env` accepts on this machine (Playground only if installed)."""
+    out: list[str] = []
+    for prefix, family in FAMILIES.items():
+        names = family.available() if hasattr(family, "available") else family.names()
+        out += [f"{prefix}/{n}" for n in names]
+    return out
+
+
+def check_env_name(name: str) -> None:
+    """Raise :class:`UnknownEnvError` (saying why, naming near names) for a name that fails."""
+    if is_host_env(name):
+        hostenvs.check_host_env_name(name)
+        return
+    prefix, sep, env_name = name.partition("/")
+    family = FAMILIES.get(prefix) if sep else None
+    if family is None:
+        # no family prefix: suggest the nearest names of the families that load cheaply
+        known = [f"{p}/{n}" for p in (gymnax.PREFIX, brax.PREFIX) for n in FAMILIES[p].names()]
+        near = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+        near += [k for k in known if k.partition("/")[2].lower() == name.lower()]
+        hint = f"did you mean {', '.join(dict.fromkeys(near))}? " if near else ""
+        raise UnknownEnvError(
+            f"unknown environment {name!r}; {hint}names are <family>/<task> with family one "
+            f"of {', '.join((*FAMILIES, *hostenvs.FAMILIES))} (e.g. gymnax/Pendulum-v1, brax/ant, "
+            "playground/CartpoleBalance)"
+        )
+    family.check(env_name)
+
+
+@functools.cache
+def _parts(name: str) -> EnvParts:
+    check_env_name(name)
+    prefix, _, env_name = name.partition("/")
+    return FAMILIES[prefix].make(env_name)
+
+
+@functools.cache
+def env_spec(name: str) -> EnvSpec:
+    """The :class:`EnvSpec` of a named environment (builds the env once, no jit)."""
+    if is_host_env(name):
+        return hostenvs.host_env_spec(name)
+    return _parts(name).spec
+
+
+def make_env(name: str, num_envs: int) -> VecEnv:
+    """Build ``num_envs`` vmapped copies of the env ``<family>/<task>``.
+
+    A host env name gives :func:`host_placeholder` (host envs step on the host).
+    """
+    if is_host_env(name):
+        return host_placeholder(env_spec(name), num_envs)
+    spec, reset_one, step_batch, render_state = _parts(name)
+    return VecEnv(spec, num_envs, reset_one, step_batch, render_state)
+
+
+def host_placeholder(spec: EnvSpec, num_envs: int) -> VecEnv:
+    """The device side of ``num_envs`` host envs: shapes, bounds and random actions only.
+
+    Its reset gives zero observations ``[N, *obs_shape]`` and no library state (so a
+    training state, a memory estimate and a checkpoint have the usual layout); stepping it
+    raises: host envs are stepped by :mod:`jaxspreeze.workers`, never inside a jitted
+    rollout.
+    """
+
+    def reset_one(key: jax.Array) -> tuple[jax.Array, tuple[()]]:
+        del key
+        return jnp.zeros(spec.obs_shape, jnp.float32), ()
+
+    def step_batch(keys: jax.Array, inner: tuple[()], action: jax.Array) -> tuple:
+        raise TypeError(
+            f"{spec.name} is a host env: it steps on the host through the sampling workers "
+            "(the host schedule), not inside a jitted rollout"
+        )
+
+    return VecEnv(spec, num_envs, reset_one, step_batch)

@@ -1,0 +1,185 @@
+"""The vmapped env contract every family adapts to, and the shared auto-reset.
+
+Every environment, whatever its library, is driven through the same vmapped contract::
+
+    obs, state = env.reset(key)                                        # obs [N, ...]
+    obs, state, reward, terminated, truncated, final_obs = env.step(key, state, action)
+
+``terminated`` ends the return (bootstrap 0); ``truncated`` is a time limit (bootstrap
+from ``final_obs``, the observation before the automatic reset). The returned ``state``
+also tracks each env's running and last completed episode return and length.
+
+A family (one module beside this one) turns a library's env into :class:`EnvParts`: a
+spec, ``reset_one`` (one env) and ``step_batch`` (all envs at once; ``jax.vmap`` of a
+per-env step for a library that resets by itself, like gymnax). Families whose library
+does not reset build them with :func:`auto_reset`, which starts new episodes from
+freshly sampled initial states (goal, object, noise) and keeps the final observation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxspreeze.types import EnvSpec, PyTree
+
+ResetOne = Callable[[jax.Array], tuple[PyTree, PyTree]]  # key -> (obs, inner)
+StepBatch = Callable[[jax.Array, PyTree, jax.Array], tuple]  # keys [N], inner [N], action [N]
+
+
+class EnvState(NamedTuple):
+    """Batched env state: the library's own state plus episode bookkeeping, all ``[N]``."""
+
+    inner: PyTree
+    episode_return: jax.Array  # running return of the current episode
+    episode_length: jax.Array  # steps taken in the current episode
+    last_return: jax.Array  # return of the most recently finished episode (0 before any)
+    last_length: jax.Array
+    episodes: jax.Array  # episodes finished so far
+
+
+StepOut = tuple[jax.Array, EnvState, jax.Array, jax.Array, jax.Array, jax.Array]
+
+
+class EnvParts(NamedTuple):
+    """What a family builds for one named env: its spec and the per-env functions."""
+
+    spec: EnvSpec
+    reset_one: ResetOne
+    step_batch: StepBatch
+    render_state: Any = None  # the library's env object(s), kept for renderers
+
+
+@dataclass(frozen=True, eq=False)
+class VecEnv:
+    """``num_envs`` copies of one environment, stepped together; pure and jittable."""
+
+    spec: EnvSpec
+    num_envs: int
+    reset_one: ResetOne  # one env: key -> (obs, inner)
+    step_batch: (
+        StepBatch  # all envs: (keys, inner, action) -> (obs, inner, reward, term, trunc, final_obs)
+    )
+    render_state: Any = None  # the library's env object(s), kept for renderers
+
+    def reset(self, key: jax.Array) -> tuple[jax.Array, EnvState]:
+        """Reset all envs: ``obs [N, *obs_shape]`` and a fresh :class:`EnvState`."""
+        obs, inner = jax.vmap(self.reset_one)(jax.random.split(key, self.num_envs))
+        zf = jnp.zeros((self.num_envs,), jnp.float32)
+        zi = jnp.zeros((self.num_envs,), jnp.int32)
+        return obs, EnvState(inner, zf, zi, zf, zi, zi)
+
+    def step(self, key: jax.Array, state: EnvState, action: jax.Array) -> StepOut:
+        """Step all envs (auto-reset inside); see the module docstring for the outputs."""
+        keys = jax.random.split(key, self.num_envs)
+        obs, inner, reward, terminated, truncated, final_obs = self.step_batch(
+            keys, state.inner, action
+        )
+        reward = reward.astype(jnp.float32)
+        terminated = terminated.astype(bool)
+        truncated = jnp.logical_and(truncated.astype(bool), ~terminated)
+        done = terminated | truncated
+        ret = state.episode_return + reward
+        length = state.episode_length + 1
+        state = EnvState(
+            inner=inner,
+            episode_return=jnp.where(done, 0.0, ret),
+            episode_length=jnp.where(done, 0, length),
+            last_return=jnp.where(done, ret, state.last_return),
+            last_length=jnp.where(done, length, state.last_length),
+            episodes=state.episodes + done.astype(jnp.int32),
+        )
+        return obs, state, reward, terminated, truncated, final_obs
+
+    def random_actions(self, key: jax.Array) -> jax.Array:
+        """Uniform random actions for all envs (warm-up)."""
+        spec = self.spec
+        if spec.discrete:
+            return jax.random.randint(key, (self.num_envs,), 0, spec.action_dim)
+        low = jnp.asarray(spec.action_low, jnp.float32)
+        high = jnp.asarray(spec.action_high, jnp.float32)
+        u = jax.random.uniform(key, (self.num_envs, spec.action_dim))
+        return low + u * (high - low)
+
+
+# ---------------------------------------------------------------- the shared auto-reset
+REFRESH_EVERY = 16  # steps between two draws of each env's next initial state (see auto_reset)
+
+
+class ResetInner(NamedTuple):
+    """One env's library state, its episode's step count and its next initial state."""
+
+    state: PyTree  # the library's own state (e.g. a brax or Playground ``State``)
+    steps: jax.Array  # int32 steps into the current episode, for the time limit
+    start: PyTree  # the initial state the next episode starts from (drawn ahead)
+    start_obs: jax.Array  # its observation
+    clock: jax.Array  # int32 steps since reset (the same in every env): picks the draws
+
+
+RawReset = Callable[[jax.Array], tuple[jax.Array, PyTree]]  # key -> (obs, state)
+RawStep = Callable[[PyTree, jax.Array], tuple]  # (state, action) -> (obs, state, reward, term)
+
+
+def auto_reset(
+    reset: RawReset, step: RawStep, max_steps: int, refresh_every: int = REFRESH_EVERY
+) -> tuple[ResetOne, StepBatch]:
+    """``reset_one``/``step_batch`` with a time limit and resets that explore.
+
+    ``reset(key)`` samples an initial state; ``step`` is the library's step without any
+    reset. When an episode ends (``terminated``, or ``max_steps`` steps: ``truncated``)
+    the env continues from its ``start``: an initial state drawn ahead with ``reset``.
+    Drawing one for every env at every step would cost a full batch of resets per step
+    (under ``vmap`` both sides of a select are computed, so a ``cond`` saves nothing), so
+    each step draws them for one block of ``ceil(N / refresh_every)`` envs, with the
+    step's keys, the blocks in turn: every env's ``start`` is fresh at least every
+    ``refresh_every`` steps. An episode longer than that always starts from a state never
+    used before; shorter ones may share their env's previous start. ``refresh_every=1``
+    draws for every env at every step. ``final_obs`` is the observation the last action
+    led to, before the reset.
+
+    ``reset`` and ``step`` are wrapped in ``jax.jit``: every program that uses them (init,
+    warm-up, chunk, evaluation) reuses one trace per shape, and within a program the two
+    uses of ``reset`` lower to one function (on CPU, about 30% less compile time for a
+    Playground task).
+    """
+    reset, step = jax.jit(reset), jax.jit(step)
+
+    def reset_one(key: jax.Array) -> tuple[jax.Array, ResetInner]:
+        k_now, k_next = jax.random.split(key)
+        obs, state = reset(k_now)
+        start_obs, start = reset(k_next)
+        zero = jnp.zeros((), jnp.int32)
+        return obs, ResetInner(state, zero, start, start_obs, zero)
+
+    def step_batch(keys: jax.Array, inner: ResetInner, action: jax.Array) -> tuple:
+        obs, state, reward, terminated = jax.vmap(step)(inner.state, action)
+        steps = inner.steps + 1
+        terminated = jnp.asarray(terminated, bool)
+        truncated = steps >= max_steps
+        done = terminated | truncated
+
+        def where_done(a, b):
+            return jnp.where(done.reshape(done.shape + (1,) * (a.ndim - 1)), a, b)
+
+        state = jax.tree.map(where_done, inner.start, state)
+        next_obs = jax.tree.map(where_done, inner.start_obs, obs)
+        # draw the next initial state of one block of ceil(N / refresh_every) envs, the
+        # blocks in turn (the last one clamped to fit): every env's at least every
+        # refresh_every steps
+        n = keys.shape[0]
+        size = -(-n // refresh_every)
+        blocks = -(-n // size)
+        first = jnp.minimum((inner.clock[0] % blocks) * size, n - size)
+        new_obs, new = jax.vmap(reset)(jax.lax.dynamic_slice_in_dim(keys, first, size))
+        put = lambda old, x: jax.lax.dynamic_update_slice_in_dim(old, x, first, axis=0)
+        start = jax.tree.map(put, inner.start, new)
+        start_obs = put(inner.start_obs, new_obs)
+        clock = inner.clock + 1
+        inner = ResetInner(state, jnp.where(done, 0, steps), start, start_obs, clock)
+        return next_obs, inner, reward, terminated, truncated, obs
+
+    return reset_one, step_batch

@@ -1,0 +1,73 @@
+"""The brax family: ``brax/<name>``, reset by :func:`~jaxspreeze.envs.base.auto_reset`.
+
+brax's own AutoResetWrapper returns each env to a cached first state and drops the final
+observation; here new episodes start from freshly drawn ``env.reset`` states (a new
+target for reacher, a new object position for pusher) and ``final_obs`` is kept.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jaxspreeze.envs.base import EnvParts, auto_reset
+from jaxspreeze.errors import UnknownEnvError
+from jaxspreeze.types import EnvSpec
+
+PREFIX = "brax"
+NAMES = (
+    "ant",
+    "fast",
+    "halfcheetah",
+    "hopper",
+    "humanoid",
+    "humanoidstandup",
+    "inverted_pendulum",
+    "inverted_double_pendulum",
+    "pusher",
+    "reacher",
+    "swimmer",
+    "walker2d",
+)
+EPISODE_LENGTH = 1000
+
+
+def names() -> tuple[str, ...]:
+    """The brax task names (without the family prefix)."""
+    return NAMES
+
+
+def check(env_name: str) -> None:
+    """Raise :class:`UnknownEnvError` unless ``env_name`` is a brax task."""
+    if env_name not in NAMES:
+        raise UnknownEnvError(
+            f"unknown environment {f'{PREFIX}/{env_name}'!r}; available: "
+            + ", ".join(f"{PREFIX}/{n}" for n in NAMES)
+        )
+
+
+def make(env_name: str) -> EnvParts:
+    """The spec and per-env functions of ``brax/<env_name>``."""
+    from brax import envs as brax_envs  # lazy: brax is heavy to import
+
+    env = brax_envs.get_environment(env_name)
+    spec = EnvSpec(
+        f"{PREFIX}/{env_name}",
+        (env.observation_size,),
+        False,
+        env.action_size,
+        (-1.0,) * env.action_size,
+        (1.0,) * env.action_size,
+        EPISODE_LENGTH,
+    )
+
+    def reset(key: jax.Array):
+        state = env.reset(key)
+        return state.obs, state
+
+    def step(state, action: jax.Array):
+        nxt = env.step(state, action)
+        return nxt.obs, nxt.replace(done=jnp.zeros_like(nxt.done)), nxt.reward, nxt.done > 0.5
+
+    reset_one, step_batch = auto_reset(reset, step, EPISODE_LENGTH)
+    return EnvParts(spec, reset_one, step_batch, env)

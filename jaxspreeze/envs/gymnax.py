@@ -1,0 +1,68 @@
+"""The gymnax family: ``gymnax/<Name>`` (gymnax resets by itself inside its step)."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from jaxspreeze.envs.base import EnvParts
+from jaxspreeze.errors import UnknownEnvError
+from jaxspreeze.types import EnvSpec
+
+PREFIX = "gymnax"
+
+
+@functools.cache
+def names() -> tuple[str, ...]:
+    """The task names gymnax registers (without the family prefix)."""
+    import gymnax  # lazy: only when a gymnax env is named
+
+    return tuple(gymnax.registered_envs)
+
+
+def check(env_name: str) -> None:
+    """Raise :class:`UnknownEnvError` unless gymnax registers ``env_name``."""
+    if env_name not in names():
+        raise UnknownEnvError(
+            f"unknown environment {f'{PREFIX}/{env_name}'!r}; available: "
+            + ", ".join(f"{PREFIX}/{n}" for n in names())
+        )
+
+
+def make(env_name: str) -> EnvParts:
+    """The spec and per-env functions of ``gymnax/<env_name>``."""
+    import gymnax  # lazy: only when a gymnax env is built
+    from gymnax.environments import spaces
+
+    env, params = gymnax.make(env_name)
+    space = env.action_space(params)
+    obs_shape = tuple(env.observation_space(params).shape)
+    if isinstance(space, spaces.Discrete):
+        spec = EnvSpec(f"{PREFIX}/{env_name}", obs_shape, True, int(space.n))
+    else:
+        shape = tuple(space.shape) or (1,)
+        low = jnp.broadcast_to(jnp.asarray(space.low, jnp.float32), shape)
+        high = jnp.broadcast_to(jnp.asarray(space.high, jnp.float32), shape)
+        spec = EnvSpec(
+            f"{PREFIX}/{env_name}",
+            obs_shape,
+            False,
+            shape[0],
+            tuple(float(x) for x in low),
+            tuple(float(x) for x in high),
+        )
+    spec = EnvSpec(**{**spec.__dict__, "max_episode_steps": int(params.max_steps_in_episode)})
+
+    def reset_one(key):
+        obs, state = env.reset(key, params)
+        return obs.astype(jnp.float32), state
+
+    def step_one(key, state, action):
+        # gymnax auto-resets inside its step (with this key) and reports the final obs
+        obs, state, reward, terminated, truncated, info = env.step(key, state, action, params)
+        final_obs = info["final_observation"].astype(jnp.float32)
+        return obs.astype(jnp.float32), state, reward, terminated, truncated, final_obs
+
+    return EnvParts(spec, reset_one, jax.vmap(step_one), (env, params))
