@@ -1,5 +1,6 @@
-"""Evaluation: a pure jitted ``evaluate`` of deterministic episodes on vmapped envs, and
-the :class:`Evaluator` thread that runs it on parameter snapshots beside training."""
+"""Evaluation: a pure jitted ``evaluate`` of deterministic episodes on vmapped envs (or a
+loop over host envs, :func:`make_host_evaluate`), and the :class:`Evaluator` thread that
+runs it on parameter snapshots beside training."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxspreeze.envs import VecEnv
+from jaxspreeze.hostenvs import make_host_env
+from jaxspreeze.metrics import Report, warn
 from jaxspreeze.types import PyTree
 
 _STOP = object()
@@ -73,6 +76,45 @@ def make_seed_evaluate(act: ActFn, env: VecEnv, keys: jax.Array) -> Callable[[Py
     return lambda actor: fn(actor, keys)
 
 
+def make_host_evaluate(
+    act: ActFn, env_name: str, episodes: int, seed: int, max_steps: int | None = None
+) -> Callable[[PyTree], EvalResult]:
+    """``evaluate(actor)`` on host envs (``gymnasium/...``, ``envpool/...``), every seed.
+
+    Actor leaves ``[S, ...]``, results ``[S]``. Seed ``i`` plays one deterministic episode
+    in each of ``episodes`` envs built for the call (env ``j`` reset with seed
+    ``seed + 1000 i + j``: common random numbers across evaluations; envpool seeds its
+    pool at creation with ``seed + 1000 i``) and closed after it; each env's first
+    finished episode counts. The policy is jitted once; it runs where ``actor`` lives.
+    """
+    policy = jax.jit(lambda actor, obs: act(actor, obs, jax.random.key(0), True))
+
+    def one_seed(actor: PyTree, s: int) -> tuple[float, float, float]:
+        with make_host_env(env_name, episodes, seed=seed + 1000 * s) as env:
+            steps = max_steps or env.spec.max_episode_steps
+            obs = env.reset(seed + 1000 * s)
+            finished = np.zeros(episodes, bool)
+            ret = np.zeros(episodes, np.float64)
+            length = np.zeros(episodes, np.int64)
+            for _ in range(steps + 1):  # (+1: a next-step reset row may come first)
+                out = env.step(np.asarray(policy(actor, obs)))
+                live = ~finished & out.valid
+                ret += np.where(live, out.reward, 0.0)
+                length += live
+                finished |= live & (out.terminated | out.truncated)
+                obs = out.obs
+                if finished.all():
+                    break
+        return float(ret.mean()), float(ret.std()), float(length.mean())
+
+    def evaluate(actor: PyTree) -> EvalResult:
+        num_seeds = jax.tree.leaves(actor)[0].shape[0]
+        rows = [one_seed(jax.tree.map(lambda x: x[i], actor), i) for i in range(num_seeds)]
+        return EvalResult(*(np.asarray(col, np.float32) for col in zip(*rows, strict=True)))
+
+    return evaluate
+
+
 # ------------------------------------------------------------------------ the thread
 @dataclass
 class Snapshot:
@@ -114,10 +156,8 @@ class Evaluator:
         *,
         device: jax.Device | None = None,
         on_result: OnResult | None = None,
-        report: Callable[[str], None] | None = None,
+        report: Report | None = None,
     ):
-        from jaxspreeze.metrics import warn
-
         self._evaluate = evaluate
         self.device = device
         self._on_result = on_result

@@ -1,0 +1,351 @@
+"""The host schedule: sampling workers step host envs while the learner updates, asynchronously.
+
+For ``gymnasium/<id>`` and ``envpool/<task>`` envs (:mod:`jaxspreeze.hostenvs`), which
+step on the host CPU. ``cfg.host_workers`` worker threads (:class:`~jaxspreeze.workers.
+WorkerPool`) each step ``num_envs / host_workers`` envs with a jitted policy on the actor
+device, acting with the newest parameters of a versioned slot, and hand ``[T, N/W]``
+blocks of valid transitions (``T = rollout_steps``) to the learner through a bounded
+queue. The learner (the trainer's main thread, inside :meth:`HostAsync.chunk`) runs one
+iteration at a time::
+
+    # data     take every queued block; while the learner is ahead of the target replay
+    #          ratio, wait for more (Throttle.learner_may); store them in the device buffer
+    # update   one jitted critic-then-actor step (grad_steps gradient steps, the staleness
+    #          rule of jaxspreeze.iteration), env_steps += num_envs x rollout_steps
+    # publish  the new actor (version + 1) for the workers
+
+**Replay ratio.** The target is the device path's: ``grad_steps x batch_size`` update
+samples per ``num_envs x rollout_steps`` env steps. The learner may run iteration ``i``
+once ``warmup + i x num_envs x rollout_steps`` env steps were delivered; the workers wait
+once they are :data:`AHEAD_ITERATIONS` iterations' worth of env steps ahead of the learner
+(plus what sits in the queue, at most ``queue_size`` blocks, and one block per worker in
+progress). So the measured ratio (``replay_ratio`` in the metrics: update samples per env
+step delivered after the warm-up) stays within that bound of the target, and the env
+steps a record counts (``env_steps``: the warm-up plus one iteration's worth per learner
+iteration) are at most that bound behind the steps delivered (``worker_env_steps``).
+
+**Warm-up.** The same workers act uniformly at random until ``learning_starts`` env
+steps (rounded up to a multiple of ``num_envs``) were delivered and stored; then the
+learner publishes the policy and starts updating.
+
+**Metrics** (per iteration, ``[K, 1]``): the algorithm's losses; the episodes that ended in
+the blocks stored; ``policy_lag`` (actor updates between the newest parameters after the
+iteration's update and the oldest parameters that acted in its data; the device path's
+rule gives ``actor_steps_per_iteration``) and ``policy_lag_versions`` (the same in
+parameter versions, one per iteration); ``queue_depth`` (blocks waiting when the learner
+came for data); ``learner_wait_s`` (time it waited for data); ``replay_ratio`` (measured)
+and ``replay_ratio_target``; ``worker_env_steps`` (delivered, warm-up included) and
+``worker<w>_steps_per_second`` / ``worker_steps_per_second`` (env steps/s of each worker
+over its last block, and their sum).
+
+**Resume.** The learner, the buffer, the counters and the keys are in the checkpoint; the
+host envs' states are not (a simulator's state cannot be saved in general): a resumed run
+starts new episodes, and its workers act with new env seeds.
+
+**Faults.** An exception in a worker (env step or policy) raises
+:class:`~jaxspreeze.workers.WorkerError` naming the env and the worker from the next
+chunk; a worker silent for ``stall_timeout`` seconds raises
+:class:`~jaxspreeze.workers.WorkerStalledError`. :meth:`HostAsync.close` stops the workers
+and closes the envs (the trainer calls it on every exit path).
+
+Threads: the pool sets Python's switch interval to 0.5 ms while it runs (see
+:mod:`jaxspreeze.workers`). XLA's CPU settings are left as they are: on a 2-core CPU the
+learner's update is most of an iteration's work and runs faster on XLA's own threads;
+:func:`cpu_settings` (one XLA thread per computation, no CPU async dispatch) made SAC on
+gymnasium's Pendulum 1.1-2.4x slower there, in both the async and a synchronous loop
+(experiments/results/host_async_cpu*.md, ``experiments/host_async_bench.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxspreeze.algos.base import AgentState
+from jaxspreeze.iteration import Metrics, TrainState, update_step
+from jaxspreeze.schedules.base import Schedule, abstract_on
+from jaxspreeze.types import PyTree, Transition
+from jaxspreeze.workers import Batch, ParamSlot, Throttle, WorkerPool
+
+AHEAD_ITERATIONS = 2  # how many iterations' worth of env steps the workers may run ahead
+QUEUE_BLOCKS = 2  # blocks the queue holds beside that
+STALL_TIMEOUT = 60.0  # seconds a worker may stay inside one env step or policy call
+CLOSE_TIMEOUT = 10.0  # seconds close() waits for the workers to stop
+# one XLA CPU thread per computation, computations run in the calling thread: faster
+# policy calls (experiments/host_sampling_bench.py), a slower learner on 2 cores
+# (experiments/host_async_bench.py): opt-in, see cpu_settings
+XLA_CPU_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+
+HOST_METRICS = (
+    "episode_return_sum",
+    "episode_length_sum",
+    "episodes",
+    "policy_lag",
+    "policy_lag_versions",
+    "queue_depth",
+    "learner_wait_s",
+    "replay_ratio",
+    "replay_ratio_target",
+    "worker_env_steps",
+    "worker_steps_per_second",
+)
+
+
+def cpu_settings() -> None:
+    """Opt-in CPU settings for sampling-bound host-env runs; call before JAX's backend starts.
+
+    Not applied by default (a learner-bound run on a few cores is slower with them; see
+    the module doc). Adds :data:`XLA_CPU_FLAGS` to ``XLA_FLAGS`` (unless the user set
+    those flags) and turns off JAX's CPU async dispatch (a CPU computation then runs in
+    the thread that calls it, without the GIL: the workers' policy calls and the
+    learner's updates do not queue behind each other in XLA's threads).
+    """
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_cpu_multi_thread_eigen" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} {XLA_CPU_FLAGS}".strip()
+    jax.config.update("jax_cpu_enable_async_dispatch", False)
+
+
+def _stack_metrics(ms: list[Metrics]) -> Metrics:
+    """K per-iteration metric dicts ``[S]`` -> one dict ``[K, S]``."""
+    return jax.tree.map(lambda *x: jnp.stack(x), *ms)
+
+
+@dataclass(eq=False)
+class HostAsync(Schedule):
+    """Off-policy learning from host envs stepped by asynchronous sampling workers.
+
+    The learner (agent, buffer, counters, key) lives on ``placement.critic``; the workers'
+    policy runs on ``placement.actor`` (the same device unless the placement splits).
+    """
+
+    split: ClassVar[bool] = False
+    host: ClassVar[bool] = True  # the trainer evaluates and closes it as a host-env schedule
+
+    stall_timeout: float = STALL_TIMEOUT
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        cfg = self.cfg
+        if self.algo.on_policy:
+            raise ValueError(f"{cfg.algo} on host envs is not yet supported (off-policy only)")
+        if cfg.num_seeds != 1:
+            raise ValueError("host envs train one seed per run")
+        if cfg.num_envs % cfg.host_workers:
+            raise ValueError(f"num_envs {cfg.num_envs} must split over {cfg.host_workers} workers")
+        self.learner = self.placement.critic
+        self.steps_per_iteration = cfg.steps_per_iteration
+        self.units = self.algo.critic_steps_per_iteration * cfg.batch_size  # update samples
+        self.ratio = self.units / self.steps_per_iteration
+        self.slot = ParamSlot(device=self.placement.actor)
+        self.throttle = Throttle(
+            self.ratio,
+            max_ahead=AHEAD_ITERATIONS * self.steps_per_iteration,
+            warmup=cfg.warmup_steps,
+        )
+        self.pool: WorkerPool | None = None
+        self._started = False
+        self._version = 0
+        self._max_lag = 0  # the largest policy_lag (actor updates) measured so far
+        self._last_lag = 0
+        self._fns: Any = None
+        self._random = jax.device_put(jnp.asarray(True), self.placement.actor)
+        self._policy_on = jax.device_put(jnp.asarray(False), self.placement.actor)
+
+    # ------------------------------------------------------------ state on the learner
+    def place(self, state: TrainState) -> TrainState:
+        """Commit the whole state to the learner's device."""
+        return jax.device_put(state, self.learner)
+
+    @property
+    def policy_lag(self) -> int:
+        """The largest policy lag (actor updates) measured so far in this process."""
+        return self._max_lag
+
+    # ------------------------------------------------------------ the per-seed pieces
+    def learn(self, s: TrainState) -> tuple[TrainState, Metrics]:
+        """One learner iteration for one seed: the critic-then-actor step on the buffer."""
+        key, k = jax.random.split(s.key)
+        agent, metrics = update_step(self.algo, s.agent, s.buffer, k)
+        state = s._replace(
+            agent=AgentState(*agent),
+            key=key,
+            env_steps=s.env_steps + self.steps_per_iteration,
+            iteration=s.iteration + 1,
+            actor_updates=s.actor_updates + self.algo.actor_steps_per_iteration,
+        )
+        return state, {**metrics, "env_steps": state.env_steps}
+
+    def policy(self, params: tuple[PyTree, jax.Array], obs: jax.Array, key: jax.Array) -> Any:
+        """The workers' policy: ``params = (actor of one seed, random)``; random acts uniformly."""
+        actor, random = params
+        k_act, k_rand = jax.random.split(key)
+        action = self.algo.act(actor, obs, k_act, False)
+        spec = self.env.spec
+        if spec.discrete:
+            uniform = jax.random.randint(k_rand, action.shape, 0, spec.action_dim)
+        else:
+            low = jnp.asarray(spec.action_low, jnp.float32)
+            high = jnp.asarray(spec.action_high, jnp.float32)
+            uniform = low + jax.random.uniform(k_rand, action.shape) * (high - low)
+        return jnp.where(random, uniform.astype(action.dtype), action)
+
+    # ------------------------------------------------------------ compile
+    def compile(self, state: TrainState) -> None:
+        """Compile the update, the store and the parameter copy; build the worker pool.
+
+        The pool's envs are made here (construction errors surface before training), and
+        the workers' policy is compiled for their batch shape; the workers start with the
+        warm-up or the first chunk.
+        """
+        cfg, lrn = self.cfg, self.learner
+        W = cfg.host_workers
+        n = cfg.num_envs // W
+        update = jax.jit(jax.vmap(self.learn), donate_argnums=0)
+        update = update.lower(abstract_on(state, lrn))
+        example = jax.eval_shape(lambda: self.per_seed.init(jax.random.key(0)).buffer.data)
+        block = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct((1, cfg.rollout_steps, n, *x.shape[1:]), x.dtype),
+            example,
+        )
+        store = jax.jit(jax.vmap(self.per_seed.store), donate_argnums=0)
+        store = store.lower(abstract_on(state.buffer, lrn), abstract_on(block, lrn))
+        actor_copy = jax.jit(lambda a: jax.tree.map(lambda x: x[0], a))
+        actor_copy = actor_copy.lower(abstract_on(state.agent.actor, lrn))
+        k = self.iterations_per_chunk
+        stack = jax.jit(_stack_metrics).lower(abstract_on([update.out_info[1]] * k, lrn))
+        self._fns = (update.compile(), store.compile(), actor_copy.compile(), stack.compile())
+        if self.pool is None:
+            self._publish(state, random=True)
+            self.pool = WorkerPool(
+                cfg.env,
+                self.policy,
+                self.slot,
+                num_workers=W,
+                envs_per_worker=n,
+                rollout_steps=cfg.rollout_steps,
+                queue_size=QUEUE_BLOCKS,
+                throttle=self.throttle,
+                seed=cfg.seed,
+                key=jax.random.key(cfg.seed + 20_000),
+                stall_timeout=self.stall_timeout,
+            )
+            self.pool.compile()
+
+    def _publish(self, state: TrainState, *, random: bool = False) -> None:
+        """Hand the state's actor (a copy) to the workers as the next version."""
+        copy = self._fns[2]  # (compile() first)
+        flag = self._random if random else self._policy_on
+        self.slot.publish((copy(state.agent.actor), flag), self._version, copy=False)
+
+    def _start(self, state: TrainState, *, warmup: bool) -> None:
+        """Start the workers acting with ``state``'s actor (randomly during the warm-up).
+
+        A resumed run starts here without a warm-up: new episodes, new env seeds.
+        """
+        if self._fns is None:
+            self.compile(state)
+        assert self.pool is not None
+        self._version = int(jax.device_get(state.iteration).reshape(-1)[0])
+        if not warmup:
+            self.throttle.warmup = 0
+            if self._version:  # a resumed run: episodes restart with seeds of their own
+                self.pool.seeds = [s + 1_000_003 * self._version for s in self.pool.seeds]
+        self._publish(state, random=warmup)
+        self.pool.start()
+        self._started = True
+
+    # ------------------------------------------------------------ warm-up and chunks
+    def warmup(self, state: TrainState) -> TrainState:
+        """Random actions from the workers until ``warmup_steps`` env steps are stored."""
+        if not self._warms_up():
+            return state
+        self._start(state, warmup=True)
+        store = self._fns[1]
+        assert self.pool is not None
+        buffer = state.buffer
+        while self.pool.delivered < self.cfg.warmup_steps:
+            buffer = store(buffer, self._block(self.pool.get(timeout=self.stall_timeout)))
+        state = state._replace(buffer=buffer, env_steps=state.env_steps + self.cfg.warmup_steps)
+        self._publish(state)
+        return state
+
+    def _block(self, batch: Batch) -> Transition:
+        """A block's transitions ``[1, T, n, ...]`` on the learner's device."""
+        return jax.device_put(jax.tree.map(lambda x: x[None], batch.transition), self.learner)
+
+    def chunk(self, state: TrainState) -> tuple[TrainState, Metrics]:
+        """K learner iterations fed by the workers; returns the state and metrics ``[K, 1]``.
+
+        Waits for data (and for each update but the last) as it goes: a chunk ends once
+        its K updates are dispatched.
+        """
+        if not self._started:
+            self._start(state, warmup=False)
+        update, store, _, stack = self._fns
+        pool, throttle = self.pool, self.throttle
+        assert pool is not None
+        host: dict[str, list[float]] = {k: [] for k in HOST_METRICS}
+        device: list[Metrics] = []
+        per_update = self.algo.actor_steps_per_iteration
+        previous = None
+        for _ in range(self.iterations_per_chunk):
+            t0 = time.perf_counter()
+            batches = pool.poll()
+            host["queue_depth"].append(len(batches))
+            while not throttle.learner_may(self.units):
+                batches.append(pool.get(timeout=self.stall_timeout))
+            host["learner_wait_s"].append(time.perf_counter() - t0)
+            buffer = state.buffer
+            for b in batches:
+                buffer = store(buffer, self._block(b))
+            state, metrics = update(state._replace(buffer=buffer))
+            throttle.add_units(self.units)
+            self._version += 1
+            self._publish(state)
+            if previous is not None:  # at most two updates in flight
+                jax.block_until_ready(previous)
+            previous = metrics
+            device.append(metrics)
+            self._host_metrics(host, batches, per_update)
+        out = stack(device)
+        k = self.iterations_per_chunk
+        for name, values in host.items():
+            out[name] = jnp.asarray(np.asarray(values, np.float32).reshape(k, 1))
+        return state, out
+
+    def _host_metrics(
+        self, host: dict[str, list[float]], batches: list[Batch], per_update: int
+    ) -> None:
+        """Append one iteration's host-side metrics (see the module doc)."""
+        assert self.pool is not None
+        returns = [b.episode_returns for b in batches]
+        lengths = [b.episode_lengths for b in batches]
+        host["episode_return_sum"].append(float(sum(r.sum() for r in returns)))
+        host["episode_length_sum"].append(float(sum(x.sum() for x in lengths)))
+        host["episodes"].append(float(sum(len(r) for r in returns)))
+        if batches:  # versions between the newest parameters and the oldest that acted
+            self._last_lag = max(b.policy_lag for b in batches) + 1
+        self._max_lag = max(self._max_lag, self._last_lag * per_update)
+        host["policy_lag_versions"].append(float(self._last_lag))
+        host["policy_lag"].append(float(self._last_lag * per_update))
+        host["replay_ratio"].append(self.throttle.replay_ratio())
+        host["replay_ratio_target"].append(self.ratio)
+        host["worker_env_steps"].append(float(self.pool.delivered))
+        stats = self.pool.stats()
+        rates = [stats[f"worker{w}_steps_per_second"] for w in range(self.pool.num_workers)]
+        host["worker_steps_per_second"].append(float(sum(rates)))
+        for w, rate in enumerate(rates):
+            host.setdefault(f"worker{w}_steps_per_second", []).append(rate)
+
+    def close(self) -> list[str]:
+        """Stop the workers and close their envs; names the threads that did not stop."""
+        if self.pool is None:
+            return []
+        return self.pool.close(CLOSE_TIMEOUT)

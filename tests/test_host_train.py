@@ -1,0 +1,221 @@
+"""Training on host envs (gymnasium/, envpool/) through the host schedule and the trainer."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from jaxspreeze import config as config_lib
+from jaxspreeze import schedules
+from jaxspreeze.checkpoint import evaluate_checkpoint
+from jaxspreeze.config import RunConfig
+from jaxspreeze.errors import ConfigError
+from jaxspreeze.schedules.host_async import AHEAD_ITERATIONS, QUEUE_BLOCKS, HostAsync
+from jaxspreeze.trainer import train
+from jaxspreeze.workers import WorkerError
+
+PENDULUM = "gymnasium/Pendulum-v1"
+PRESETS = Path(__file__).resolve().parent.parent / "experiments" / "presets"
+
+
+def small(tmp_path, **changes) -> RunConfig:
+    """A short SAC run on gymnasium's Pendulum (small nets, few steps)."""
+    base = dict(
+        algo="sac",
+        env=PENDULUM,
+        total_steps=1200,
+        num_envs=4,
+        rollout_steps=2,
+        grad_steps=2,
+        batch_size=32,
+        buffer_size=4000,
+        learning_starts=200,
+        chunk_iterations=25,
+        eval_episodes=2,
+        logdir=str(tmp_path),
+        sinks=("jsonl",),
+        sac={"hidden": (32, 32)},
+    )
+    return RunConfig().replace(**{**base, **changes})
+
+
+def worker_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("jaxspreeze-worker")]
+
+
+def records(run_dir) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+def test_config_accepts_host_envs_and_refuses_what_is_not_supported():
+    cfg = config_lib.validate(RunConfig(algo="sac", env=PENDULUM))
+    assert cfg.env == PENDULUM
+    with pytest.raises(ConfigError, match=r"algo.*not yet supported"):
+        config_lib.validate(RunConfig(algo="ppo", env=PENDULUM))
+    with pytest.raises(ConfigError, match="num_seeds"):
+        config_lib.validate(RunConfig(algo="sac", env=PENDULUM, num_seeds=2))
+    with pytest.raises(ConfigError, match=r"num_envs.*host_workers"):
+        config_lib.validate(RunConfig(algo="sac", env=PENDULUM, num_envs=6, host_workers=4))
+    with pytest.raises(ConfigError, match="Pendulum-v1"):  # the nearest known id
+        config_lib.validate(RunConfig(algo="sac", env="gymnasium/Pendulum-v9"))
+
+
+def test_make_picks_the_host_schedule(tmp_path):
+    from jaxspreeze import devices
+
+    cfg = config_lib.validate(small(tmp_path))
+    schedule = schedules.make(cfg, devices.resolve("single"))
+    try:
+        assert isinstance(schedule, HostAsync) and schedule.host
+        assert schedule.env.spec.name == PENDULUM
+    finally:
+        schedule.close()
+
+
+@pytest.mark.parametrize("algo", ["sac", "td3", "ddpg"])
+def test_trainer_runs_a_host_env_and_writes_its_summary(tmp_path, algo):
+    cfg = small(tmp_path, algo=algo, run_name=algo, **{algo: {"hidden": (32, 32)}})
+    result = train(cfg, quiet=True)
+    s = json.loads((result.run_dir / "summary.json").read_text())
+    assert s["env"] == PENDULUM and s["algo"] == algo
+    assert s["env_steps"] == result.summary["env_steps"] >= cfg.total_steps
+    assert s["final_eval_return"] is not None and s["final_eval_length"] == 200
+    assert s["checkpoint"] and s["policy_lag"] >= 1
+    chunks = [r for r in records(result.run_dir) if r["kind"] == "chunk"]
+    last = chunks[-1]
+    for name in ("policy_lag", "queue_depth", "replay_ratio", "worker0_steps_per_second"):
+        assert name in last
+    assert last["env_steps"] == s["env_steps"]
+    assert any(r["kind"] == "eval" for r in records(result.run_dir))
+    assert worker_threads() == []  # the pool is closed when the run ends
+
+
+def test_replay_ratio_is_held_within_its_bound(tmp_path):
+    cfg = small(tmp_path, total_steps=2200, host_workers=2, run_name="ratio")
+    result = train(cfg, quiet=True)
+    spi = cfg.num_envs * cfg.rollout_steps
+    target = cfg.grad_steps * cfg.batch_size / spi
+    block = spi // cfg.host_workers
+    # delivered env steps run ahead of the learner's by at most this (module doc)
+    slack = AHEAD_ITERATIONS * spi + (QUEUE_BLOCKS + cfg.host_workers) * block
+    chunks = [r for r in records(result.run_dir) if r["kind"] == "chunk"]
+    warmup = config_lib.validate(cfg).warmup_steps
+    k = result.schedule.iterations_per_chunk
+    for r in chunks:
+        # worker_env_steps is the chunk's mean over its iterations, env_steps its last value
+        mean_steps = r["env_steps"] - spi * (k - 1) / 2
+        ahead = r["worker_env_steps"] - mean_steps
+        assert r["replay_ratio_target"] == pytest.approx(target)
+        assert 0 <= ahead <= slack
+    last = chunks[-1]
+    trained = last["env_steps"] - warmup
+    assert last["replay_ratio"] <= target * 1.001
+    assert last["replay_ratio"] >= target * trained / (trained + slack + spi)
+    assert 1 <= last["policy_lag_versions"] <= AHEAD_ITERATIONS + QUEUE_BLOCKS + 2
+
+
+class Boom(gym.Env):
+    """Pendulum-shaped env whose step raises after 300 steps."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
+
+    def __init__(self):
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        if self.t > 300:
+            raise RuntimeError("the simulator exploded")
+        return np.zeros(3, np.float32), 0.0, False, self.t % 50 == 0, {}
+
+
+gym.register("JaxspreezeBoom-v0", entry_point=Boom, max_episode_steps=50)
+
+
+def test_an_env_exception_stops_the_run_naming_env_and_worker(tmp_path):
+    cfg = small(tmp_path, env="gymnasium/JaxspreezeBoom-v0", total_steps=4000, run_name="boom")
+    with pytest.raises(WorkerError, match=r"worker 0 \(gymnasium/JaxspreezeBoom-v0\).*exploded"):
+        train(cfg, quiet=True)
+    assert worker_threads() == []
+
+
+def test_resume_continues_a_host_run(tmp_path):
+    cfg = small(tmp_path, run_name="resume")
+    first = train(cfg, quiet=True)
+    longer = cfg.replace(total_steps=1800)
+    second = train(longer, quiet=True, resume=first.run_dir)
+    assert second.summary["resumed_from"] is not None
+    assert second.summary["env_steps"] >= 1800
+    assert worker_threads() == []
+    # `jaxspreeze eval` of a host run plays host episodes
+    out = evaluate_checkpoint(second.run_dir, episodes=2)
+    assert out["length_mean"] == [200.0] and out["env_steps"] == second.summary["env_steps"]
+
+
+def test_trainer_runs_an_envpool_env(tmp_path):
+    pytest.importorskip("envpool")
+    result = train(small(tmp_path, env="envpool/Pendulum-v1", run_name="envpool"), quiet=True)
+    assert result.summary["final_eval_length"] == 200
+    assert result.summary["env_steps"] >= 1200
+    assert worker_threads() == []
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    """Run ``python -m jaxspreeze ARGS`` and capture its output."""
+    cmd = [sys.executable, "-m", "jaxspreeze", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--env", "gymnasium/HalfCheeta-v5"], ["--env", "HalfCheetah-v5"]),
+        (["--env", "envpool/Pendulum-v9"], ["--env", "Pendulum-v1"]),
+        (["--env", PENDULUM, "--algo", "ppo"], ["--algo", "not yet supported"]),
+    ],
+)
+def test_bad_host_input_exits_2_in_one_line(tmp_path, args, words):
+    out = run_cli("train", *args, "--logdir", str(tmp_path))
+    assert out.returncode == 2, out.stderr
+    lines = [line for line in out.stderr.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and all(w in lines[0] for w in words), out.stderr
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.slow  # a fresh process compiles everything (about 2 min on 2 busy cores)
+def test_train_cli_on_a_gymnasium_env(tmp_path):
+    out = run_cli(
+        "train", "--algo", "sac", "--env", PENDULUM, "--total-steps", "600", "--num-envs", "4",
+        "--grad-steps", "1", "--batch-size", "32", "--learning-starts", "200",
+        "--eval-episodes", "2", "--sac.hidden", "32", "32", "--logdir", str(tmp_path),
+        "--run-name", "cli", "--sinks", "jsonl",
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    summary = json.loads((tmp_path / "cli" / "summary.json").read_text())
+    assert summary["env"] == PENDULUM and summary["final_eval_return"] is not None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env", [PENDULUM, "envpool/Pendulum-v1"])
+def test_sac_learns_host_pendulum(tmp_path, env):
+    """The gymnax preset (8k env steps) on the host envs: eval return >= -250."""
+    if env.startswith("envpool/"):
+        pytest.importorskip("envpool")
+    cfg = config_lib.load(PRESETS / "sac_pendulum.toml").replace(
+        env=env, logdir=str(tmp_path), sinks=("jsonl",), run_name="learn"
+    )
+    result = train(cfg, quiet=True)
+    assert result.summary["final_eval_return"] >= -250
