@@ -341,7 +341,7 @@ def test_real_probe_on_pendulum(tmp_path):
     for kind in ("sampling", "update"):
         grid = profile[kind]
         assert len(grid["points"]) >= 1
-        assert grid["stop"] in ("budget", "plateau", "end of grid", "memory")
+        assert grid["stop"] in ("budget", "plateau", "step time", "end of grid", "memory")
         for p in grid["points"]:
             assert p["rate"] > 0 and p["compile_s"] > 0 and len(p["rates"]) >= probes.REPS
     assert profile["hardware"]["backend"] == "cpu" and "jax" in profile["versions"]
