@@ -35,6 +35,19 @@ RUN_SIZES = (
     "chunk_iterations",
 )
 
+# the run-level sizes SAC, TD3 and DDPG share when the user sets none (the default
+# ``jaxspreeze train``): 8 envs x 1 step and 8 gradient steps of 256 per iteration
+OFF_POLICY_DEFAULTS = {
+    "total_steps": 10_000,
+    "num_envs": 8,
+    "rollout_steps": 1,
+    "grad_steps": 8,
+    "batch_size": 256,
+    "buffer_size": 100_000,
+    "learning_starts": 1_000,
+    "chunk_iterations": 100,
+}
+
 
 class AgentState(NamedTuple):
     """An algorithm's whole state: the actor side and the critic side."""

@@ -159,23 +159,11 @@ def make(cfg: DDPGConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
     )
 
 
-# run-level sizes when the user sets none (the default ``jaxspreeze train``)
-DEFAULTS = {
-    "total_steps": 10_000,
-    "num_envs": 8,
-    "rollout_steps": 1,
-    "grad_steps": 8,
-    "batch_size": 256,
-    "buffer_size": 100_000,
-    "learning_starts": 1_000,
-    "chunk_iterations": 100,
-}
-
 SPEC = base.AlgoSpec(
     name="ddpg",
     config_cls=DDPGConfig,
     on_policy=False,
-    defaults=DEFAULTS,
+    defaults=base.OFF_POLICY_DEFAULTS,
     supports=supports,
     validate=validate,
     make=make,
