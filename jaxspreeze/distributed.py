@@ -440,18 +440,6 @@ def agreed_stop() -> tuple[int, str] | None:
     return int(chunk), reason
 
 
-def any_process(flag: bool) -> bool:
-    """True on every process when ``flag`` is True on any (a collective: all call it).
-
-    E.g. a stop request (Ctrl-C, SIGTERM) seen by one process, so that every process
-    stops at the same chunk boundary.
-    """
-    if jax.process_count() == 1:
-        return bool(flag)
-    flags = multihost_utils.process_allgather(np.array([int(bool(flag))], np.int32))
-    return bool(np.asarray(flags).any())
-
-
 def abort(message: str, code: int = FAULT) -> None:
     """Print ``message`` and end this process at once (no shutdown barrier to wait for).
 
