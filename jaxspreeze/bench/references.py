@@ -17,7 +17,9 @@ import them from here.
 from __future__ import annotations
 
 import functools
+import statistics
 import time
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import flax.linen as nn
@@ -30,6 +32,7 @@ from jaxspreeze.bench.record import Record, Workload, flops_of
 from jaxspreeze.envs import env_spec
 
 HIDDEN = (256, 256)
+BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"  # an XLA compile
 
 
 class MLP(nn.Module):
@@ -316,6 +319,7 @@ def _brax_ppo(
         batch_size=common["num_envs"] // num_minibatches,
         num_minibatches=num_minibatches,
         num_updates_per_batch=epochs,
+        run_evals=False,  # evaluation is outside brax's epoch timing anyway
         network_factory=functools.partial(
             ppo_networks.make_ppo_networks,
             policy_hidden_layer_sizes=hidden,
@@ -341,20 +345,46 @@ def brax_trainer(
     epochs: int = 4,
     num_evals: int = 4,
     seed: int = 0,
+    between_epochs: Callable[[int], None] | None = None,
 ) -> Record:
-    """Train with brax's own SAC or PPO; env steps/s after the first (compiling) epoch.
+    """Train with brax's own SAC or PPO; env steps/s of its epochs after the first.
 
     Matched to jaxspreeze's chunk: SAC takes ``num_envs`` env steps and
     ``grad_updates_per_step`` updates of ``batch_size`` per step; PPO collects
     ``num_envs x unroll_length`` steps per update round and splits them into
     ``num_minibatches`` minibatches for ``epochs`` passes.
+
+    brax times each training epoch itself (``training/sps``: the epoch's env steps over
+    its wall time, with ``block_until_ready``; evaluation and the host loop outside); the
+    rate is the median over the epochs during which nothing compiled (JAX's compile
+    events; brax's first two epochs compile). PPO runs without
+    evaluations (``run_evals=False``); brax's SAC always evaluates, outside the epoch's
+    timing. ``between_epochs(env_steps)`` is called after every epoch with that epoch's
+    env steps, outside brax's timing: the benchmark times jaxspreeze's side there, so the
+    two sides alternate epoch by epoch in one process.
     """
     brax_compat.install()
     from brax import envs as brax_envs  # heavy (mujoco): imported for brax's trainers only
 
     env = brax_envs.get_environment(env_name.partition("/")[2])
     log: list[tuple[int, float, dict]] = []
-    progress = lambda step, metrics: log.append((step, time.perf_counter(), dict(metrics)))
+    compiles = [0, 0]  # XLA compiles so far, and at the end of the last progress report
+    compiled: list[bool] = []  # per epoch: did brax compile during it (or its evaluation)?
+
+    def on_event(event: str, duration: float, **_: Any) -> None:
+        if event == BACKEND_COMPILE:
+            compiles[0] += 1
+
+    def progress(step: int, metrics: dict) -> None:
+        epoch_steps = step - log[-1][0] if log else step
+        log.append((step, time.perf_counter(), dict(metrics)))
+        if "training/sps" in metrics:
+            compiled.append(compiles[0] > compiles[1])
+            if between_epochs is not None:
+                between_epochs(int(epoch_steps))
+            log[-1] = (step, time.perf_counter(), log[-1][2])  # our round is not brax's time
+        compiles[1] = compiles[0]
+
     common = dict(
         environment=env,
         num_timesteps=num_timesteps,
@@ -370,24 +400,30 @@ def brax_trainer(
             f"brax has no trainer {algo!r} here; choose one of {sorted(BRAX_TRAINERS)}"
         )
     t0 = time.perf_counter()
-    samples_per_env_step = BRAX_TRAINERS[algo](
-        common,
-        hidden=tuple(hidden),
-        batch_size=batch_size,
-        grad_updates_per_step=grad_updates_per_step,
-        unroll_length=unroll_length,
-        num_minibatches=num_minibatches,
-        epochs=epochs,
-    )
+    jax.monitoring.register_event_duration_secs_listener(on_event)
+    try:
+        samples_per_env_step = BRAX_TRAINERS[algo](
+            common,
+            hidden=tuple(hidden),
+            batch_size=batch_size,
+            grad_updates_per_step=grad_updates_per_step,
+            unroll_length=unroll_length,
+            num_minibatches=num_minibatches,
+            epochs=epochs,
+        )
+    finally:
+        jax.monitoring.unregister_event_duration_listener(on_event)
     wall = time.perf_counter() - t0
-    # brax's own per-epoch rate; the first epoch compiles, so take the last one
+    # brax's own per-epoch rates, without the epochs that compiled (the first, and the
+    # second too: brax's epoch compiles again for its own outputs' sharding)
     sps = [float(m["training/sps"]) for _, _, m in log if "training/sps" in m]
+    steady = [r for r, c in zip(sps, compiled, strict=True) if not c]
     # and the rate a user sees between the last two progress reports (evaluation included)
     interval = None
     if len(log) >= 3:
         (s0, t_a, _), (s1, t_b, _) = log[-2], log[-1]
         interval = (s1 - s0) / (t_b - t_a) if t_b > t_a else None
-    rate = sps[-1] if len(sps) >= 2 else interval
+    rate = statistics.median(steady) if steady else interval
     return {
         "name": f"brax-{algo}[{env_name}-n{num_envs}]",
         "kind": "trainer",
@@ -399,6 +435,7 @@ def brax_trainer(
         "replay_ratio": samples_per_env_step,
         "wall_s": wall,
         "brax_training_sps": sps,
+        "brax_epoch_compiled": compiled,
         "interval_env_steps_per_s": interval,
         "progress": [(int(step), t - t0) for step, t, _ in log],
         "num_timesteps": num_timesteps,

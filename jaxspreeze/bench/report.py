@@ -58,7 +58,11 @@ def _notes(rec: Record) -> str:
         notes.append(f"{_num(rec.get('env_steps_per_s'))} env steps/s")
     ref = rec.get("reference") or {}
     if rec.get("kind") == "trainer" and ref.get("env_steps_per_s"):
-        notes.append("brax: its last epoch's training/sps (compile and eval excluded)")
+        n = len(ref.get("brax_training_sps") or []) - 1
+        notes.append(
+            f"brax: median training/sps of {n} epochs, each followed by a jaxspreeze chunk of "
+            "the same env steps (compile and eval excluded on both)"
+        )
     if ref.get("error"):
         notes.append(f"reference failed: {ref['error'][:80]}")
     if rec.get("error"):

@@ -36,6 +36,7 @@ from jaxspreeze.config import RunConfig
 SAMPLING_ENVS = ("gymnax/Pendulum-v1", "gymnax/CartPole-v1", "brax/ant")
 UPDATE_ALGOS = ("sac", "td3", "ppo")
 CHUNK_ENVS = ("gymnax/Pendulum-v1", "gymnax/CartPole-v1")  # off-policy, on-policy
+WARMUP_EPOCHS = 2  # brax trainer epochs that compile before the timed ones
 
 # sizes per scale: "cpu" fits 2 cores, "gpu" goes to 65,536 envs and samples per batch
 SIZES: dict[str, dict[str, Any]] = {
@@ -45,8 +46,9 @@ SIZES: dict[str, dict[str, Any]] = {
         "batch_sizes": (256, 1024, 4096),
         "sac_chunk": dict(num_envs=64, grad_steps=8, batch_size=256, chunk_iterations=8),
         "ppo_chunk": dict(num_envs=32, rollout_steps=64, batch_size=512, chunk_iterations=2),
-        "brax_sac": dict(num_envs=128, grad_steps=8, batch_size=256, num_timesteps=30_720),
-        "brax_ppo": dict(num_envs=256, rollout_steps=16, num_timesteps=98_304),
+        # brax's trainers vs the chunk: one brax epoch = one chunk = chunk_iterations steps
+        "brax_sac": dict(num_envs=128, grad_steps=8, batch_size=256, chunk_iterations=32),
+        "brax_ppo": dict(num_envs=256, rollout_steps=16, chunk_iterations=4),
     },
     "gpu": {
         "sampling_envs": (1, 1024, 16384, 65536),
@@ -54,8 +56,8 @@ SIZES: dict[str, dict[str, Any]] = {
         "batch_sizes": (256, 4096, 65536),
         "sac_chunk": dict(num_envs=4096, grad_steps=16, batch_size=8192, chunk_iterations=16),
         "ppo_chunk": dict(num_envs=4096, rollout_steps=32, batch_size=32768, chunk_iterations=2),
-        "brax_sac": dict(num_envs=2048, grad_steps=16, batch_size=8192, num_timesteps=1_228_800),
-        "brax_ppo": dict(num_envs=4096, rollout_steps=16, num_timesteps=3_932_160),
+        "brax_sac": dict(num_envs=2048, grad_steps=16, batch_size=8192, chunk_iterations=64),
+        "brax_ppo": dict(num_envs=4096, rollout_steps=16, chunk_iterations=4),
     },
 }
 QUICK = {
@@ -136,26 +138,70 @@ def _chunk_config(algo: str, scale: str) -> RunConfig:
     return cases.chunk_config(algo, env, **SIZES[scale][f"{algo}_chunk"])
 
 
-def trainer_config(algo: str, env: str, scale: str) -> tuple[RunConfig, dict[str, Any]]:
-    """jaxspreeze's chunk config matched to brax's trainer, and the trainer's arguments."""
-    s = dict(SIZES[scale][f"brax_{algo}"])
-    steps = s.pop("num_timesteps")
+def trainer_config(
+    algo: str, env: str, scale: str, rounds: int = 3
+) -> tuple[RunConfig, dict[str, Any]]:
+    """jaxspreeze's chunk config matched to brax's trainer, and the trainer's arguments.
+
+    brax trains ``rounds + WARMUP_EPOCHS`` epochs (its first two compile) of exactly one
+    chunk's env steps each (plus SAC's ``num_envs`` prefill steps), so a brax epoch and a jaxspreeze
+    chunk are the same work: the same env steps, gradient steps and batch sizes.
+    """
+    s = SIZES[scale][f"brax_{algo}"]
+    n, k = s["num_envs"], s["chunk_iterations"]
     if not algos.get(algo).on_policy:
         cfg = cases.chunk_config(
-            algo,
-            env,
-            s["num_envs"],
-            s["batch_size"],
-            4096 // s["num_envs"] or 1,
-            grad_steps=s["grad_steps"],
-            learning_starts=s["num_envs"],
+            algo, env, n, s["batch_size"], k, grad_steps=s["grad_steps"], learning_starts=n
         )
         kw = dict(batch_size=s["batch_size"], grad_updates_per_step=s["grad_steps"])
+        prefill = n  # brax's min_replay_size = num_envs: one step of every env
     else:
-        n, t = s["num_envs"], s["rollout_steps"]
-        cfg = cases.chunk_config(algo, env, n, n * t // 4, 4, rollout_steps=t)
+        t = s["rollout_steps"]
+        cfg = cases.chunk_config(algo, env, n, n * t // 4, k, rollout_steps=t)
         kw = dict(unroll_length=t, num_minibatches=4, epochs=cfg.algo_config.epochs)
-    return cfg, dict(algo=algo, env_name=env, num_envs=s["num_envs"], num_timesteps=steps, **kw)
+        prefill = 0
+    steps = prefill + (rounds + WARMUP_EPOCHS) * k * n * cfg.rollout_steps
+    return cfg, dict(
+        algo=algo,
+        env_name=env,
+        num_envs=n,
+        num_timesteps=steps,
+        num_evals=rounds + WARMUP_EPOCHS + 1,  # brax: the first evaluation is one of them
+        **kw,
+    )
+
+
+def interleaved_trainer(
+    w: Workload, refs: ModuleType, kw: dict[str, Any]
+) -> tuple[list[float], Record]:
+    """jaxspreeze's chunk timed between brax's trainer epochs; (seconds per chunk, brax).
+
+    After every brax epoch (brax's own timing stopped), jaxspreeze runs as many chunks as
+    that epoch had env steps; the pairs whose brax epoch compiled are dropped, and the
+    first pair always (our warm-up). Both sides time the same env steps with ``block_until_ready``, compile and
+    evaluation excluded, alternating in one process so machine load hits both alike.
+    """
+    times: list[float] = []
+    ours: list[BaseException] = []  # our own failure is ours, not brax's
+
+    def between(epoch_steps: int) -> None:
+        calls = max(1, round(epoch_steps / w.env_steps))
+        t0 = time.perf_counter()
+        try:
+            for _ in range(calls):
+                w.run()
+        except BaseException as e:
+            ours.append(e)
+            raise
+        times.append((time.perf_counter() - t0) / calls)
+
+    reference = brax_reference(refs, {**kw, "between_epochs": between})
+    if ours:
+        raise ours[0]
+    compiled = reference.get("brax_epoch_compiled") or [False] * len(times)
+    return [
+        t for i, (t, c) in enumerate(zip(times, compiled, strict=True)) if i and not c
+    ], reference
 
 
 def prepare(case: Case) -> Workload:
@@ -220,10 +266,12 @@ def measure(case: Case, refs: ModuleType | None = None, rounds: int = 3, warmup:
     peak = matmul_peak_flops(fresh=True) if case.kind == "update" else None
     reference: Record | None = None
     if case.kind == "trainer":
-        times = time_workload(w, rounds, warmup)
-        cfg_kw = trainer_config(case.args["algo"], case.args["env"], case.args["scale"])[1]
+        kw = trainer_config(case.args["algo"], case.args["env"], case.args["scale"], rounds)[1]
+        times = []
         if refs is not None:
-            reference = brax_reference(refs, cfg_kw)
+            times, reference = interleaved_trainer(w, refs, kw)
+        if not times:  # no reference, or brax failed before its second epoch
+            times = time_workload(w, rounds, warmup)
     else:
         try:
             ref = prepare_reference(case, refs, w)
