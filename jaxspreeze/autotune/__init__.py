@@ -28,9 +28,9 @@ up to the CPU count) x num_envs, and the learner's update over batch sizes. The 
 then the (workers, num_envs) whose run goes fastest at the kept replay ratio, a run going
 at the slower of its two sides, ``min(sampling, learner)``.
 
-The parts: :mod:`.probes` (the timed programs), :mod:`.host` (the host-env probes), :mod:`.grid` (the grids and the walk),
-:mod:`.choose` (the choice rule), :mod:`.profile` (``autotune.json`` written, read and
-applied), :mod:`.report` (the table and the figure).
+The parts: :mod:`.probes` (the timed programs), :mod:`.host` (the host-env probes),
+:mod:`.grid` (the grids and the walk), :mod:`.choose` (the choice rule), :mod:`.profile`
+(``autotune.json`` written, read and applied), :mod:`.report` (the table and the figure).
 """
 
 from __future__ import annotations
@@ -201,9 +201,9 @@ def tune(
         if prober is None:
             enable_compile_cache(cfg.compile_cache)
             prober = HostProber(cfg, placement, memory_limit)
-        run = _tune_host(cfg, budget, pinned, u, placement, memory_limit, prober, say, clock)
-        profile = run["profile"]
-        profile["setup_s"] = run["t0"] - t_setup
+        profile = _tune_host(
+            cfg, budget, pinned, u, placement, memory_limit, prober, say, clock, t_setup
+        )
         chosen = cfg.replace(**{k: profile["choice"][k] for k in HOST_TUNED if k not in pinned})
         config.validate(chosen)
         say(table(profile))
@@ -313,6 +313,7 @@ def _tune_host(
     prober: Any,
     say: Callable[[str], None],
     clock: Callable[[], float],
+    t_setup: float,
 ) -> dict[str, Any]:
     """The host-env probe (``gymnasium/``, ``envpool/``): workers x num_envs, then batches.
 
@@ -320,7 +321,7 @@ def _tune_host(
     update grid are walked as on the device path: the first point of each, then the
     sampling grids share sampling's part of the budget in turn, then the batches; what
     is left re-times the update points. The choice is :func:`~.choose.choose_host`'s.
-    Returns ``{"profile": ..., "t0": ...}`` (t0: when the probes started).
+    Returns the profile (``setup_s``: from ``t_setup`` to the first probe).
     """
     fixed = prober.fixed_bytes
     env_grids, batch_values = plan_host_grids(cfg, pinned)
@@ -390,6 +391,7 @@ def _tune_host(
         "versions": _versions(),
         "budget_s": budget,
         "elapsed_s": elapsed,
+        "setup_s": t0 - t_setup,
         "over_budget": elapsed > budget,
         "retime_rounds": retimed,
         "load_average": {"before": load_before, "after": _load_average()},
@@ -418,7 +420,7 @@ def _tune_host(
             f"autotune: the probe took {elapsed:.1f}s, over the {budget:g}s budget "
             "(one point per grid is the minimum; compiles are slow on a busy machine)"
         )
-    return {"profile": profile, "t0": t0}
+    return profile
 
 
 def describe_workers(w: int) -> str:
