@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 
 from jaxspreeze import checkpoint
-from jaxspreeze.cli import main
+from jaxspreeze.cli import main, report
 from jaxspreeze.config import RunConfig
 from jaxspreeze.config import validate as validate_config
 from jaxspreeze.errors import ConfigError
-from jaxspreeze.workers import ParamSlot, WorkerPool, WorkerStalledError
+from jaxspreeze.workers import ParamSlot, WorkerError, WorkerPool, WorkerStalledError
 
 STALL_AFTER = 250  # steps of one env before its step blocks
 STALL_S = 5.0  # how long it blocks (bounded, so the test can see the thread end)
@@ -154,3 +154,15 @@ def test_a_worker_stuck_for_good_does_not_hang_the_cli(tmp_path):
     config = json.loads((tmp_path / "stuck" / "config.json").read_text())
     assert config["host_stall_timeout_s"] == 2.0
     assert checkpoint.latest(tmp_path / "stuck") is not None
+
+
+def test_the_cli_reports_host_env_errors_and_timeouts_as_faults(capsys):
+    """A worker's error is a fault (exit 1, its message); a TimeoutError, an OSError, is not
+    reported as a file problem."""
+    assert report(WorkerError("worker 1 (gymnasium/X-v0) failed while stepping", 1, "X")) == 1
+    assert capsys.readouterr().err.strip() == (
+        "jaxspreeze: error: worker 1 (gymnasium/X-v0) failed while stepping"
+    )
+    assert report(TimeoutError("no block from the workers within 60 s")) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == "jaxspreeze: error: timed out: no block from the workers within 60 s"
