@@ -107,6 +107,7 @@ def test_learner_bound_keeps_the_configured_sizes_and_reports_both_sides(monkeyp
     assert sizes(chosen)[:4] == (1, 8, 256, 8)
     c = profile["choice"]
     assert c["bound"] == "learner" and c["overlap"] is True
+    assert profile["check"] == {"done": False, "why_not": "this prober has no check"}
     assert c["predicted"]["learner_env_steps_per_s"] == pytest.approx(100.0)
     assert c["predicted"]["sampling_env_steps_per_s"] == pytest.approx(4000.0)
     assert c["predicted"]["env_steps_per_s"] == pytest.approx(100.0)
@@ -214,6 +215,21 @@ def test_real_host_probe_on_gymnasium_pendulum(tmp_path):
         min(c["predicted"]["sampling_env_steps_per_s"], c["predicted"]["learner_env_steps_per_s"])
     )
     assert autotune.apply_profile(cfg, tmp_path / "autotune.json") == chosen
+    assert not [t for t in threading.enumerate() if t.name.startswith("jaxspreeze-worker")]
+    check = profile["check"]  # a short run at the choice, when the budget holds it
+    assert check["done"] or check["why_not"].startswith("budget")
+
+
+@pytest.mark.slow
+def test_the_check_runs_the_host_schedule_at_the_choice(tmp_path):
+    cfg = RunConfig(env=PENDULUM, total_steps=5_000, sac=SACConfig(hidden=(32, 32)))
+    _, profile = autotune.tune(cfg, budget_s=90.0, out_dir=tmp_path, say=lambda *a: None)
+    check = profile["check"]
+    assert check["done"] and check["env_steps_per_s"] > 0 and check["seconds"] >= 1.0
+    assert check["ratio"] == pytest.approx(
+        check["env_steps_per_s"] / profile["choice"]["predicted"]["env_steps_per_s"]
+    )
+    assert "check: a " in (tmp_path / "autotune.md").read_text()
     assert not [t for t in threading.enumerate() if t.name.startswith("jaxspreeze-worker")]
 
 

@@ -68,7 +68,7 @@ from jaxspreeze.autotune.grid import (
     sampling_share,
     walk,
 )
-from jaxspreeze.autotune.host import HostProber, plan_host_grids
+from jaxspreeze.autotune.host import CHECK_S, HostProber, plan_host_grids
 from jaxspreeze.autotune.probes import REPS, Prober, free_memory
 from jaxspreeze.autotune.profile import (
     FORMAT,
@@ -371,12 +371,32 @@ def _tune_host(
     if "host_workers" in pinned:
         for g in grids.values():
             g.stop = g.stop if g.stop == "pinned" else f"{g.stop} (workers pinned)"
-    retimed = retime(prober, (update,), t0 + budget, clock)
-    elapsed = clock() - t0
     points = [p for g in grids.values() for p in g.points]
     choice = choose.choose_host(
         cfg, points, update.points, pinned, memory_limit, fixed, TOLERANCE, BATCH_TOLERANCE
     )
+    # the check: a short run of the host schedule at the choice, when the budget holds it
+    # (its compile is about the update probe's)
+    check: dict[str, Any] = {"done": False}
+    run_check = getattr(prober, "host_run", None)
+    cost = 1.5 * (update.points[0].compile_s + CHECK_S) + 1.0
+    if run_check is None:
+        check["why_not"] = "this prober has no check"
+    elif clock() + cost > t0 + budget:
+        check["why_not"] = f"budget (it needs about {cost:.0f}s)"
+    else:
+        sizes = {k: choice[k] for k in HOST_TUNED if k != "chunk_iterations"}
+        pred = choice["predicted"]
+        check = {"done": True, **run_check(cfg.replace(**sizes), pred["iteration_s"])}
+        check["predicted_env_steps_per_s"] = pred["env_steps_per_s"]
+        check["ratio"] = check["env_steps_per_s"] / pred["env_steps_per_s"]
+        say(
+            f"  check    a {check['seconds']:.1f}s run of the host schedule at the choice: "
+            f"{check['env_steps_per_s']:,.0f} env steps/s (predicted "
+            f"{pred['env_steps_per_s']:,.0f}; compile {check['compile_s']:.1f}s)"
+        )
+    retimed = retime(prober, (update,), t0 + budget, clock)
+    elapsed = clock() - t0
     profile: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
@@ -414,6 +434,7 @@ def _tune_host(
         },
         "update": update.as_dict(),
         "choice": choice,
+        "check": check,
     }
     if elapsed > budget:
         say(

@@ -29,7 +29,7 @@ from typing import Any
 
 import jax
 
-from jaxspreeze import config, replay
+from jaxspreeze import config, replay, schedules
 from jaxspreeze.autotune.choose import Point
 from jaxspreeze.autotune.grid import geometric, plan_grids
 from jaxspreeze.autotune.probes import REPS, RealProber
@@ -37,6 +37,8 @@ from jaxspreeze.config import RunConfig
 from jaxspreeze.schedules.host_async import AHEAD_ITERATIONS, QUEUE_BLOCKS
 from jaxspreeze.workers import ParamSlot, WorkerPool
 
+CHECK_S = 3.0  # seconds the check of the choice trains (after its first chunk)
+CHECK_CHUNK_S = 0.5  # seconds per chunk in the check (the first one is not timed)
 HOST_REP_S = 0.2  # seconds per timed window of a sampling point
 HOST_WARM_S = 0.2  # untimed seconds before the windows (resets, first policy calls)
 MAX_WORKERS = 16  # the largest worker count the grid tries
@@ -138,6 +140,47 @@ class HostProber(RealProber):
             time.perf_counter() - t_start,
             workers,
         )
+
+    def host_run(self, run: RunConfig, iteration_s: float, seconds: float = CHECK_S) -> dict:
+        """Env steps/s of the host schedule itself at ``run``'s sizes: the check of a choice.
+
+        A short training run (the trainer's schedule, :class:`~jaxspreeze.schedules.HostAsync`,
+        without a run directory): compile (timed apart), a warm-up of one batch, one
+        untimed chunk, then chunks of about CHECK_CHUNK_S (``iteration_s``: the predicted
+        seconds per iteration) for ``seconds``. It measures what the probes leave out:
+        the learner's work per iteration and the workers and the learner sharing the CPU.
+        """
+        run = config.resolve(run)
+        k = max(1, round(CHECK_CHUNK_S / max(iteration_s, 1e-6)))
+        warmup = max(run.batch_size, run.steps_per_iteration)
+        run = run.replace(
+            learning_starts=warmup,
+            chunk_iterations=k,
+            total_steps=warmup + 10**6 * run.steps_per_iteration,
+        )
+        schedule = schedules.make(run, self.placement)
+        try:
+            state = schedule.init()
+            t0 = time.perf_counter()
+            schedule.compile(state)
+            compile_s = time.perf_counter() - t0
+            state = schedule.warmup(state)
+            state = jax.block_until_ready(schedule.chunk(state)[0])
+            chunks, t0 = 0, time.perf_counter()
+            while chunks == 0 or time.perf_counter() - t0 < seconds:
+                state, _ = schedule.chunk(state)
+                state = jax.block_until_ready(state)
+                chunks += 1
+            elapsed = time.perf_counter() - t0
+        finally:
+            schedule.close()
+        steps = chunks * schedule.iterations_per_chunk * run.steps_per_iteration
+        return {
+            "env_steps_per_s": steps / elapsed,
+            "seconds": elapsed,
+            "compile_s": compile_s,
+            "chunk_iterations": schedule.iterations_per_chunk,
+        }
 
     def retime(self, kind: str, value: int) -> list[float]:
         """More repetitions of an update point (sampling points are not kept running)."""

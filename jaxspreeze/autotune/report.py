@@ -128,6 +128,15 @@ def host_table(profile: dict[str, Any]) -> str:
         "(the sampling rates were measured with the learner idle; where the workers and the "
         "learner share the CPU cores, the run samples slower)",
     ]
+    check = profile.get("check") or {}
+    if check.get("done"):
+        lines.append(
+            f"check: a {check['seconds']:.1f}s run of the host schedule at the choice went at "
+            f"{check['env_steps_per_s']:,.0f} env steps/s, {check['ratio']:.2f}x the predicted "
+            f"(its compile {check['compile_s']:.1f}s apart)"
+        )
+    elif check:
+        lines.append(f"check (a short run at the choice): not run, {check.get('why_not')}")
     return "\n".join(lines)
 
 
