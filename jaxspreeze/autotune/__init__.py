@@ -94,6 +94,7 @@ __all__ = [
 ]
 
 MIN_BUDGET_S = 2.0  # below this not even one compiled probe can fit
+CHECK_SHARE = 0.4  # host envs: the check of the choice may take up to this share of the budget
 MEMORY_FRACTION = 0.9  # of the free memory that a run may plan to use
 
 
@@ -319,8 +320,10 @@ def _tune_host(
 
     The sampling grids (one per worker count, :func:`~.host.plan_host_grids`) and the
     update grid are walked as on the device path: the first point of each, then the
-    sampling grids share sampling's part of the budget in turn, then the batches; what
-    is left re-times the update points. The choice is :func:`~.choose.choose_host`'s.
+    sampling grids share sampling's part of the budget in turn, then the batches; the
+    choice is :func:`~.choose.choose_host`'s; then a short run of the host schedule at the
+    choice checks it (its time set aside from the start, when it takes at most
+    CHECK_SHARE of the budget); what is left re-times the update points.
     Returns the profile (``setup_s``: from ``t_setup`` to the first probe).
     """
     fixed = prober.fixed_bytes
@@ -355,14 +358,18 @@ def _tune_host(
     # ... then the sampling grids, in turn, within sampling's share of the budget ...
     first = max((g.points[0] for g in grids.values()), key=lambda p: p.rate)
     share = sampling_share(cfg, first, update.points[0])
+    # the check of the choice (a short run) gets its time set aside, unless that would
+    # take more than CHECK_SHARE of the budget from the grids
+    cost = 1.5 * (update.points[0].compile_s + CHECK_S) + 1.0
+    has_check = getattr(prober, "host_run", None) is not None
+    grids_s = budget - cost if has_check and cost <= CHECK_SHARE * budget else budget
     for i, (w, g) in enumerate(grids.items()):
-        deadline = t0 + share * budget * (i + 1) / len(grids)
+        deadline = t0 + share * grids_s * (i + 1) / len(grids)
         walk(g, measure[w], s_need, memory_limit, deadline, clock, say, label=label[w])
-    walk(update, prober.update, u_need, memory_limit, t0 + WALK_SHARE * budget, clock, say,
-         batch_stop)  # fmt: skip
+    end = t0 + WALK_SHARE * grids_s
+    walk(update, prober.update, u_need, memory_limit, end, clock, say, batch_stop)
     for w, g in grids.items():  # the update grid left time over: go on sampling
         if g.stop == "budget":
-            end = t0 + WALK_SHARE * budget
             walk(g, measure[w], s_need, memory_limit, end, clock, say, label=label[w])
     for name, gs in (("num_envs", grids.values()), ("batch_size", [update])):
         if name in pinned:
@@ -379,10 +386,9 @@ def _tune_host(
     # (its compile is about the update probe's)
     check: dict[str, Any] = {"done": False}
     run_check = getattr(prober, "host_run", None)
-    cost = 1.5 * (update.points[0].compile_s + CHECK_S) + 1.0
     if run_check is None:
         check["why_not"] = "this prober has no check"
-    elif clock() + cost > t0 + budget:
+    elif grids_s == budget or clock() + cost > t0 + budget:
         check["why_not"] = f"budget (it needs about {cost:.0f}s)"
     else:
         sizes = {k: choice[k] for k in HOST_TUNED if k != "chunk_iterations"}
