@@ -25,7 +25,6 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from typing import Any
 
 import jax
 
@@ -187,10 +186,3 @@ class HostProber(RealProber):
         if kind != "update":
             raise ValueError("host sampling points are measured once (their pools are closed)")
         return super().retime(kind, value)
-
-
-def describe(point: dict[str, Any] | Point) -> str:
-    """``"2 workers x 16 envs"`` for a host sampling point."""
-    p = point if isinstance(point, dict) else point.__dict__
-    w, n = p["workers"], p["value"]
-    return f"{w} worker{'s' if w != 1 else ''} x {n // max(w, 1)} envs"
