@@ -261,3 +261,9 @@ def test_worker_grid_and_plan():
     assert grids[1] == [8, 32, 128, 256] and grids[16] == [32, 128, 256] and batches[0] == 256
     pinned = host.plan_host_grids(cfg.replace(num_envs=6), {"num_envs"}, cpus=4)[0]
     assert pinned == {1: [6], 2: [6]}
+
+
+def test_on_policy_host_autotune_is_refused_before_any_probe(monkeypatch):
+    with pytest.raises(ConfigError) as e:
+        run(RunConfig(algo="ppo", env=PENDULUM), monkeypatch=monkeypatch)
+    assert e.value.field == "algo"

@@ -199,6 +199,12 @@ def tune(
     if memory_limit is None:
         memory_limit = int(free_memory(placement.critic) * MEMORY_FRACTION)
     if host:
+        if on_policy:  # choose_host's rule is the off-policy one (replay ratio, free batch)
+            raise ConfigError(
+                "algo",
+                f"autotune of {cfg.algo} on host envs ({cfg.env}) is not supported yet; set "
+                "the sizes, or tune an off-policy algorithm (sac, td3, ddpg)",
+            )
         if prober is None:
             enable_compile_cache(cfg.compile_cache)
             prober = HostProber(cfg, placement, memory_limit)
