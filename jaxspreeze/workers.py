@@ -54,8 +54,9 @@ The learner's side (the async schedule builds on exactly this)::
   longer than ``stall_timeout`` is reported as :class:`WorkerStalledError`; ``get``'s
   timeout raises ``TimeoutError`` (naming the throttle when it holds every worker: the
   learner forgot ``add_units``) instead of a hang, but not while a worker is inside its
-  env or policy: that worker answers, or is reported as stalled, within ``stall_timeout``. :meth:`WorkerPool.close` sets the stop event, joins every thread
-  within a timeout and closes the env pools; a thread stuck in C code cannot be killed:
+  env or policy: that worker answers, or is reported as stalled, within ``stall_timeout``.
+  :meth:`WorkerPool.close` sets the stop event, joins every thread within a timeout and
+  closes the env pools; a thread stuck in C code cannot be killed:
   it is a daemon thread, named in close()'s return and its env is left open.
 - Threads: Python's switch interval is set to ``switch_interval`` while the pool runs
   (restored by close()); at the default 5 ms a busy Python thread (the learner) starves
