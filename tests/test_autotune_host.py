@@ -267,3 +267,19 @@ def test_on_policy_host_autotune_is_refused_before_any_probe(monkeypatch):
     with pytest.raises(ConfigError) as e:
         run(RunConfig(algo="ppo", env=PENDULUM), monkeypatch=monkeypatch)
     assert e.value.field == "algo"
+
+
+@pytest.mark.slow
+def test_real_host_probe_on_envpool(tmp_path):
+    pytest.importorskip("envpool")
+    cfg = RunConfig(
+        env="envpool/Pendulum-v1",
+        total_steps=5_000,
+        buffer_size=5_000,
+        learning_starts=500,
+        sac=SACConfig(hidden=(32, 32)),
+    )
+    chosen, profile = autotune.tune(cfg, budget_s=10.0, out_dir=tmp_path, say=lambda *a: None)
+    assert profile["host"] and profile["sampling"]["points"][0]["rate"] > 0
+    assert chosen.num_envs % chosen.host_workers == 0
+    assert (tmp_path / "autotune.md").read_text().startswith("### autotune: sac on envpool/")
