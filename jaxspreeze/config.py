@@ -85,6 +85,9 @@ class _RunFields:
     host_workers: int = 1
     """Sampling worker threads for host envs (gymnasium/<id>, envpool/<task>); num_envs are
     split evenly over them."""
+    host_stall_timeout_s: float = 60.0
+    """Host envs: a sampling worker stuck this many seconds inside one env step (or policy
+    call) is reported as stalled and the run stops (exit 1, naming the env and the worker)."""
     eval_every: int | None = None
     """Evaluate every this many env steps (0: only at the end; None: total_steps // 10)."""
     eval_episodes: int = 16
@@ -456,6 +459,7 @@ def validate(cfg: RunConfig) -> RunConfig:
             "keep_checkpoints",
             "autotune_budget_s",
             "host_workers",
+            "host_stall_timeout_s",
         ),
     )
     _non_negative(

@@ -34,5 +34,9 @@ class CheckpointError(ValueError):
     """A checkpoint that is missing, unreadable or does not fit the state it restores into."""
 
 
+class HostEnvError(RuntimeError):
+    """A host env's sampling worker failed or stopped answering: names the env and the worker."""
+
+
 class ProcessError(RuntimeError):
     """A multi-process run cannot go on: another process failed, died or disagrees."""

@@ -51,7 +51,7 @@ from jaxspreeze import resume as resume_lib
 from jaxspreeze.compiles import CompileLog
 from jaxspreeze.config import RunConfig
 from jaxspreeze.envs import make_env
-from jaxspreeze.errors import NonFiniteError, ProcessError
+from jaxspreeze.errors import HostEnvError, NonFiniteError, ProcessError
 from jaxspreeze.evaluate import (
     EvalResult,
     Evaluator,
@@ -67,6 +67,7 @@ from jaxspreeze.records import RecordBuilder, Work
 from jaxspreeze.sinks import Sink, make_sinks
 from jaxspreeze.stopping import GracefulStop
 from jaxspreeze.types import EnvSpec, Placement, Record
+from jaxspreeze.workers import WorkerStalledError
 
 
 @dataclass
@@ -292,6 +293,13 @@ def _run(
         metrics_thread.close(timeout=10.0)
         note = checkpoint_note(checkpoint.latest(run.path), run.path)
         raise NonFiniteError(f"{e} {note}") from None
+    except HostEnvError as e:
+        # a host env's worker failed or stalled: the message names them; add what is kept
+        metrics_thread.close(timeout=10.0)
+        slow = " (an env that is only slow: raise --host-stall-timeout-s)"
+        note = _host_env_note(checkpoint.latest(run.path), run.path)
+        e.args = (f"{e}{slow if isinstance(e, WorkerStalledError) else ''}; {note}",)
+        raise
     except BaseException:
         # an error or Ctrl-C: flush what the sinks have and stop the live console (the
         # evaluator is a daemon thread and is left to the interpreter's exit)
@@ -333,6 +341,16 @@ def _run(
 
 
 PEER_WAIT_S = 30.0  # how long a process whose collective failed asks who died
+
+
+def _host_env_note(latest: Path | None, run_dir: Path) -> str:
+    """What a host env's failure leaves: the newest checkpoint (or none) and how to go on."""
+    if latest is None:
+        return "no checkpoint was written before it (set --checkpoint-every to keep one)"
+    return (
+        f"the last checkpoint, {latest}, is kept: once the env is fixed, resume it with "
+        f"jaxspreeze train --resume {run_dir}"
+    )
 
 
 def _compiles(log: CompileLog | None, first_dispatch_s: float | None) -> Record | None:

@@ -53,8 +53,10 @@ The learner's side (the async schedule builds on exactly this)::
   naming the env and the worker; a worker stuck inside an env step or the policy for
   longer than ``stall_timeout`` is reported as :class:`WorkerStalledError`; ``get``'s
   timeout raises ``TimeoutError`` (naming the throttle when it holds every worker: the
-  learner forgot ``add_units``) instead of a hang. :meth:`WorkerPool.close` sets the stop event, joins every thread
-  within a timeout and closes the env pools; a thread stuck in C code cannot be killed:
+  learner forgot ``add_units``) instead of a hang, but not while a worker is inside its
+  env or policy: that worker answers, or is reported as stalled, within ``stall_timeout``.
+  :meth:`WorkerPool.close` sets the stop event, joins every thread within a timeout and
+  closes the env pools; a thread stuck in C code cannot be killed:
   it is a daemon thread, named in close()'s return and its env is left open.
 - Threads: Python's switch interval is set to ``switch_interval`` while the pool runs
   (restored by close()); at the default 5 ms a busy Python thread (the learner) starves
@@ -81,6 +83,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxspreeze.errors import HostEnvError
 from jaxspreeze.hostenvs import HostEnv, make_host_env
 from jaxspreeze.types import EnvSpec, PyTree, Transition
 
@@ -90,7 +93,7 @@ DEFAULT_SWITCH_INTERVAL = 0.0005  # seconds; measured in experiments/host_sampli
 _POLL = 0.05  # seconds between checks of the stop event while waiting
 
 
-class WorkerError(RuntimeError):
+class WorkerError(HostEnvError):
     """A sampling worker failed: the message names the worker and its env."""
 
     def __init__(self, message: str, worker: int, env_name: str):
@@ -483,7 +486,8 @@ class WorkerPool:
             try:
                 batch = self._queue.get(timeout=_POLL)
             except queue.Empty:
-                if deadline is not None and time.monotonic() > deadline:
+                # a worker inside its env or policy is judged by the stall timeout instead
+                if deadline is not None and time.monotonic() > deadline and not self._busy():
                     raise TimeoutError(self._timeout_message(timeout)) from None
                 continue
             return self._deliver(batch)
@@ -530,6 +534,10 @@ class WorkerPool:
                 )
                 self._fail(err)
                 raise err
+
+    def _busy(self) -> bool:
+        """Whether a worker is inside its env or policy now (not waiting, not ended)."""
+        return any(not s.waiting and not s.done for s in self._states)
 
     def _timeout_message(self, timeout: float | None) -> str:
         """Why no block came: names a throttle that holds every worker."""

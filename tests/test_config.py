@@ -49,6 +49,8 @@ BAD: list[tuple[dict, str]] = [
     ({"num_seeds": 0}, "num_seeds"),
     ({"placement": "dual"}, "placement"),
     ({"host_workers": 0}, "host_workers"),
+    ({"host_stall_timeout_s": 0.0}, "host_stall_timeout_s"),
+    ({"host_stall_timeout_s": INF}, "host_stall_timeout_s"),
     ({"eval_every": -5}, "eval_every"),
     ({"eval_episodes": 0}, "eval_episodes"),
     ({"logdir": ""}, "logdir"),

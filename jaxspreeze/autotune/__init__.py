@@ -20,13 +20,22 @@ configured run's gradient steps per env step: the batch grows only while a gradi
 costs no more time, num_envs by predicted wall time; fields the user pinned keep their
 values. ``autotune.apply_profile(cfg, "autotune.json")`` reuses a stored choice.
 
-The parts: :mod:`.probes` (the timed programs), :mod:`.grid` (the grids and the walk),
-:mod:`.choose` (the choice rule), :mod:`.profile` (``autotune.json`` written, read and
-applied), :mod:`.report` (the table and the figure).
+**Host envs** (``gymnasium/<id>``, ``envpool/<task>``: the host schedule's sampling
+workers step them while the learner updates) are probed by :class:`~.host.HostProber`:
+the worker pool's env steps/s with the policy in the loop over worker counts (1, 2, 4, ...
+up to the CPU count) x num_envs, and the learner's update over batch sizes. The choice
+(:func:`~.choose.choose_host`) also picks ``host_workers``: the batch by the same rule,
+then the (workers, num_envs) whose run goes fastest at the kept replay ratio, a run going
+at the slower of its two sides, ``min(sampling, learner)``.
+
+The parts: :mod:`.probes` (the timed programs), :mod:`.host` (the host-env probes),
+:mod:`.grid` (the grids and the walk), :mod:`.choose` (the choice rule), :mod:`.profile`
+(``autotune.json`` written, read and applied), :mod:`.report` (the table and the figure).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -35,10 +44,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from jaxspreeze import algos, config, devices
+from jaxspreeze import algos, config, devices, envs
 from jaxspreeze.autotune import choose, probes
 from jaxspreeze.autotune.choose import (
     BATCH_TOLERANCE,
+    HOST_TUNED,
     MIN_ITERATIONS,
     ON_POLICY_MAX_MINIBATCHES,
     TARGET_CHUNK_S,
@@ -58,6 +68,7 @@ from jaxspreeze.autotune.grid import (
     sampling_share,
     walk,
 )
+from jaxspreeze.autotune.host import CHECK_S, HostProber, plan_host_grids
 from jaxspreeze.autotune.probes import REPS, Prober, free_memory
 from jaxspreeze.autotune.profile import (
     FORMAT,
@@ -72,9 +83,18 @@ from jaxspreeze.config import RunConfig
 from jaxspreeze.errors import ConfigError
 from jaxspreeze.trainer import enable_compile_cache
 
-__all__ = ["TUNED", "ProfileWarning", "apply_profile", "load_profile", "tune", "write_profile"]
+__all__ = [
+    "HOST_TUNED",
+    "TUNED",
+    "ProfileWarning",
+    "apply_profile",
+    "load_profile",
+    "tune",
+    "write_profile",
+]
 
 MIN_BUDGET_S = 2.0  # below this not even one compiled probe can fit
+CHECK_SHARE = 0.4  # host envs: the check of the choice may take up to this share of the budget
 MEMORY_FRACTION = 0.9  # of the free memory that a run may plan to use
 
 
@@ -170,13 +190,33 @@ def tune(
             f"{budget:g} s is too small for even one probe (a compile and {REPS} timed "
             f"repetitions of each kind); give at least {MIN_BUDGET_S:g} s (default 30)",
         )
-    pinned = set(pinned) & set(TUNED)
+    host = envs.is_host_env(cfg.env)
+    pinned = set(pinned) & set(HOST_TUNED if host else TUNED)
     config.validate(_placeholders(cfg, pinned))
-    u = update_ratio(cfg, pinned)
+    u = update_ratio(cfg, pinned & set(TUNED))
     on_policy = algos.get(cfg.algo).on_policy
     placement = devices.resolve(cfg.placement)
     if memory_limit is None:
         memory_limit = int(free_memory(placement.critic) * MEMORY_FRACTION)
+    if host:
+        if on_policy:  # choose_host's rule is the off-policy one (replay ratio, free batch)
+            raise ConfigError(
+                "algo",
+                f"autotune of {cfg.algo} on host envs ({cfg.env}) is not supported yet; set "
+                "the sizes, or tune an off-policy algorithm (sac, td3, ddpg)",
+            )
+        if prober is None:
+            enable_compile_cache(cfg.compile_cache)
+            prober = HostProber(cfg, placement, memory_limit)
+        profile = _tune_host(
+            cfg, budget, pinned, u, placement, memory_limit, prober, say, clock, t_setup
+        )
+        chosen = cfg.replace(**{k: profile["choice"][k] for k in HOST_TUNED if k not in pinned})
+        config.validate(chosen)
+        say(table(profile))
+        if out_dir is not None:
+            write_profile(profile, Path(out_dir), say)
+        return chosen, profile
     if prober is None:
         enable_compile_cache(cfg.compile_cache)
         prober = probes.RealProber(cfg, placement, memory_limit)
@@ -268,3 +308,154 @@ def tune(
     if out_dir is not None:
         write_profile(profile, Path(out_dir), say)
     return chosen, profile
+
+
+def _tune_host(
+    cfg: RunConfig,
+    budget: float,
+    pinned: set[str],
+    u: float,
+    placement: Any,
+    memory_limit: int,
+    prober: Any,
+    say: Callable[[str], None],
+    clock: Callable[[], float],
+    t_setup: float,
+) -> dict[str, Any]:
+    """The host-env probe (``gymnasium/``, ``envpool/``): workers x num_envs, then batches.
+
+    The sampling grids (one per worker count, :func:`~.host.plan_host_grids`) and the
+    update grid are walked as on the device path: the first point of each, then the
+    sampling grids share sampling's part of the budget in turn, then the batches; the
+    choice is :func:`~.choose.choose_host`'s; then a short run of the host schedule at the
+    choice checks it (its time set aside from the start, when it takes at most
+    CHECK_SHARE of the budget); what is left re-times the update points.
+    Returns the profile (``setup_s``: from ``t_setup`` to the first probe).
+    """
+    fixed = prober.fixed_bytes
+    env_grids, batch_values = plan_host_grids(cfg, pinned)
+    n_first = min(v[0] for v in env_grids.values())
+    _check_memory(cfg, prober, pinned, memory_limit, n_first, batch_values[0])
+    t0 = clock()
+    load_before = _load_average()
+    say(
+        f"autotune: {cfg.algo} on {cfg.env} (host env: sampling workers) | "
+        f"{placement.describe()} | budget {budget:g}s | memory limit {mib(memory_limit)} | "
+        f"{u:.4g} gradient steps per env step (kept)"
+    )
+    grids = {w: Grid("sampling", values) for w, values in env_grids.items()}
+    update = Grid("update", batch_values)
+    b0 = batch_values[0]
+    s_need = lambda n: fixed + prober.sampling_bytes(n) + prober.update_bytes(b0)
+    u_need = lambda b: fixed + prober.sampling_bytes(n_first) + prober.update_bytes(b)
+    measure = {w: (lambda n, w=w: prober.host_sampling(w, n)) for w in grids}
+    label = {w: f" | {w} worker{'s' if w != 1 else ''}" for w in grids}
+    # the first point of every grid (a deadline in the past measures exactly one) ...
+    for w, g in grids.items():
+        walk(g, measure[w], s_need, memory_limit, t0, clock, say, label=label[w])
+    walk(update, prober.update, u_need, memory_limit, t0, clock, say, batch_stop)
+    for g, name in [*((g, "num_envs") for g in grids.values()), (update, "batch_size")]:
+        if not g.points:
+            raise ConfigError(
+                name if name in pinned else "buffer_size",
+                f"the smallest {g.kind} probe ({name} {g.values[0]}) does not fit in the "
+                f"{mib(memory_limit)} free",
+            )
+    # ... then the sampling grids, in turn, within sampling's share of the budget ...
+    first = max((g.points[0] for g in grids.values()), key=lambda p: p.rate)
+    share = sampling_share(cfg, first, update.points[0])
+    # the check of the choice (a short run) gets its time set aside, unless that would
+    # take more than CHECK_SHARE of the budget from the grids
+    cost = 1.5 * (update.points[0].compile_s + CHECK_S) + 1.0
+    has_check = getattr(prober, "host_run", None) is not None
+    grids_s = budget - cost if has_check and cost <= CHECK_SHARE * budget else budget
+    for i, (w, g) in enumerate(grids.items()):
+        deadline = t0 + share * grids_s * (i + 1) / len(grids)
+        walk(g, measure[w], s_need, memory_limit, deadline, clock, say, label=label[w])
+    end = t0 + WALK_SHARE * grids_s
+    walk(update, prober.update, u_need, memory_limit, end, clock, say, batch_stop)
+    for w, g in grids.items():  # the update grid left time over: go on sampling
+        if g.stop == "budget":
+            walk(g, measure[w], s_need, memory_limit, end, clock, say, label=label[w])
+    for name, gs in (("num_envs", grids.values()), ("batch_size", [update])):
+        if name in pinned:
+            for g in gs:
+                g.stop = "pinned"
+    if "host_workers" in pinned:
+        for g in grids.values():
+            g.stop = g.stop if g.stop == "pinned" else f"{g.stop} (workers pinned)"
+    points = [p for g in grids.values() for p in g.points]
+    choice = choose.choose_host(
+        cfg, points, update.points, pinned, memory_limit, fixed, TOLERANCE, BATCH_TOLERANCE
+    )
+    # the check: a short run of the host schedule at the choice, when the budget holds it
+    # (its compile is about the update probe's)
+    check: dict[str, Any] = {"done": False}
+    run_check = getattr(prober, "host_run", None)
+    if run_check is None:
+        check["why_not"] = "this prober has no check"
+    elif grids_s == budget or clock() + cost > t0 + budget:
+        check["why_not"] = f"budget (it needs about {cost:.0f}s)"
+    else:
+        sizes = {k: choice[k] for k in HOST_TUNED if k != "chunk_iterations"}
+        pred = choice["predicted"]
+        check = {"done": True, **run_check(cfg.replace(**sizes), pred["iteration_s"])}
+        check["predicted_env_steps_per_s"] = pred["env_steps_per_s"]
+        check["ratio"] = check["env_steps_per_s"] / pred["env_steps_per_s"]
+        say(
+            f"  check    a {check['seconds']:.1f}s run of the host schedule at the choice: "
+            f"{check['env_steps_per_s']:,.0f} env steps/s (predicted "
+            f"{pred['env_steps_per_s']:,.0f}; compile {check['compile_s']:.1f}s)"
+        )
+    retimed = retime(prober, (update,), t0 + budget, clock)
+    elapsed = clock() - t0
+    profile: dict[str, Any] = {
+        "format": FORMAT,
+        "version": VERSION,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "algo": cfg.algo,
+        "env": cfg.env,
+        "host": True,
+        "placement": placement.describe(),
+        "rollout_steps": cfg.rollout_steps,
+        "hidden": list(cfg.algo_config.hidden),
+        "hardware": devices.describe_hardware(),
+        "versions": _versions(),
+        "budget_s": budget,
+        "elapsed_s": elapsed,
+        "setup_s": t0 - t_setup,
+        "over_budget": elapsed > budget,
+        "retime_rounds": retimed,
+        "load_average": {"before": load_before, "after": _load_average()},
+        "memory": {"limit_bytes": memory_limit, "fixed_bytes": fixed},
+        "rules": {
+            "tolerance": TOLERANCE,
+            "batch_tolerance": BATCH_TOLERANCE,
+            "min_iterations": MIN_ITERATIONS,
+            "min_gain": MIN_GAIN,
+            "patience": PATIENCE,
+            "reps": REPS,
+            "target_chunk_s": TARGET_CHUNK_S,
+        },
+        "sampling": {
+            "values": sorted({v for g in grids.values() for v in g.values}),
+            "workers": list(grids),
+            "stop": "; ".join(f"{describe_workers(w)}: {g.stop}" for w, g in grids.items()),
+            "stops": {str(w): g.stop for w, g in grids.items()},
+            "points": [dataclasses.asdict(p) for p in points],
+        },
+        "update": update.as_dict(),
+        "choice": choice,
+        "check": check,
+    }
+    if elapsed > budget:
+        say(
+            f"autotune: the probe took {elapsed:.1f}s, over the {budget:g}s budget "
+            "(one point per grid is the minimum; compiles are slow on a busy machine)"
+        )
+    return profile
+
+
+def describe_workers(w: int) -> str:
+    """``"1 worker"``, ``"2 workers"``."""
+    return f"{w} worker{'s' if w != 1 else ''}"

@@ -28,6 +28,10 @@ env step learns less, at the same learning rate):
    replay buffer bound every pair.
 5. The chunk length K makes one chunk last about TARGET_CHUNK_S.
 
+Host envs (:func:`choose_host`): the same gradient steps per env step and batch rule; the
+sampling workers run concurrently with the learner, so a pair's rate is the slower side's,
+``min(S(W, n), n T / (G t(B)))``, and ``host_workers`` W is chosen with n.
+
 Pinned fields keep their values and the rest is chosen around them (a pinned G that
 would give fewer gradient steps per env step than u at some n rules that n out).
 Self-contained: it reads measured :class:`Point` tables (real or synthetic) and a config,
@@ -36,6 +40,7 @@ and measures nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -46,6 +51,7 @@ from jaxspreeze.config import RunConfig
 from jaxspreeze.errors import ConfigError
 
 TUNED = ("num_envs", "batch_size", "grad_steps", "chunk_iterations")
+HOST_TUNED = (*TUNED, "host_workers")  # host envs: the sampling workers too
 ON_POLICY_SIZES = {"num_envs", "batch_size"}  # both pinned: the minibatch rule is theirs
 TOLERANCE = 0.05  # predicted wall times within 5% of the fastest are a tie
 BATCH_TOLERANCE = 0.10  # a batch is free while its step time is within 10% of B0's
@@ -69,6 +75,7 @@ class Point:
     bytes_est: int = 0  # memory this point adds to a run, estimated before allocation
     bytes_compiled: int = 0  # XLA's own count after compile (arguments + outputs + temps)
     wall_s: float = 0.0  # everything this point took: setup, compile, warm-up, timing
+    workers: int = 0  # host envs: the sampling worker threads (0: a device probe)
 
 
 def mib(nbytes: float | None) -> str:
@@ -336,4 +343,195 @@ def choose(
         "sampling_knee": min(p.value for p in s_points if p.rate >= (1 - tolerance) * best_s),
         "update_knee": min(p.value for p in u_points if p.rate >= (1 - tolerance) * best_u),
         "candidates": sorted(candidates, key=lambda c: (c["num_envs"], c["batch_size"])),
+    }
+
+
+def _host_sampling_points(
+    sampling: Sequence[Point], pinned: set[str], n0: int, w0: int, top: int
+) -> list[Point]:
+    """The (workers, num_envs) sampling points a host run may use (pinned values kept).
+
+    A pinned value that was not measured is interpolated over the measured num_envs of
+    the same worker count (or of all points when that count was not measured either).
+    """
+    pts = list(sampling)
+    if "host_workers" in pinned:
+        pts = [p for p in pts if p.workers == w0] or [
+            dataclasses.replace(p, workers=w0) for p in sampling
+        ]
+    if "num_envs" in pinned:
+        by_w: dict[int, list[Point]] = {}
+        for p in pts:
+            by_w.setdefault(p.workers, []).append(p)
+        pts = []
+        for w, group in sorted(by_w.items()):
+            if n0 % w == 0:
+                pts.append(dataclasses.replace(interpolate(group, n0), workers=w))
+    else:
+        pts = [p for p in pts if p.value <= top] or [
+            dataclasses.replace(interpolate(pts, n0), workers=w0 if n0 % w0 == 0 else 1)
+        ]
+    return pts
+
+
+def choose_host(
+    cfg: RunConfig,
+    sampling: Sequence[Point],
+    update: Sequence[Point],
+    pinned: set[str] | frozenset[str] = frozenset(),
+    memory_limit: int | None = None,
+    fixed_bytes: int = 0,
+    tolerance: float = TOLERANCE,
+    batch_tolerance: float = BATCH_TOLERANCE,
+) -> dict[str, Any]:
+    """Host envs: pick host_workers, num_envs, batch_size, grad_steps and chunk_iterations.
+
+    The sampling workers step the envs *while* the learner updates (the host schedule),
+    at the target replay ratio: a run goes at the slower of its two sides, both measured:
+
+    - sampling: ``S(W, n)``, env steps/s of W worker threads over n envs with the policy
+      in the loop (``sampling`` points carry ``workers``);
+    - learner: ``n T / (G t(B))`` env steps/s, the gradient steps an iteration needs
+      (``G = u n T`` rounded up to the algorithm's multiple, ``u`` kept as on the device
+      path) at the measured step time ``t(B)``.
+
+    The batch follows the device rule (the largest free batch, at ``u`` gradient steps
+    per env step); then (W, n) by predicted wall time for the budget, ``warm-up / S +
+    iterations x n T / min(S, learner)``; within ``tolerance`` of the fastest, the pair
+    nearest the configured (W0, n0) wins, then fewer workers, then fewer envs. Pinned
+    fields keep ``cfg``'s values; every pair is listed in ``candidates`` with the side
+    that bounds it.
+    """
+    if not sampling or not update:
+        raise ConfigError("autotune_budget_s", "no measurement to choose from")
+    cfg = config.resolve(cfg)
+    spec = algos.get(cfg.algo)
+    pinned = set(pinned) & set(HOST_TUNED)
+    u = update_ratio(cfg, pinned & set(TUNED))
+    T, n0, b0, w0 = cfg.rollout_steps, cfg.num_envs, cfg.batch_size, cfg.host_workers
+    multiple = spec.grad_step_multiple(cfg.algo_config)
+    s_points = _host_sampling_points(sampling, pinned, n0, w0, max_num_envs(cfg))
+    if "batch_size" in pinned:
+        u_points = [interpolate(update, b0)]
+    else:
+        u_points = sorted(
+            [interpolate(update, b0), *(p for p in update if p.value > b0)],
+            key=lambda p: p.value,
+        )
+    free = {p.value for p in free_batches(u_points, b0, batch_tolerance)}
+    candidates: list[dict[str, Any]] = []
+    rejected: list[str] = []
+    for s in s_points:
+        for up in u_points:
+            n, w, b = s.value, s.workers, up.value
+            nT = n * T
+            if b > cfg.buffer_size or nT > cfg.buffer_size:
+                continue
+            g = (
+                cfg.grad_steps
+                if "grad_steps" in pinned
+                else multiple * max(1, math.ceil(u * nT / multiple - 1e-9))
+            )
+            why = ""
+            if g < u * nT * (1 - 1e-9) and "num_envs" not in pinned:
+                why = "fewer gradient steps per env step"
+            if not why and b not in free:
+                why = "batch not free"
+            need = fixed_bytes + s.bytes_est + up.bytes_est
+            if memory_limit is not None and need > memory_limit:
+                why = "memory"
+            learner = nT / (g * step_time(up))
+            rate = min(s.rate, learner)
+            warm = _warmup_steps(cfg, n)
+            iterations = math.ceil(max(cfg.total_steps - warm, 0) / nT)
+            t_iter = nT / rate
+            candidates.append(
+                {
+                    "num_envs": n,
+                    "host_workers": w,
+                    "batch_size": b,
+                    "grad_steps": g,
+                    "grad_steps_per_env_step": g / nT,
+                    "replay_ratio": g * b / nT,
+                    "step_s": step_time(up),
+                    "iteration_s": t_iter,
+                    "iterations": iterations,
+                    "sampling_env_steps_per_s": s.rate,
+                    "learner_env_steps_per_s": learner,
+                    "bound": "sampling" if s.rate < learner else "learner",
+                    "env_steps_per_s": rate,
+                    "update_samples_per_s": rate * g * b / nT,
+                    "wall_s": warm / s.rate + iterations * t_iter,
+                    "bytes": need,
+                    "eligible": not why,
+                    "why_not": why,
+                }
+            )
+            if why:
+                rejected.append(f"{w} worker(s) x num_envs {n} x batch {b}: {why}")
+    eligible = [c for c in candidates if c["eligible"]]
+    if not eligible:
+        raise ConfigError(
+            "batch_size" if "batch_size" in pinned else "num_envs",
+            "no measured workers x num_envs x batch size is feasible"
+            + (f"; {rejected[0]}" if rejected else ""),
+        )
+    b_pick = max(c["batch_size"] for c in eligible)
+    row = [c for c in eligible if c["batch_size"] == b_pick]
+    fastest = min(c["wall_s"] for c in row)
+    good = [c for c in row if c["wall_s"] <= (1 + tolerance) * fastest]
+    near = lambda c: abs(math.log(c["num_envs"] / n0)) + abs(math.log(c["host_workers"] / w0))
+    pick = min(good, key=lambda c: (near(c), c["host_workers"], c["num_envs"]))
+    if "chunk_iterations" in pinned:
+        k = cfg.chunk_iterations
+    else:
+        k = int(min(max(round(TARGET_CHUNK_S / pick["iteration_s"]), 1), MAX_CHUNK_ITERATIONS))
+    best_s = max(p.rate for p in s_points)
+    best_u = max(p.rate for p in u_points)
+    base = {
+        "num_envs": n0,
+        "host_workers": w0,
+        "batch_size": b0,
+        "grad_steps": cfg.grad_steps,
+        "total_steps": cfg.total_steps,
+    }
+    default = next(
+        (
+            c
+            for c in candidates
+            if (c["num_envs"], c["host_workers"], c["batch_size"]) == (n0, w0, b0)
+        ),
+        None,
+    )
+    return {
+        **{key: pick[key] for key in ("num_envs", "host_workers", "batch_size", "grad_steps")},
+        "chunk_iterations": k,
+        "grad_steps_per_env_step": pick["grad_steps_per_env_step"],
+        "update_ratio_target": u,
+        "replay_ratio": pick["replay_ratio"],
+        "replay_ratio_target": u * b0,
+        "base": base,
+        "tolerance": tolerance,
+        "batch_tolerance": batch_tolerance,
+        "overlap": True,
+        "bound": pick["bound"],
+        "pinned": sorted(pinned),
+        "predicted": {
+            "env_steps_per_s": pick["env_steps_per_s"],
+            "update_samples_per_s": pick["update_samples_per_s"],
+            "sampling_env_steps_per_s": pick["sampling_env_steps_per_s"],
+            "learner_env_steps_per_s": pick["learner_env_steps_per_s"],
+            "iteration_s": pick["iteration_s"],
+            "chunk_s": k * pick["iteration_s"],
+            "wall_s": pick["wall_s"],
+            "base_wall_s": default["wall_s"] if default else None,
+            "bytes": pick["bytes"],
+        },
+        "free_batch": max(free),
+        "base_step_s": step_time(u_points[0]),
+        "sampling_knee": min(p.value for p in s_points if p.rate >= (1 - tolerance) * best_s),
+        "update_knee": min(p.value for p in u_points if p.rate >= (1 - tolerance) * best_u),
+        "candidates": sorted(
+            candidates, key=lambda c: (c["host_workers"], c["num_envs"], c["batch_size"])
+        ),
     }

@@ -121,11 +121,13 @@ def walk(
     clock: Callable[[], float] = time.perf_counter,
     say: Callable[[str], None] = print,
     stop_rule: Callable[[Sequence[Point]], str | None] | None = None,
+    label: str = "",
 ) -> Grid:
     """Measure ``grid.values`` in order, from where it stopped, until a stop rule fires.
 
     The first point is always measured (the minimum any choice needs). ``stop_rule``
-    (points so far -> a reason or None) adds a stop rule of the grid's own.
+    (points so far -> a reason or None) adds a stop rule of the grid's own; ``label``
+    is added to each point's line (e.g. the worker count of a host sampling grid).
     """
     done = {p.value for p in grid.points}
     best = max((p.rate for p in grid.points), default=0.0)
@@ -154,7 +156,7 @@ def walk(
         name = "num_envs" if grid.kind == "sampling" else "batch"
         say(
             f"  {grid.kind:8s} {name}={value:<6d} {point.rate:>12,.0f} {unit} "
-            f"(compile {point.compile_s:.1f}s)"
+            f"(compile {point.compile_s:.1f}s){label}"
         )
         stalls = 0 if point.rate > best * (1 + MIN_GAIN) else stalls + 1
         best = max(best, point.rate)

@@ -17,10 +17,12 @@ from typing import Any
 from jaxspreeze import config, devices
 from jaxspreeze.autotune.choose import (
     BATCH_TOLERANCE,
+    HOST_TUNED,
     TOLERANCE,
     TUNED,
     Point,
     choose,
+    choose_host,
     update_ratio,
 )
 from jaxspreeze.autotune.report import plot, table
@@ -43,6 +45,11 @@ def write(profile: dict[str, Any], out_dir: Path, say: Callable[[str], None] = p
     (out_dir / "autotune.md").write_text(table(profile) + "\n")
     plot(profile, out_dir / "autotune.png")
     say(f"autotune: wrote {out_dir / 'autotune.json'}, autotune.md and autotune.png")
+
+
+def tuned_fields(profile: dict[str, Any]) -> tuple[str, ...]:
+    """The fields a profile chooses: a host-env profile chooses the workers too."""
+    return HOST_TUNED if profile.get("host") else TUNED
 
 
 def points(profile: dict[str, Any], kind: str) -> list[Point]:
@@ -69,7 +76,7 @@ def load_profile(path: str | Path) -> dict[str, Any]:
         )
     try:
         choice = data["choice"]
-        for key in TUNED:
+        for key in tuned_fields(data):
             value = choice[key]
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigError("profile", f"{path}: choice.{key} must be a positive integer")
@@ -120,14 +127,29 @@ def apply_profile(
         )
     if profile.get("rollout_steps") != cfg.rollout_steps:
         _warn(f"{path}: measured with rollout_steps {profile.get('rollout_steps')}")
-    pinned = set(pinned) & set(TUNED)
+    fields = tuned_fields(profile)
+    pinned = set(pinned) & set(fields)
     stored = profile["choice"]
-    base = {k: getattr(cfg, k) for k in ("num_envs", "batch_size", "grad_steps", "total_steps")}
+    base_fields = ["num_envs", "batch_size", "grad_steps", "total_steps"]
+    if profile.get("host"):
+        base_fields.insert(1, "host_workers")
+    base = {k: getattr(cfg, k) for k in base_fields}
     same = stored.get("base") == base and math.isclose(
-        stored["update_ratio_target"], update_ratio(cfg, pinned)
+        stored["update_ratio_target"], update_ratio(cfg, pinned & set(TUNED))
     )
     if not pinned and same:
         choice = stored
+    elif profile.get("host"):
+        choice = choose_host(
+            cfg,
+            points(profile, "sampling"),
+            points(profile, "update"),
+            pinned,
+            profile["memory"]["limit_bytes"],
+            profile["memory"]["fixed_bytes"],
+            stored.get("tolerance", TOLERANCE),
+            stored.get("batch_tolerance", BATCH_TOLERANCE),
+        )
     else:
         choice = choose(
             cfg,
@@ -140,7 +162,7 @@ def apply_profile(
             stored.get("overlap", False),
             stored.get("batch_tolerance", BATCH_TOLERANCE),
         )
-    new = cfg.replace(**{k: int(choice[k]) for k in TUNED if k not in pinned})
+    new = cfg.replace(**{k: int(choice[k]) for k in fields if k not in pinned})
     try:
         config.validate(new)
     except ConfigError as e:

@@ -19,6 +19,8 @@ def _seconds(x: float | None) -> str:
 
 def table(profile: dict[str, Any]) -> str:
     """The measurements and the choice as a Markdown table (also printed)."""
+    if profile.get("host"):
+        return host_table(profile)
     c = profile["choice"]
     base = c["base"]
     lines = [
@@ -66,6 +68,78 @@ def table(profile: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _workers(w: int, n: int) -> str:
+    return f"{w} worker{'s' if w != 1 else ''} x {n // max(w, 1)}"
+
+
+def host_table(profile: dict[str, Any]) -> str:
+    """A host-env profile as a Markdown table: workers x envs, batches, the two sides."""
+    c = profile["choice"]
+    base = c["base"]
+    pred = c["predicted"]
+    hw = profile["hardware"]
+    lines = [
+        f"### autotune: {profile['algo']} on {profile['env']} (host env, sampling workers; "
+        f"learner on {profile['placement']})",
+        "",
+        f"hardware: {hw.get('backend')} {hw.get('devices')}, {hw.get('cpu_count')} CPUs | "
+        f"probe {profile['elapsed_s']:.1f}s of a {profile['budget_s']:g}s budget | load "
+        f"average {_load(profile)}",
+        "",
+        "| probe | size | rate | s per gradient step | compile s | reps | est. MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for p in profile["sampling"]["points"]:
+        chosen = (p["value"], p["workers"]) == (c["num_envs"], c["host_workers"])
+        mark = " **(chosen)**" if chosen else ""
+        lines.append(
+            f"| sampling | num_envs {p['value']} ({_workers(p['workers'], p['value'])})"
+            f"{mark} | {p['rate']:,.0f} env steps/s | | {p['compile_s']:.1f} | "
+            f"{len(p['rates'])} | {p['bytes_est'] / 2**20:.1f} |"
+        )
+    lines.append(f"| sampling | stopped: {profile['sampling']['stop']} | | | | | |")
+    for p in profile["update"]["points"]:
+        mark = " **(chosen)**" if p["value"] == c["batch_size"] else ""
+        lines.append(
+            f"| update | batch {p['value']}{mark} | {p['rate']:,.0f} update samples/s | "
+            f"{p['value'] / p['rate'] * 1e3:.3f} ms | {p['compile_s']:.1f} | "
+            f"{len(p['rates'])} | {p['bytes_est'] / 2**20:.1f} |"
+        )
+    lines.append(f"| update | stopped: {profile['update']['stop']} | | | | | |")
+    pinned = set(c["pinned"])
+    tag = lambda k: " (pinned)" if k in pinned else ""
+    lines += [
+        "",
+        f"choice: host_workers {c['host_workers']}{tag('host_workers')}, num_envs "
+        f"{c['num_envs']}{tag('num_envs')}, batch_size {c['batch_size']}{tag('batch_size')}, "
+        f"grad_steps {c['grad_steps']}{tag('grad_steps')}, chunk_iterations "
+        f"{c['chunk_iterations']}{tag('chunk_iterations')} (configured: host_workers "
+        f"{base['host_workers']}, num_envs {base['num_envs']}, batch_size "
+        f"{base['batch_size']}, grad_steps {base['grad_steps']})",
+        f"gradient steps per env step {c['grad_steps_per_env_step']:.4g} (kept: "
+        f"{c['update_ratio_target']:.4g}); replay ratio {c['replay_ratio']:.4g} update "
+        f"samples per env step; largest free batch {c['free_batch']} (step time within "
+        f"{c['batch_tolerance']:.0%} of batch {base['batch_size']}'s)",
+        f"predicted: {pred['env_steps_per_s']:,.0f} env steps/s = min(sampling "
+        f"{pred['sampling_env_steps_per_s']:,.0f}, learner {pred['learner_env_steps_per_s']:,.0f}"
+        f" at the replay ratio): bound by the {c['bound']}; {pred['update_samples_per_s']:,.0f} "
+        f"update samples/s, {pred['chunk_s']:.2f}s per chunk, {_seconds(pred['wall_s'])} for "
+        f"the budget (configured sizes: {_seconds(pred['base_wall_s'])})",
+        "(the sampling rates were measured with the learner idle; where the workers and the "
+        "learner share the CPU cores, the run samples slower)",
+    ]
+    check = profile.get("check") or {}
+    if check.get("done"):
+        lines.append(
+            f"check: a {check['seconds']:.1f}s run of the host schedule at the choice went at "
+            f"{check['env_steps_per_s']:,.0f} env steps/s, {check['ratio']:.2f}x the predicted "
+            f"(its compile {check['compile_s']:.1f}s apart)"
+        )
+    elif check:
+        lines.append(f"check (a short run at the choice): not run, {check.get('why_not')}")
+    return "\n".join(lines)
+
+
 def plot(profile: dict[str, Any], path: Path) -> None:
     """The measured rates, the predicted wall time per (num_envs, batch) with the chosen
     point, and the learning comparison (eval return vs wall time) when it was run."""
@@ -83,15 +157,23 @@ def plot(profile: dict[str, Any], path: Path) -> None:
     else:
         fig, row = plt.subplots(1, 3, figsize=(16, 4.4))
         axes = list(row)
-    _sampling_panel(axes[0], profile)
-    _update_panel(axes[1], profile)
-    _wall_panel(axes[2], profile, plt.get_cmap("viridis"))
+    if profile.get("host"):
+        _host_sampling_panel(axes[0], profile)
+        _update_panel(axes[1], profile)
+        _host_rate_panel(axes[2], profile)
+    else:
+        _sampling_panel(axes[0], profile)
+        _update_panel(axes[1], profile)
+        _wall_panel(axes[2], profile, plt.get_cmap("viridis"))
     if learning:
         _learning_panel(axes[3], learning)
     base = c["base"]
+    workers = (
+        f"workers {base['host_workers']} -> {c['host_workers']}, " if profile.get("host") else ""
+    )
     fig.suptitle(
         f"autotune {profile['algo']} on {profile['env']} ({profile['hardware'].get('backend')}, "
-        f"load {_load(profile)}): num_envs {base['num_envs']} -> {c['num_envs']}, batch "
+        f"load {_load(profile)}): {workers}num_envs {base['num_envs']} -> {c['num_envs']}, batch "
         f"{base['batch_size']} -> {c['batch_size']}, G {base['grad_steps']} -> "
         f"{c['grad_steps']}, K {c['chunk_iterations']}; "
         f"{c['grad_steps_per_env_step']:.3g} gradient steps per env step (kept)"
@@ -136,6 +218,64 @@ def _sampling_panel(ax: Any, profile: dict[str, Any]) -> None:
     ax.set_title(f"sampling (stopped: {profile['sampling']['stop']})")
     ax.grid(alpha=0.3, which="both")
     ax.legend(loc="lower right", fontsize=8)
+
+
+def _host_sampling_panel(ax: Any, profile: dict[str, Any]) -> None:
+    """Env steps/s of the worker pool over num_envs, one line per worker count."""
+    c = profile["choice"]
+    pts = profile["sampling"]["points"]
+    everything = []
+    for i, w in enumerate(sorted({p["workers"] for p in pts})):
+        row = sorted((p for p in pts if p["workers"] == w), key=lambda p: p["value"])
+        xs, ys = [p["value"] for p in row], [p["rate"] for p in row]
+        ax.plot(xs, ys, "o-", color=f"C{i}", label=f"{w} worker{'s' if w != 1 else ''}")
+        for p in row:
+            ax.plot([p["value"]] * len(p["rates"]), p["rates"], ".", color=f"C{i}", alpha=0.3)
+            everything += p["rates"]
+            pick = (p["value"], w) == (c["num_envs"], c["host_workers"])
+            base = (p["value"], w) == (c["base"]["num_envs"], c["base"]["host_workers"])
+            _mark(ax, p["value"], p["rate"], pick, base)
+    learner = c["predicted"]["learner_env_steps_per_s"]
+    ax.axhline(learner, ls="--", color="gray", lw=1, label=f"learner at batch {c['batch_size']}")
+    ax.set_xscale("log", base=2)
+    _scale_y(ax, [*everything, learner])
+    ax.set_xlabel("num_envs (all workers)")
+    ax.set_ylabel("env steps/s (worker pool, policy in the loop)")
+    ax.set_title("host sampling")
+    ax.grid(alpha=0.3, which="both")
+    _legend(ax, fontsize=8)
+
+
+def _host_rate_panel(ax: Any, profile: dict[str, Any]) -> None:
+    """Predicted env steps/s of the run, min(sampling, learner), per workers x num_envs."""
+    c = profile["choice"]
+    cands = [x for x in c["candidates"] if x["batch_size"] == c["batch_size"]]
+    for i, w in enumerate(sorted({x["host_workers"] for x in cands})):
+        row = [x for x in cands if x["host_workers"] == w]
+        ax.plot(
+            [x["num_envs"] for x in row],
+            [x["env_steps_per_s"] for x in row],
+            "o-",
+            color=f"C{i}",
+            label=f"{w} worker{'s' if w != 1 else ''}",
+        )
+    _mark(ax, c["num_envs"], c["predicted"]["env_steps_per_s"], True, False)
+    ax.set_xscale("log", base=2)
+    _scale_y(ax, [x["env_steps_per_s"] for x in cands])
+    ax.set_xlabel("num_envs (all workers)")
+    ax.set_ylabel("predicted env steps/s of the run")
+    ax.set_title(f"the run: min(sampling, learner), batch {c['batch_size']}")
+    ax.grid(alpha=0.3, which="both")
+    _legend(ax, fontsize=8)
+
+
+def _legend(ax: Any, **kw: Any) -> None:
+    """A legend without repeated labels (the chosen/configured marks recur)."""
+    handles, labels = ax.get_legend_handles_labels()
+    seen: dict[str, Any] = {}
+    for h, label in zip(handles, labels, strict=True):
+        seen.setdefault(label, h)
+    ax.legend(list(seen.values()), list(seen), **kw)
 
 
 def _update_panel(ax: Any, profile: dict[str, Any]) -> None:

@@ -16,7 +16,13 @@ import sys
 from collections.abc import Sequence
 
 from jaxspreeze.cli.common import BAD_INPUT, FAULT, config_error, fail, os_error
-from jaxspreeze.errors import CheckpointError, ConfigError, NonFiniteError, ProcessError
+from jaxspreeze.errors import (
+    CheckpointError,
+    ConfigError,
+    HostEnvError,
+    NonFiniteError,
+    ProcessError,
+)
 
 USAGE = """usage: jaxspreeze COMMAND [options]
 
@@ -71,8 +77,10 @@ def report(e: Exception) -> int:
         return config_error(e)
     if isinstance(e, CheckpointError):
         return fail(str(e))
-    if isinstance(e, (NonFiniteError, ProcessError)):
+    if isinstance(e, (NonFiniteError, ProcessError, HostEnvError)):
         return fail(str(e), FAULT)
+    if isinstance(e, TimeoutError):  # an OSError, but no file's: a wait that ran out
+        return fail(f"timed out: {e}", FAULT)
     if isinstance(e, OSError):
         return os_error(e)
     return fail(

@@ -30,7 +30,9 @@ DESCRIPTION = (
     "only while a step costs no more time, num_envs by predicted wall time); write "
     "DIR/autotune.json (reuse it with `jaxspreeze train --profile DIR/autotune.json`), "
     "autotune.md and autotune.png. Flags you set (e.g. --batch-size 512) are pinned; the "
-    "probe's time is bounded by --autotune-budget-s (default 30)."
+    "probe's time is bounded by --autotune-budget-s (default 30). Host envs (gymnasium/<id>, "
+    "envpool/<task>): the sampling workers' env steps/s over --host-workers x --num-envs and "
+    "the learner's over batch sizes; the run goes at the slower side, at the kept replay ratio."
 )
 
 

@@ -97,7 +97,7 @@ def parse_train_args(argv: Sequence[str], base_file: str | Path | None = None) -
 def pinned_fields(argv: Sequence[str]) -> set[str]:
     """The tuned fields a ``train``-style argv sets explicitly (a flag, or a key of its --config)."""
     pinned: set[str] = set()
-    for name in autotune.TUNED:
+    for name in autotune.HOST_TUNED:
         flags = {"--" + name.replace("_", "-"), "--" + name}
         if any(a.split("=", 1)[0] in flags for a in argv):
             pinned.add(name)
@@ -105,7 +105,7 @@ def pinned_fields(argv: Sequence[str]) -> set[str]:
     if preset and Path(preset).is_file():
         text = Path(preset).read_text()
         data = json.loads(text) if preset.endswith(".json") else tomllib.loads(text)
-        pinned |= {k.replace("-", "_") for k in data} & set(autotune.TUNED)
+        pinned |= {k.replace("-", "_") for k in data} & set(autotune.HOST_TUNED)
     return pinned
 
 
@@ -121,6 +121,7 @@ def _record_tuning(
         "batch_size": cfg.batch_size,
         "grad_steps": cfg.grad_steps,
         "chunk_iterations": cfg.chunk_iterations,
+        **({"host_workers": cfg.host_workers} if is_host_env(cfg.env) else {}),
         "choice": choice,
     }
     tmp = path.with_suffix(".json.tmp")
@@ -174,8 +175,6 @@ def main(argv: Sequence[str]) -> int:
         return fail("--autotune: tune in one process, then train the processes with its sizes")
     cfg = args.run
     config.validate(cfg)
-    if is_host_env(cfg.env) and (args.autotune or args.profile):
-        return fail(f"--autotune: host envs ({cfg.env}) are not tuned yet; set the sizes")
     tuned: dict[str, Any] | None = None
     profile = str(profile_file(args.profile)) if args.profile else None
     if args.autotune or profile:
@@ -189,7 +188,8 @@ def main(argv: Sequence[str]) -> int:
             rundir.check_new(rundir.RunDir(out_dir), args.overwrite)
             cfg, prof = autotune.tune(cfg, out_dir=out_dir, pinned=pinned)
             tuned = prof["choice"]
-        print("autotune choice: " + ", ".join(f"{k}={getattr(cfg, k)}" for k in autotune.TUNED))
+        fields = autotune.HOST_TUNED if is_host_env(cfg.env) else autotune.TUNED
+        print("autotune choice: " + ", ".join(f"{k}={getattr(cfg, k)}" for k in fields))
     result = train(cfg, resume=args.resume, signals="kill", overwrite=args.overwrite)
     if args.autotune or profile:
         _record_tuning(result.run_dir, cfg, tuned, profile)

@@ -49,7 +49,7 @@ def make(
     if is_host_env(cfg.env):
         if placement.data_parallel or dispatched:
             raise ValueError("host envs run the host schedule (one learner device)")
-        return HostAsync(cfg, placement, algo)
+        return HostAsync(cfg, placement, algo, stall_timeout=cfg.host_stall_timeout_s)
     if placement.data_parallel:
         if dispatched:
             raise ValueError("the data-parallel schedule is one fused program per chunk")
