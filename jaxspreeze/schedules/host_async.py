@@ -134,7 +134,7 @@ class HostAsync(Schedule):
         super().__post_init__()
         cfg = self.cfg
         if self.algo.on_policy:
-            raise ValueError(f"{cfg.algo} on host envs is not yet supported (off-policy only)")
+            raise ValueError(f"{cfg.algo} is on-policy: host envs train it with HostRollout")
         if cfg.num_seeds != 1:
             raise ValueError("host envs train one seed per run")
         if cfg.num_envs % cfg.host_workers:
