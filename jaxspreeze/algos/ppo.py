@@ -8,8 +8,8 @@ statistics as they were at the start of the iteration (the staleness rule).
 The ratio's old log-probabilities are the behaviour policy's: on the device path the
 actor that collected the rollout is the one being updated, so they are computed from it;
 a rollout from host workers (:class:`~jaxspreeze.algos.base.BehaviourRollout`, collected
-with parameters one version older, see :mod:`jaxspreeze.schedules.host_rollout`) carries
-the log-probabilities the workers computed when they acted (``behaviour``), so the clipped
+with parameters one version older by the on-policy host schedule, HostRollout) carries the
+log-probabilities the workers computed when they acted (``behaviour``), so the clipped
 ratio is taken against the policy that really acted.
 """
 
