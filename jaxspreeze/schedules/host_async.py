@@ -28,11 +28,12 @@ iteration) are at most that bound behind the steps delivered (``worker_env_steps
 The learner splits as the device-env :class:`~jaxspreeze.schedules.Split` does: the critic,
 the replay buffer and the critic phase on ``placement.critic``; the actor, an observation-
 only copy of the buffer, the counters and the key, the actor phase and the workers' policy
-on ``placement.actor``. Per iteration the host stores the blocks on both sides, prepares
-the keys and the actor's view (actor device, one packed ``device_put`` to the critic), then
-dispatches the critic phase and the actor phase without waiting between them, and moves
-the new critic's packed view back for the next iteration: the same phases under the same
-staleness rule and keys as the one-device learner, so the two agree to float rounding.
+on ``placement.actor``. Per iteration the host stores the blocks on both sides, moves the
+critic's packed view (as at the start of the iteration) to the actor device, prepares the
+keys and the actor's view (actor device, one packed ``device_put`` to the critic), then
+dispatches the critic phase and the actor phase without waiting between them: the same
+phases under the same staleness rule and keys as the one-device learner, so the two agree
+to float rounding (``tests/test_host_split.py``: bitwise on two fake CPU devices).
 
 **Warm-up.** The same workers act uniformly at random until ``learning_starts`` env
 steps (rounded up to a multiple of ``num_envs``) were delivered and stored; then the
