@@ -22,6 +22,7 @@ import numpy as np
 from split_worker import compare, where
 
 from jaxspreeze import devices, schedules
+from jaxspreeze.algos.ppo import PPOConfig
 from jaxspreeze.algos.sac import SACConfig
 from jaxspreeze.config import RunConfig, resolve
 from jaxspreeze.trainer import train
@@ -132,6 +133,25 @@ def trained(logdir: str) -> dict:
         "resumed_env_steps": resumed.summary["env_steps"],
         "resumed_from": resumed.summary["resumed_from"] is not None,
         "resumed_split": resumed.schedule.split,
+        "ppo": ppo_split(logdir),
+    }
+
+
+def ppo_split(logdir: str) -> dict:
+    """PPO on a host env with a split placement: the learner on the critic's device, the
+    workers' policy on the actor's."""
+    cfg = RunConfig(
+        algo="ppo", env="gymnasium/CartPole-v1", placement="split", total_steps=384,
+        num_envs=4, rollout_steps=16, batch_size=32, chunk_iterations=3, eval_episodes=1,
+        logdir=logdir, run_name="ppo", sinks=("jsonl",),
+        ppo=PPOConfig(hidden=(16, 16), epochs=2),
+    )  # fmt: skip
+    run = train(cfg, quiet=True)
+    return {
+        "where": where(run.state),
+        "slot": sorted(d.id for d in [run.schedule.slot.device]),
+        "env_steps": run.summary["env_steps"],
+        "policy_lag": run.summary["policy_lag"],
     }
 
 

@@ -60,3 +60,7 @@ def test_trainer_runs_a_split_host_run_and_resumes_it(tmp_path):
     assert found["env_steps"] == 224 and found["final_eval_return"] is not None
     assert found["policy_lag"] >= 2
     assert found["resumed_from"] and found["resumed_env_steps"] == 304
+    # PPO: the learner on the critic's device, the workers act on the actor's
+    ppo = found["ppo"]
+    assert ppo["where"]["actor"] == ppo["where"]["critic"] != ppo["slot"]
+    assert ppo["env_steps"] == 384 and ppo["policy_lag"] == 2 * 2 * (4 * 16 // 32)

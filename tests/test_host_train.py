@@ -242,6 +242,9 @@ def test_ppo_on_a_host_env_lags_one_version_is_deterministic_and_resumes(tmp_pat
     resumed = ppo_chunks(c.run_dir)[-1]
     assert resumed["policy_lag_versions"] == pytest.approx((1 + 2 + 2 + 2) / 4)
     assert worker_threads() == []
+    # `jaxspreeze eval` of a PPO host run plays host episodes
+    out = evaluate_checkpoint(c.run_dir, episodes=2)
+    assert out["env_steps"] == 768 and out["length_mean"][0] > 0
 
 
 def test_ppo_trains_on_envpool_one_version_behind(tmp_path):
