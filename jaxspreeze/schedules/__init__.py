@@ -57,12 +57,15 @@ def make(
     ``dispatched`` runs the split's host-dispatched schedule (default: exactly when the
     placement splits); on one device it is the fused program cut at the split's seams.
     A placement with a mesh (``devices.resolve("data")``) runs :class:`DataParallel`;
-    a host env (``gymnasium/...``, ``envpool/...``) runs :class:`HostAsync` (off-policy)
-    or :class:`HostRollout` (on-policy).
+    a host env (``gymnasium/...``, ``envpool/...``) runs :class:`HostAsync` (off-policy;
+    its learner splits on a split placement) or :class:`HostRollout` (on-policy).
     """
     if is_host_env(cfg.env):
         if placement.data_parallel or dispatched:
-            raise ValueError("host envs run the host schedule (one learner device)")
+            raise ValueError(
+                "host envs run a host schedule (HostAsync, HostRollout): not data-parallel, "
+                "nor the device-env split (HostAsync splits its learner on a split placement)"
+            )
         on_policy = algo.on_policy if algo is not None else algos.get(cfg.algo).on_policy
         return (HostRollout if on_policy else HostAsync)(cfg, placement, algo)
     if placement.data_parallel:
