@@ -398,14 +398,8 @@ def _check_budget(cfg: RunConfig) -> None:
     )
 
 
-def _check_host(cfg: RunConfig, spec: AlgoSpec) -> None:
-    """What the host schedule (gymnasium/, envpool/ envs) supports so far."""
-    if spec.on_policy:
-        raise ConfigError(
-            "algo",
-            f"{cfg.algo} on host envs ({cfg.env}) is not yet supported; train it on a gymnax, "
-            "brax or playground env, or use an off-policy algorithm (sac, td3, ddpg)",
-        )
+def _check_host(cfg: RunConfig) -> None:
+    """What the host schedules (gymnasium/, envpool/ envs) support so far."""
     if cfg.num_seeds != 1:
         raise ConfigError(
             "num_seeds", f"host envs ({cfg.env}) train one seed per run so far, got {cfg.num_seeds}"
@@ -495,7 +489,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     except UnknownEnvError as e:
         raise ConfigError("env", str(e)) from None
     if envs.is_host_env(cfg.env):
-        _check_host(cfg, spec)
+        _check_host(cfg)
     if not spec.on_policy:
         _check_replay(cfg)
     spec.validate(cfg.algo_config, f"{spec.name}.", cfg)

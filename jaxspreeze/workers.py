@@ -47,7 +47,11 @@ The learner's side (the async schedule builds on exactly this)::
   at most ``k`` on every row (``k=0``: synchronous on-policy; ``k=1``: Cleanba's actors
   one version behind). With next-step-reset libraries (envpool) the envs of a worker may
   drift apart by the reset rows they skip; the rows of an env that ran ahead into the next
-  block can then be one version older (lag at most ``k + 1``).
+  block are then older, and the drift accumulates over a run. ``aligned=True`` (for
+  on-policy learners) starts every block at the same env step for all of a worker's envs:
+  the rows an env took beyond its ``T`` while another made up for a dropped reset row
+  are dropped (counted in ``Batch.rows_dropped``; episodes still count them), so with
+  ``max_lag=k`` every row of block ``b`` acted with a version of at least ``v0 + b - k``.
 - Faults: an exception inside a worker (env or policy) stops all workers and is raised
   by the next :meth:`WorkerPool.get` / :meth:`WorkerPool.check` as :class:`WorkerError`
   naming the env and the worker; a worker stuck inside an env step or the policy for
@@ -218,6 +222,7 @@ class Batch(NamedTuple):
     episode_lengths: np.ndarray  # int64 [E]
     steps_per_second: float  # the worker's env steps/s over this block (waits included)
     policy_lag: int = 0  # slot version at delivery minus the oldest version in the block
+    rows_dropped: int = 0  # valid rows past the block's end dropped to align it (aligned)
 
 
 class _Blocks:
@@ -228,8 +233,10 @@ class _Blocks:
     reset rows); otherwise each env has its own fill level.
     """
 
-    def __init__(self, T: int, N: int, fields: dict[str, tuple[tuple[int, ...], Any]]):
-        self.T, self.N = T, N
+    def __init__(
+        self, T: int, N: int, fields: dict[str, tuple[tuple[int, ...], Any]], aligned: bool
+    ):
+        self.T, self.N, self.aligned = T, N, aligned
         self.cap = 2 * T
         self.arrays = {
             k: np.zeros((self.cap, N, *shape), dtype) for k, (shape, dtype) in fields.items()
@@ -237,6 +244,7 @@ class _Blocks:
         self.even, self.rows = True, 0  # while even: every env has `rows` rows
         self.fill = np.zeros(N, np.int64)  # per env, while not even
         self.emitted = 0
+        self.dropped = 0  # rows the last pop dropped (aligned)
 
     def _grow(self) -> None:
         self.arrays = {k: np.concatenate([a, np.zeros_like(a)]) for k, a in self.arrays.items()}
@@ -271,10 +279,16 @@ class _Blocks:
         return self.rows >= self.T if self.even else bool(self.fill.min() >= self.T)
 
     def pop(self) -> dict[str, np.ndarray]:
-        """The oldest ``T`` rows of every env; later rows move to the front."""
+        """The oldest ``T`` rows of every env; later rows move to the front (or, aligned,
+        are dropped: every env starts the next block empty)."""
         T = self.T
         top = self.rows if self.even else int(self.fill.max())
         out = {k: a[:T].copy() for k, a in self.arrays.items()}
+        self.emitted += 1
+        if self.aligned:
+            self.dropped = 0 if self.even else int((self.fill - T).sum())
+            self.even, self.rows = True, 0
+            return out
         if top > T:
             for a in self.arrays.values():
                 a[: top - T] = a[T:top]
@@ -284,7 +298,6 @@ class _Blocks:
             self.fill -= T
             if (self.fill == self.fill[0]).all():
                 self.even, self.rows = True, int(self.fill[0])
-        self.emitted += 1
         return out
 
 
@@ -318,6 +331,7 @@ class WorkerPool:
         queue_size: int = 2,
         throttle: Throttle | None = None,
         max_lag: int | None = None,
+        aligned: bool = False,
         seed: int = 0,
         key: jax.Array | None = None,
         stall_timeout: float = 60.0,
@@ -370,6 +384,7 @@ class WorkerPool:
         self.num_workers = len(self.envs)
         self.policy_fn, self.slot, self.throttle = policy_fn, slot, throttle
         self.rollout_steps, self.max_lag, self.stall_timeout = rollout_steps, max_lag, stall_timeout
+        self.aligned = aligned
         self.switch_interval = switch_interval
         key = jax.random.key(seed) if key is None else key
         if not jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
@@ -635,7 +650,7 @@ class WorkerPool:
             "version": ((), np.int64),
             **{f"extra/{k}": v for k, v in self._extras.items()},
         }
-        blocks = _Blocks(T, N, fields)
+        blocks = _Blocks(T, N, fields, self.aligned)
         # per env: the observation it acts on, and the action/version/extras of its last send
         last = {k: np.zeros((N, *shape), dtype) for k, (shape, dtype) in fields.items()}
         last_obs, last_action, last_version = last["obs"], last["action"], last["version"]
@@ -713,6 +728,7 @@ class WorkerPool:
                     np.asarray(done_returns, np.float32),
                     np.asarray(done_lengths, np.int64),
                     st.steps_per_second,
+                    rows_dropped=blocks.dropped,
                 )
                 done_returns, done_lengths = [], []
                 if not self._put(st, batch):

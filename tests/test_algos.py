@@ -239,6 +239,37 @@ def test_ppo_phases_anneal_lr_normalise_obs_and_stay_finite():
     np.testing.assert_allclose(final.actor.obs_stats.var, obs.var(0), rtol=1e-3, atol=1e-3)
 
 
+def test_ppo_behaviour_log_probs_match_the_acting_actor():
+    """``behaviour`` acts as ``act`` does and reports log pi(action): a BehaviourRollout
+    carrying them (the host path) trains like the plain rollout of the same actor (the
+    device path, which recomputes them from the actor that acted). Gaussian actions, some
+    clipped to the bounds (discrete ones: the host CartPole tests)."""
+    spec = EnvSpec("pendulum", (3,), False, 1, (-2.0,), (2.0,))
+    T, N = 8, 4
+    cfg = ppo.PPOConfig(hidden=(16,), epochs=2, normalize_obs=True)
+    run = RunConfig(algo="ppo", num_envs=N, rollout_steps=T, batch_size=16, total_steps=T * N)
+    algo = ppo.make(cfg, spec, run)
+    state = jax.jit(algo.init)(jax.random.key(0))
+    traj = jax.jit(_synthetic_rollout, static_argnums=(0, 1, 2))(spec, T, N)
+    keys = jax.random.split(jax.random.key(3), T)
+    behave = jax.jit(jax.vmap(lambda o, k: algo.behaviour(state.actor, o, k)))
+    action, extras = behave(traj.obs, keys)
+    act = jax.jit(jax.vmap(lambda o, k: algo.act(state.actor, o, k, False)))(traj.obs, keys)
+    np.testing.assert_array_equal(action, act)
+    traj = traj._replace(action=action)
+    phase = jax.jit(algo.actor_phase)
+    view = algo.critic_view(state.critic)
+    plain, m_plain = phase(state.actor, view, traj, jax.random.key(4))
+    host, m_host = phase(state.actor, view, base.BehaviourRollout(traj, extras), jax.random.key(4))
+    for x, y in zip(jax.tree.leaves(plain), jax.tree.leaves(host), strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(m_plain["actor_loss"], m_host["actor_loss"], rtol=1e-4, atol=1e-6)
+    # an older behaviour policy changes the ratio: the phase uses the numbers given
+    older = base.BehaviourRollout(traj, {"logp": extras["logp"] - 0.5})
+    _, m_old = phase(state.actor, view, older, jax.random.key(4))
+    assert float(m_old["clip_frac"]) > float(m_plain["clip_frac"])
+
+
 def test_ppo_gaussian_actions_respect_bounds():
     """Continuous PPO: sampled and deterministic actions lie in the env's bounds."""
     spec = env_spec("gymnax/Pendulum-v1")

@@ -9,19 +9,22 @@ import threading
 from pathlib import Path
 
 import gymnasium as gym
+import jax
 import numpy as np
 import pytest
 
 from jaxspreeze import config as config_lib
 from jaxspreeze import schedules
-from jaxspreeze.checkpoint import evaluate_checkpoint
+from jaxspreeze.checkpoint import evaluate_checkpoint, list_checkpoints, read_manifest, restore
 from jaxspreeze.config import RunConfig
 from jaxspreeze.errors import ConfigError
 from jaxspreeze.schedules.host_async import AHEAD_ITERATIONS, QUEUE_BLOCKS, HostAsync
+from jaxspreeze.schedules.host_rollout import HostRollout
 from jaxspreeze.trainer import train
 from jaxspreeze.workers import WorkerError
 
 PENDULUM = "gymnasium/Pendulum-v1"
+CARTPOLE = "gymnasium/CartPole-v1"
 PRESETS = Path(__file__).resolve().parent.parent / "experiments" / "presets"
 
 
@@ -46,6 +49,24 @@ def small(tmp_path, **changes) -> RunConfig:
     return RunConfig().replace(**{**base, **changes})
 
 
+def tiny_ppo(tmp_path, **changes) -> RunConfig:
+    """A tiny PPO run on gymnasium's CartPole: 12 iterations of 4 envs x 16 steps."""
+    base = dict(
+        algo="ppo",
+        env=CARTPOLE,
+        total_steps=768,
+        num_envs=4,
+        rollout_steps=16,
+        batch_size=32,
+        chunk_iterations=4,
+        eval_episodes=2,
+        logdir=str(tmp_path),
+        sinks=("jsonl",),
+        ppo={"hidden": (16, 16), "epochs": 2, "anneal_lr": False},  # (a run cut short: same lr)
+    )
+    return RunConfig().replace(**{**base, **changes})
+
+
 def worker_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("jaxspreeze-worker")]
 
@@ -58,8 +79,12 @@ def records(run_dir) -> list[dict]:
 def test_config_accepts_host_envs_and_refuses_what_is_not_supported():
     cfg = config_lib.validate(RunConfig(algo="sac", env=PENDULUM))
     assert cfg.env == PENDULUM
-    with pytest.raises(ConfigError, match=r"algo.*not yet supported"):
-        config_lib.validate(RunConfig(algo="ppo", env=PENDULUM))
+    for env in (PENDULUM, CARTPOLE):  # PPO with its defaults, continuous and discrete
+        assert config_lib.validate(RunConfig(algo="ppo", env=env)).num_envs == 16
+    with pytest.raises(ConfigError, match="batch_size"):
+        config_lib.validate(RunConfig(algo="ppo", env=CARTPOLE, batch_size=1000))
+    with pytest.raises(ConfigError, match="num_seeds"):
+        config_lib.validate(RunConfig(algo="ppo", env=CARTPOLE, num_seeds=2))
     with pytest.raises(ConfigError, match="num_seeds"):
         config_lib.validate(RunConfig(algo="sac", env=PENDULUM, num_seeds=2))
     with pytest.raises(ConfigError, match=r"num_envs.*host_workers"):
@@ -76,6 +101,12 @@ def test_make_picks_the_host_schedule(tmp_path):
     try:
         assert isinstance(schedule, HostAsync) and schedule.host
         assert schedule.env.spec.name == PENDULUM
+    finally:
+        schedule.close()
+    cfg = config_lib.validate(tiny_ppo(tmp_path))
+    schedule = schedules.make(cfg, devices.resolve("single"))
+    try:
+        assert isinstance(schedule, HostRollout) and schedule.host
     finally:
         schedule.close()
 
@@ -173,6 +204,75 @@ def test_trainer_runs_an_envpool_env(tmp_path):
     assert worker_threads() == []
 
 
+# ------------------------------------------------------------ PPO on host envs
+def ppo_chunks(run_dir) -> list[dict]:
+    return [r for r in records(run_dir) if r["kind"] == "chunk"]
+
+
+def test_ppo_on_a_host_env_lags_one_version_is_deterministic_and_resumes(tmp_path):
+    """Rollout j+1 is collected with the parameters of update j-1 (the lag rule); a fixed
+    seed gives the same parameters bitwise; a resumed run continues the learner with new
+    episodes, its pipeline restarting (first rollout by the restored parameters)."""
+    cfg = tiny_ppo(tmp_path, run_name="a", checkpoint_every=512)
+    a = train(cfg, quiet=True)
+    b = train(cfg.replace(run_name="b", total_steps=512), quiet=True)
+    # determinism: run a at 512 env steps (its checkpoint) is run b, bitwise
+    (at_512,) = [p for p in list_checkpoints(a.run_dir) if read_manifest(p)["env_steps"] == 512]
+    saved, _ = restore(at_512, b.state)
+    for x, y in zip(jax.tree.leaves(saved.agent), jax.tree.leaves(b.state.agent), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    per_version = 2 * (4 * 16 // 32)  # epochs x minibatches
+    s = a.summary
+    assert s["env_steps"] == 768 and s["final_eval_return"] is not None
+    assert s["policy_lag"] == 2 * per_version  # one version behind, plus its own update
+    chunks = ppo_chunks(a.run_dir)
+    assert len(chunks) == 3
+    # versions per iteration: 1 for the first rollout (acted with v0), then exactly 2
+    assert chunks[0]["policy_lag_versions"] == pytest.approx((1 + 2 + 2 + 2) / 4)
+    assert all(r["policy_lag_versions"] == 2 for r in chunks[1:])
+    assert all(r["policy_lag"] == 2 * per_version for r in chunks[1:])
+    assert all(r["worker_rows_dropped"] == 0 for r in chunks)  # gymnasium: same-step resets
+    losses = lambda run_dir: [(r["value_loss"], r["actor_loss"]) for r in ppo_chunks(run_dir)]
+    assert losses(b.run_dir) == losses(a.run_dir)[:2]
+    # resume b to 768 steps
+    c = train(cfg.replace(run_name="b"), quiet=True, resume=b.run_dir)
+    assert c.summary["resumed_from"] is not None and c.summary["env_steps"] == 768
+    assert int(np.asarray(c.state.iteration)[0]) == 12
+    assert int(np.asarray(c.state.actor_updates)[0]) == 12 * per_version
+    resumed = ppo_chunks(c.run_dir)[-1]
+    assert resumed["policy_lag_versions"] == pytest.approx((1 + 2 + 2 + 2) / 4)
+    assert worker_threads() == []
+    # `jaxspreeze eval` of a PPO host run plays host episodes
+    out = evaluate_checkpoint(c.run_dir, episodes=2)
+    assert out["env_steps"] == 768 and out["length_mean"][0] > 0
+
+
+def test_ppo_trains_on_envpool_one_version_behind(tmp_path):
+    pytest.importorskip("envpool")
+    cfg = tiny_ppo(tmp_path, env="envpool/CartPole-v1", run_name="envpool")
+    result = train(cfg, quiet=True)
+    chunks = ppo_chunks(result.run_dir)
+    # next-step reset rows make envs drift apart: aligned blocks keep the lag rule exact
+    assert all(r["policy_lag_versions"] <= 2 for r in chunks)
+    assert result.summary["policy_lag"] == 2 * 4
+    assert result.summary["final_eval_length"] > 0
+    assert worker_threads() == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env", [CARTPOLE, "envpool/CartPole-v1"])
+def test_ppo_learns_host_cartpole(tmp_path, env):
+    """PPO's defaults (16 envs x 64 steps) at 20k env steps: eval return >= 150."""
+    if env.startswith("envpool/"):
+        pytest.importorskip("envpool")
+    cfg = RunConfig(
+        algo="ppo", env=env, total_steps=20_000, eval_episodes=8, logdir=str(tmp_path),
+        sinks=("jsonl",), run_name="learn",
+    )  # fmt: skip
+    result = train(cfg, quiet=True)
+    assert result.summary["final_eval_return"] >= 150
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess:
     """Run ``python -m jaxspreeze ARGS`` and capture its output."""
     cmd = [sys.executable, "-m", "jaxspreeze", *args]
@@ -184,7 +284,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     [
         (["--env", "gymnasium/HalfCheeta-v5"], ["--env", "HalfCheetah-v5"]),
         (["--env", "envpool/Pendulum-v9"], ["--env", "Pendulum-v1"]),
-        (["--env", PENDULUM, "--algo", "ppo"], ["--algo", "not yet supported"]),
+        (["--env", CARTPOLE, "--algo", "ppo", "--batch-size", "1000"], ["batch", "1024"]),
     ],
 )
 def test_bad_host_input_exits_2_in_one_line(tmp_path, args, words):

@@ -207,6 +207,33 @@ def test_next_step_reset_rows_never_reach_the_learner():
         WorkerPool([object()], _policy, _slot())
 
 
+def test_aligned_lockstep_blocks_keep_the_lag_rule_exact_despite_reset_rows():
+    """Next-step resets make a worker's envs drift apart; aligned blocks (the on-policy
+    schedule's) drop the rows an env took past its block, so block r acts with exactly
+    version max(r - 1, 0) when the learner publishes version r once it holds block r
+    (max_lag=1, HostRollout's pipeline)."""
+    vec = gym.vector.SyncVectorEnv(
+        [_counter(max_steps=3), _counter(max_steps=4)],
+        autoreset_mode=gym.vector.AutoresetMode.NEXT_STEP,
+    )
+    slot = _slot()
+    pool = WorkerPool(
+        [make_host_env(vec, 2)], _policy, slot, rollout_steps=5, max_lag=1, aligned=True
+    )
+    dropped = 0
+    with pool:
+        for r in range(8):
+            (b,) = pool.get_round(timeout=60)
+            assert (b.version == max(r - 1, 0)).all(), (r, b.version)
+            tr = b.transition
+            np.testing.assert_array_equal(tr.next_obs, tr.obs + 1)  # no reset row
+            dropped += b.rows_dropped
+            if r:
+                slot.publish(_params(r), r)
+    assert pool.close() == [] and not _worker_threads()
+    assert dropped > 0  # the 4-step env ran ahead of the 3-step one and was cut back
+
+
 def test_a_learner_that_never_counts_its_work_times_out_naming_the_throttle():
     throttle = Throttle(1.0, max_ahead=8)
     pool = WorkerPool(

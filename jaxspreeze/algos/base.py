@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from jaxspreeze import replay
 from jaxspreeze.errors import ConfigError
-from jaxspreeze.types import EnvSpec, PyTree
+from jaxspreeze.types import EnvSpec, PyTree, Transition
 
 Metrics = dict[str, jax.Array]
 Phase = Callable[[PyTree, PyTree, Any, jax.Array], tuple[PyTree, Metrics]]
@@ -56,6 +56,18 @@ class AgentState(NamedTuple):
     critic: PyTree
 
 
+class BehaviourRollout(NamedTuple):
+    """An on-policy rollout collected away from the learner (host sampling workers).
+
+    ``traj`` is the ``[T, N]`` rollout; ``extras`` holds what the behaviour policy (the
+    parameters that acted, possibly older than the learner's) reported for each row
+    through :attr:`Algorithm.behaviour`, ``[T, N, ...]`` (PPO: ``logp``).
+    """
+
+    traj: Transition
+    extras: dict[str, jax.Array]
+
+
 @dataclass(frozen=True, eq=False)
 class Algorithm:
     """An algorithm bound to its config and env spec: pure functions, no state.
@@ -68,7 +80,13 @@ class Algorithm:
     - ``actor_phase(actor, critic_view, data, key) -> (actor, metrics)``
 
     ``data`` is the replay buffer for off-policy algorithms (the actor side may get an
-    observation-only copy) and the fresh ``[T, N]`` rollout for on-policy ones.
+    observation-only copy) and the fresh ``[T, N]`` rollout for on-policy ones: a
+    ``Transition`` collected by the current actor (the device path), or a
+    :class:`BehaviourRollout` collected by host workers with an older actor.
+    ``behaviour(actor, obs [N, ...], key) -> (action, extras)`` (on-policy algorithms that
+    train on host envs): act as ``act(..., deterministic=False)`` does and also return the
+    per-row quantities ``[N, ...]`` the phases need of the behaviour policy (PPO: the
+    log-probability of the action); None where the algorithm needs none.
     Every phase reports a ``finite`` guard flag (1.0 when its losses and gradients were
     finite at every step); the gradient steps per iteration are the two ``*_steps_per_iteration``
     fields.
@@ -84,6 +102,7 @@ class Algorithm:
     actor_phase: Phase
     actor_steps_per_iteration: int
     critic_steps_per_iteration: int
+    behaviour: Callable[[PyTree, jax.Array, jax.Array], tuple[jax.Array, Metrics]] | None = None
 
 
 def _one(cfg: Any) -> int:

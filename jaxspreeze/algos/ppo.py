@@ -4,6 +4,13 @@ The value function is the critic side and the policy the actor side, so the devi
 places them apart like the off-policy algorithms. Both phases get the fresh rollout
 ``[T, N]`` and compute the same GAE advantages from the value parameters and observation
 statistics as they were at the start of the iteration (the staleness rule).
+
+The ratio's old log-probabilities are the behaviour policy's: on the device path the
+actor that collected the rollout is the one being updated, so they are computed from it;
+a rollout from host workers (:class:`~jaxspreeze.algos.base.BehaviourRollout`, collected
+with parameters one version older by the on-policy host schedule, HostRollout) carries the
+log-probabilities the workers computed when they acted (``behaviour``), so the clipped
+ratio is taken against the policy that really acted.
 """
 
 from __future__ import annotations
@@ -127,6 +134,13 @@ def _flat(x: jax.Array) -> jax.Array:
     return x.reshape(-1, *x.shape[2:])
 
 
+def _rollout(data: Transition | base.BehaviourRollout) -> tuple[Transition, jax.Array | None]:
+    """``(rollout [T, N], behaviour log-probs [T, N] or None)`` of a phase's data."""
+    if isinstance(data, base.BehaviourRollout):
+        return data.traj, data.extras["logp"]
+    return data, None
+
+
 def minibatch_epochs(
     update: Callable[[PyTree, Any], tuple[PyTree, base.Metrics]],
     state: PyTree,
@@ -224,6 +238,12 @@ def make(cfg: PPOConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
         u = mean if deterministic else mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
         return jnp.clip(u, -1.0, 1.0) * scale + bias
 
+    def behaviour(state: PPOActor, obs: jax.Array, key: jax.Array):
+        """Act (sampling) and return the log-probability of each action: ``[N]``."""
+        action = act(state, obs, key, False)
+        logp, _ = log_prob_entropy(state.params, norm(state.obs_stats, obs), action)
+        return action, {"logp": logp}
+
     def annealed(opt_state: PyTree, lr: jax.Array) -> PyTree:
         """The optimiser state with this step's learning rate (linear decay to 0)."""
         if not cfg.anneal_lr:
@@ -257,8 +277,9 @@ def make(cfg: PPOConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
             "finite": finite.astype(jnp.float32),
         }
 
-    def critic_phase(c: PPOCritic, stats: common.RunningStats, traj: Transition, key):
+    def critic_phase(c: PPOCritic, stats: common.RunningStats, data, key):
         # returns from the critic's own params at the start of the phase
+        traj, _ = _rollout(data)
         _, returns = advantages(c.params, c.gamma, c.gae_lambda, stats, traj)
         data = ValueBatch(_flat(norm(stats, traj.obs)), _flat(returns))
         return minibatch_epochs(update_critic, c, data, key, cfg.epochs, batch_size)
@@ -295,13 +316,18 @@ def make(cfg: PPOConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
             "finite": finite.astype(jnp.float32),
         }
 
-    def actor_phase(a: PPOActor, view: CriticView, traj: Transition, key):
+    def actor_phase(a: PPOActor, view: CriticView, data, key):
         # advantages from the critic's params at the start of the iteration; old
-        # log-probs from the params (and observation statistics) that acted
+        # log-probs from the params (and observation statistics) that acted: this actor
+        # on the device path, the workers' own numbers for a behaviour rollout
+        traj, behaviour_logp = _rollout(data)
         adv, _ = advantages(view.params, view.gamma, view.gae_lambda, a.obs_stats, traj)
         obs = _flat(norm(a.obs_stats, traj.obs))
         action = _flat(traj.action)
-        old_logp, _ = log_prob_entropy(a.params, obs, action)
+        if behaviour_logp is None:
+            old_logp, _ = log_prob_entropy(a.params, obs, action)
+        else:
+            old_logp = _flat(behaviour_logp)
         data = PolicyBatch(obs, action, jax.lax.stop_gradient(old_logp), _flat(adv))
         a, metrics = minibatch_epochs(update_actor, a, data, key, cfg.epochs, batch_size)
         if cfg.normalize_obs:  # the next rollout (and the critic's view) use the new stats
@@ -319,6 +345,7 @@ def make(cfg: PPOConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
         actor_phase=actor_phase,
         actor_steps_per_iteration=updates_per_phase,
         critic_steps_per_iteration=updates_per_phase,
+        behaviour=behaviour,
     )
 
 

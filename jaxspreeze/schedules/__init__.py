@@ -3,8 +3,10 @@
 - :class:`Fused` (one device): ``scan(vmap(iteration))``, one program per chunk.
 - :class:`Split` (two devices, or one for measuring the pieces): the host dispatches
   collect, the critic side and the actor side of every iteration to their devices.
-- :class:`HostAsync` (host envs, ``gymnasium/<id>`` and ``envpool/<task>``): sampling
-  worker threads step the envs while the learner updates from the replay buffer.
+- :class:`HostAsync` (host envs, ``gymnasium/<id>`` and ``envpool/<task>``, off-policy):
+  sampling worker threads step the envs while the learner updates from the replay buffer.
+- :class:`HostRollout` (host envs, on-policy: PPO): the workers collect rollout k+1 with
+  the parameters one version behind while the learner trains on rollout k.
 - :class:`DataParallel` (a mesh of every device of every process): the fused chunk on
   every device, each with its own envs and replay shard, gradients averaged.
 
@@ -18,19 +20,30 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from jaxspreeze import algos
 from jaxspreeze.algos.base import Algorithm
 from jaxspreeze.envs import is_host_env
 from jaxspreeze.schedules.base import Schedule, chunking
 from jaxspreeze.schedules.data_parallel import DataParallel
 from jaxspreeze.schedules.fused import Fused
 from jaxspreeze.schedules.host_async import HostAsync
+from jaxspreeze.schedules.host_rollout import HostRollout
 from jaxspreeze.schedules.split import Split
 from jaxspreeze.types import Placement
 
 if TYPE_CHECKING:
     from jaxspreeze.config import RunConfig
 
-__all__ = ["DataParallel", "Fused", "HostAsync", "Schedule", "Split", "chunking", "make"]
+__all__ = [
+    "DataParallel",
+    "Fused",
+    "HostAsync",
+    "HostRollout",
+    "Schedule",
+    "Split",
+    "chunking",
+    "make",
+]
 
 
 def make(
@@ -44,12 +57,18 @@ def make(
     ``dispatched`` runs the split's host-dispatched schedule (default: exactly when the
     placement splits); on one device it is the fused program cut at the split's seams.
     A placement with a mesh (``devices.resolve("data")``) runs :class:`DataParallel`;
-    a host env (``gymnasium/...``, ``envpool/...``) runs :class:`HostAsync`.
+    a host env (``gymnasium/...``, ``envpool/...``) runs :class:`HostAsync` (off-policy;
+    its learner splits on a split placement) or :class:`HostRollout` (on-policy).
     """
     if is_host_env(cfg.env):
         if placement.data_parallel or dispatched:
-            raise ValueError("host envs run the host schedule (one learner device)")
-        return HostAsync(cfg, placement, algo, stall_timeout=cfg.host_stall_timeout_s)
+            raise ValueError(
+                "host envs run a host schedule (HostAsync, HostRollout): not data-parallel, "
+                "nor the device-env split (HostAsync splits its learner on a split placement)"
+            )
+        on_policy = algo.on_policy if algo is not None else algos.get(cfg.algo).on_policy
+        schedule = HostRollout if on_policy else HostAsync
+        return schedule(cfg, placement, algo, stall_timeout=cfg.host_stall_timeout_s)
     if placement.data_parallel:
         if dispatched:
             raise ValueError("the data-parallel schedule is one fused program per chunk")

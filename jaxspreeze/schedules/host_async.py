@@ -24,6 +24,17 @@ step delivered after the warm-up) stays within that bound of the target, and the
 steps a record counts (``env_steps``: the warm-up plus one iteration's worth per learner
 iteration) are at most that bound behind the steps delivered (``worker_env_steps``).
 
+**Two devices** (``placement.split``: ``--placement split``, or ``auto`` with two devices).
+The learner splits as the device-env :class:`~jaxspreeze.schedules.Split` does: the critic,
+the replay buffer and the critic phase on ``placement.critic``; the actor, an observation-
+only copy of the buffer, the counters and the key, the actor phase and the workers' policy
+on ``placement.actor``. Per iteration the host stores the blocks on both sides, moves the
+critic's packed view (as at the start of the iteration) to the actor device, prepares the
+keys and the actor's view (actor device, one packed ``device_put`` to the critic), then
+dispatches the critic phase and the actor phase without waiting between them: the same
+phases under the same staleness rule and keys as the one-device learner, so the two agree
+to float rounding (``tests/test_host_split.py``: bitwise on two fake CPU devices).
+
 **Warm-up.** The same workers act uniformly at random until ``learning_starts`` env
 steps (rounded up to a multiple of ``num_envs``) were delivered and stored; then the
 learner publishes the policy and starts updating.
@@ -61,14 +72,15 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxspreeze import transfer
 from jaxspreeze.algos.base import AgentState
-from jaxspreeze.iteration import Metrics, TrainState, update_step
+from jaxspreeze.iteration import Metrics, TrainState, actor_update, critic_update, update_step
 from jaxspreeze.schedules.base import Schedule, abstract_on
 from jaxspreeze.types import PyTree, Transition
 from jaxspreeze.workers import Batch, ParamSlot, Throttle, WorkerPool
@@ -117,24 +129,41 @@ def _stack_metrics(ms: list[Metrics]) -> Metrics:
     return jax.tree.map(lambda *x: jnp.stack(x), *ms)
 
 
+class HostFns(NamedTuple):
+    """The learner's compiled pieces (vmapped over the seed axis); None where unused."""
+
+    store: Any  # critic device: blocks -> replay buffer
+    actor_copy: Any  # actor device: the published actor (one seed)
+    stack: Any  # one device: K metric dicts -> [K, S]; split: the actor device's
+    update: Any = None  # one device: the fused critic-then-actor step
+    store_obs: Any = None  # split, actor device: blocks' observations -> obs-only buffer
+    prepare: Any = None  # split, actor device: keys and the packed actor view
+    critic: Any = None  # split, critic device: the critic phase
+    critic_view: Any = None  # split, critic device: the packed critic view
+    actor: Any = None  # split, actor device: the actor phase and the counters
+    stack_critic: Any = None  # split, critic device
+
+
 @dataclass(eq=False)
 class HostAsync(Schedule):
     """Off-policy learning from host envs stepped by asynchronous sampling workers.
 
-    The learner (agent, buffer, counters, key) lives on ``placement.critic``; the workers'
-    policy runs on ``placement.actor`` (the same device unless the placement splits).
+    One device: the learner (agent, buffer, counters, key) lives on ``placement.critic``
+    and the workers' policy on ``placement.actor`` (the same device). A split placement
+    splits the learner too (module doc): ``split`` is then True for this instance.
     """
 
-    split: ClassVar[bool] = False
+    split: ClassVar[bool] = False  # (an instance of a split placement sets its own)
     host: ClassVar[bool] = True  # the trainer evaluates and closes it as a host-env schedule
 
     stall_timeout: float = STALL_TIMEOUT
 
     def __post_init__(self) -> None:
+        self.split = self.placement.split  # the learner's phases on two devices
         super().__post_init__()
         cfg = self.cfg
         if self.algo.on_policy:
-            raise ValueError(f"{cfg.algo} on host envs is not yet supported (off-policy only)")
+            raise ValueError(f"{cfg.algo} is on-policy: host envs train it with HostRollout")
         if cfg.num_seeds != 1:
             raise ValueError("host envs train one seed per run")
         if cfg.num_envs % cfg.host_workers:
@@ -154,13 +183,21 @@ class HostAsync(Schedule):
         self._version = 0
         self._max_lag = 0  # the largest policy_lag (actor updates) measured so far
         self._last_lag = 0
-        self._fns: Any = None
+        self._fns: HostFns | None = None
+        if self.split:  # what crosses devices each iteration, packed into one buffer
+            one = jax.eval_shape(self.algo.init, jax.random.key(0))
+            self._to_critic = transfer.packer(
+                (jax.eval_shape(self.algo.actor_view, one.actor), jax.random.key(0))
+            )
+            self._to_actor = transfer.packer(jax.eval_shape(self.algo.critic_view, one.critic))
         self._random = jax.device_put(jnp.asarray(True), self.placement.actor)
         self._policy_on = jax.device_put(jnp.asarray(False), self.placement.actor)
 
     # ------------------------------------------------------------ state on the learner
     def place(self, state: TrainState) -> TrainState:
-        """Commit the whole state to the learner's device."""
+        """Commit the whole state to the learner's device (split: each side to its own)."""
+        if self.split:
+            return super().place(state)
         return jax.device_put(state, self.learner)
 
     @property
@@ -181,6 +218,40 @@ class HostAsync(Schedule):
             actor_updates=s.actor_updates + self.algo.actor_steps_per_iteration,
         )
         return state, {**metrics, "env_steps": state.env_steps}
+
+    # the two-device learner: the same phases, keys and views as learn, side by side
+    def split_prepare(self, actor: PyTree, key: jax.Array) -> tuple[jax.Array, Any, jax.Array]:
+        """Actor side: the iteration's keys (split as :meth:`learn` splits them) and the
+        actor's view for the critic side, packed with the critic's key."""
+        key, k = jax.random.split(key)
+        k_critic, k_actor = jax.random.split(k)
+        return key, self._to_critic.pack((self.algo.actor_view(actor), k_critic)), k_actor
+
+    def split_critic(self, critic: PyTree, buffer: Any, packed: Any) -> tuple[PyTree, Metrics]:
+        """Critic side: the critic phase on the buffer against the actor's view."""
+        actor_view, key = self._to_critic.unpack(packed)
+        return critic_update(self.algo, critic, actor_view, buffer, key)
+
+    def split_critic_view(self, critic: PyTree) -> Any:
+        """The packed critic view of a critic state (for the actor side)."""
+        return self._to_actor.pack(self.algo.critic_view(critic))
+
+    def split_actor(
+        self,
+        actor: PyTree,
+        obs_buffer: Any,
+        packed_view: Any,
+        key: jax.Array,
+        env_steps: jax.Array,
+        iteration: jax.Array,
+        actor_updates: jax.Array,
+    ) -> tuple[PyTree, jax.Array, jax.Array, jax.Array, Metrics]:
+        """Actor side: the actor phase on the obs-only buffer against the critic's view."""
+        view = self._to_actor.unpack(packed_view)
+        actor, metrics = actor_update(self.algo, actor, view, obs_buffer, key)
+        env_steps = env_steps + self.steps_per_iteration
+        actor_updates = actor_updates + self.algo.actor_steps_per_iteration
+        return actor, env_steps, iteration + 1, actor_updates, {**metrics, "env_steps": env_steps}
 
     def policy(self, params: tuple[PyTree, jax.Array], obs: jax.Array, key: jax.Array) -> Any:
         """The workers' policy: ``params = (actor of one seed, random)``; random acts uniformly."""
@@ -204,23 +275,50 @@ class HostAsync(Schedule):
         the workers' policy is compiled for their batch shape; the workers start with the
         warm-up or the first chunk.
         """
-        cfg, lrn = self.cfg, self.learner
+        cfg, p, v = self.cfg, self.placement, jax.vmap
         W = cfg.host_workers
         n = cfg.num_envs // W
-        update = jax.jit(jax.vmap(self.learn), donate_argnums=0)
-        update = update.lower(abstract_on(state, lrn))
+        a = lambda t: abstract_on(t, p.actor)
+        c = lambda t: abstract_on(t, p.critic)
         example = jax.eval_shape(lambda: self.per_seed.init(jax.random.key(0)).buffer.data)
         block = jax.tree.map(
             lambda x: jax.ShapeDtypeStruct((1, cfg.rollout_steps, n, *x.shape[1:]), x.dtype),
             example,
         )
-        store = jax.jit(jax.vmap(self.per_seed.store), donate_argnums=0)
-        store = store.lower(abstract_on(state.buffer, lrn), abstract_on(block, lrn))
-        actor_copy = jax.jit(lambda a: jax.tree.map(lambda x: x[0], a))
-        actor_copy = actor_copy.lower(abstract_on(state.agent.actor, lrn))
+        store = jax.jit(v(self.per_seed.store), donate_argnums=0)
+        store = store.lower(c(state.buffer), c(block)).compile()
+        actor_copy = jax.jit(lambda x: jax.tree.map(lambda y: y[0], x))
+        actor_copy = actor_copy.lower(a(state.agent.actor)).compile()
         k = self.iterations_per_chunk
-        stack = jax.jit(_stack_metrics).lower(abstract_on([update.out_info[1]] * k, lrn))
-        self._fns = (update.compile(), store.compile(), actor_copy.compile(), stack.compile())
+        stack = jax.jit(_stack_metrics)
+        if not self.split:
+            update = jax.jit(v(self.learn), donate_argnums=0).lower(c(state))
+            stack_one = stack.lower(c([update.out_info[1]] * k))
+            self._fns = HostFns(store, actor_copy, stack_one.compile(), update=update.compile())
+        else:
+            s = state
+            store_obs = jax.jit(v(self.per_seed.store_obs), donate_argnums=0)
+            store_obs = store_obs.lower(a(s.obs_buffer), a(block.obs))
+            prepare = jax.jit(v(self.split_prepare)).lower(a(s.agent.actor), a(s.key))
+            _, packed, k_actor = prepare.out_info
+            critic = jax.jit(v(self.split_critic), donate_argnums=0)
+            critic = critic.lower(c(s.agent.critic), c(s.buffer), c(packed))
+            view = jax.jit(v(self.split_critic_view)).lower(c(s.agent.critic))
+            actor = jax.jit(v(self.split_actor), donate_argnums=0).lower(
+                a(s.agent.actor), a(s.obs_buffer), a(view.out_info), a(k_actor),
+                a(s.env_steps), a(s.iteration), a(s.actor_updates),
+            )  # fmt: skip
+            self._fns = HostFns(
+                store,
+                actor_copy,
+                stack.lower(a([actor.out_info[4]] * k)).compile(),
+                store_obs=store_obs.compile(),
+                prepare=prepare.compile(),
+                critic=critic.compile(),
+                critic_view=view.compile(),
+                actor=actor.compile(),
+                stack_critic=stack.lower(c([critic.out_info[1]] * k)).compile(),
+            )
         if self.pool is None:
             self._publish(state, random=True)
             self.pool = WorkerPool(
@@ -240,7 +338,8 @@ class HostAsync(Schedule):
 
     def _publish(self, state: TrainState, *, random: bool = False) -> None:
         """Hand the state's actor (a copy) to the workers as the next version."""
-        copy = self._fns[2]  # (compile() first)
+        assert self._fns is not None  # (compile() first)
+        copy = self._fns.actor_copy
         flag = self._random if random else self._policy_on
         self.slot.publish((copy(state.agent.actor), flag), self._version, copy=False)
 
@@ -267,18 +366,64 @@ class HostAsync(Schedule):
         if not self._warms_up():
             return state
         self._start(state, warmup=True)
-        store = self._fns[1]
         assert self.pool is not None
-        buffer = state.buffer
         while self.pool.delivered < self.cfg.warmup_steps:
-            buffer = store(buffer, self._block(self.pool.get(timeout=self.stall_timeout)))
-        state = state._replace(buffer=buffer, env_steps=state.env_steps + self.cfg.warmup_steps)
+            state = self._store(state, [self.pool.get(timeout=self.stall_timeout)])
+        state = state._replace(env_steps=state.env_steps + self.cfg.warmup_steps)
         self._publish(state)
         return state
 
-    def _block(self, batch: Batch) -> Transition:
-        """A block's transitions ``[1, T, n, ...]`` on the learner's device."""
-        return jax.device_put(jax.tree.map(lambda x: x[None], batch.transition), self.learner)
+    # ------------------------------------------------------------ one learner iteration
+    def _store(self, state: TrainState, batches: list[Batch]) -> TrainState:
+        """Store blocks in the replay buffer (split: their observations on the actor side too)."""
+        f, p = self._fns, self.placement
+        assert f is not None
+        buffer, obs_buffer = state.buffer, state.obs_buffer
+        for b in batches:
+            block: Transition = jax.tree.map(lambda x: x[None], b.transition)  # [1, T, n]
+            buffer = f.store(buffer, jax.device_put(block, p.critic))
+            if self.split:
+                obs_buffer = f.store_obs(obs_buffer, jax.device_put(block.obs, p.actor))
+        return state._replace(buffer=buffer, obs_buffer=obs_buffer)
+
+    def _update(self, state: TrainState) -> tuple[TrainState, list[Metrics]]:
+        """One critic-then-actor update (dispatched); its metrics, one dict per device."""
+        f, p, put = self._fns, self.placement, jax.device_put
+        assert f is not None
+        if not self.split:
+            state, metrics = f.update(state)
+            return state, [metrics]
+        s = state
+        view = put(f.critic_view(s.agent.critic), p.actor)  # the critic at the start
+        key, packed, k_actor = f.prepare(s.agent.actor, s.key)
+        # critic phase (critic device) | actor phase (actor device): no host wait between
+        critic, m_critic = f.critic(s.agent.critic, s.buffer, put(packed, p.critic))
+        actor, env_steps, iteration, actor_updates, m_actor = f.actor(
+            s.agent.actor, s.obs_buffer, view, k_actor, s.env_steps, s.iteration,
+            s.actor_updates,
+        )  # fmt: skip
+        state = s._replace(
+            agent=AgentState(actor, critic),
+            key=key,
+            env_steps=env_steps,
+            iteration=iteration,
+            actor_updates=actor_updates,
+        )
+        return state, [m_actor, m_critic]
+
+    def learn_on(self, state: TrainState, batches: list[Batch]) -> tuple[TrainState, Metrics]:
+        """Store ``batches`` and run one update: the learner's iteration without the workers
+        (for tests and tools; compile() first). Metrics of the one iteration, ``[S]``."""
+        state, metrics = self._update(self._store(state, batches))
+        return state, {k: x for m in metrics for k, x in m.items()}
+
+    def _stack(self, device: list[list[Metrics]]) -> Metrics:
+        """K iterations' metric dicts (one per device) -> one dict ``[K, S]``."""
+        f = self._fns
+        assert f is not None
+        if not self.split:
+            return f.stack([m[0] for m in device])
+        return {**f.stack([m[0] for m in device]), **f.stack_critic([m[1] for m in device])}
 
     def chunk(self, state: TrainState) -> tuple[TrainState, Metrics]:
         """K learner iterations fed by the workers; returns the state and metrics ``[K, 1]``.
@@ -288,11 +433,10 @@ class HostAsync(Schedule):
         """
         if not self._started:
             self._start(state, warmup=False)
-        update, store, _, stack = self._fns
         pool, throttle = self.pool, self.throttle
         assert pool is not None
         host: dict[str, list[float]] = {k: [] for k in HOST_METRICS}
-        device: list[Metrics] = []
+        device: list[list[Metrics]] = []
         per_update = self.algo.actor_steps_per_iteration
         previous = None
         for _ in range(self.iterations_per_chunk):
@@ -302,10 +446,7 @@ class HostAsync(Schedule):
             while not throttle.learner_may(self.units):
                 batches.append(pool.get(timeout=self.stall_timeout))
             host["learner_wait_s"].append(time.perf_counter() - t0)
-            buffer = state.buffer
-            for b in batches:
-                buffer = store(buffer, self._block(b))
-            state, metrics = update(state._replace(buffer=buffer))
+            state, metrics = self._update(self._store(state, batches))
             throttle.add_units(self.units)
             self._version += 1
             self._publish(state)
@@ -314,7 +455,7 @@ class HostAsync(Schedule):
             previous = metrics
             device.append(metrics)
             self._host_metrics(host, batches, per_update)
-        out = stack(device)
+        out = self._stack(device)
         k = self.iterations_per_chunk
         for name, values in host.items():
             out[name] = jnp.asarray(np.asarray(values, np.float32).reshape(k, 1))
