@@ -7,6 +7,8 @@
   worker threads step the envs while the learner updates from the replay buffer.
 - :class:`DataParallel` (a mesh of every device of every process): the fused chunk on
   every device, each with its own envs and replay shard, gradients averaged.
+- :class:`SplitDataParallel` (``split-data``: 2k devices): the split's pieces with each
+  side data-parallel over k devices, each actor-side device paired with a critic-side one.
 
 Every schedule has the same API: ``init``, ``place``, ``warmup``, ``compile``, ``chunk``,
 and the attributes ``cfg placement algo env iterations_per_chunk num_chunks split
@@ -25,12 +27,22 @@ from jaxspreeze.schedules.data_parallel import DataParallel
 from jaxspreeze.schedules.fused import Fused
 from jaxspreeze.schedules.host_async import HostAsync
 from jaxspreeze.schedules.split import Split
+from jaxspreeze.schedules.split_data_parallel import SplitDataParallel
 from jaxspreeze.types import Placement
 
 if TYPE_CHECKING:
     from jaxspreeze.config import RunConfig
 
-__all__ = ["DataParallel", "Fused", "HostAsync", "Schedule", "Split", "chunking", "make"]
+__all__ = [
+    "DataParallel",
+    "Fused",
+    "HostAsync",
+    "Schedule",
+    "Split",
+    "SplitDataParallel",
+    "chunking",
+    "make",
+]
 
 
 def make(
@@ -43,13 +55,19 @@ def make(
 
     ``dispatched`` runs the split's host-dispatched schedule (default: exactly when the
     placement splits); on one device it is the fused program cut at the split's seams.
-    A placement with a mesh (``devices.resolve("data")``) runs :class:`DataParallel`;
-    a host env (``gymnasium/...``, ``envpool/...``) runs :class:`HostAsync`.
+    A placement with a mesh (``devices.resolve("data")``) runs :class:`DataParallel`,
+    one with an actor and a critic mesh (``devices.resolve("split-data")``)
+    :class:`SplitDataParallel`; a host env (``gymnasium/...``, ``envpool/...``) runs
+    :class:`HostAsync`.
     """
     if is_host_env(cfg.env):
         if placement.data_parallel or dispatched:
             raise ValueError("host envs run the host schedule (one learner device)")
         return HostAsync(cfg, placement, algo)
+    if placement.critic_mesh is not None:
+        if dispatched is False:
+            raise ValueError("the split-data schedule is dispatched by the host")
+        return SplitDataParallel(cfg, placement, algo)
     if placement.data_parallel:
         if dispatched:
             raise ValueError("the data-parallel schedule is one fused program per chunk")
