@@ -14,7 +14,7 @@ from typing import Literal
 import jax
 import numpy as np
 
-from jaxspreeze.errors import ConfigError, PlacementError
+from jaxspreeze.errors import PlacementError
 from jaxspreeze.types import DATA_AXIS, Placement
 
 Mode = Literal["auto", "single", "split", "data", "split-data"]
@@ -48,8 +48,8 @@ def split_data_parallel(devices: list[jax.Device] | None = None) -> Placement:
     Each process's devices (in ``jax.devices()`` order) are cut in two halves: the first
     carry the actor side, the second the critic side, and device i of one half is paired
     with device i of the other (their transfers stay inside the process). With 2k
-    devices in all, both sides are data-parallel over k. ConfigError (``placement``)
-    unless every process has an even number of them.
+    devices in all, both sides are data-parallel over k. PlacementError (a ConfigError
+    naming ``placement``: exit 2) unless every process has an even number of them.
     """
     devices = list(jax.devices() if devices is None else devices)
     actor: list[jax.Device] = []
@@ -57,8 +57,7 @@ def split_data_parallel(devices: list[jax.Device] | None = None) -> Placement:
     for process in sorted({d.process_index for d in devices}):
         mine = [d for d in devices if d.process_index == process]
         if len(mine) % 2:
-            raise ConfigError(
-                "placement",
+            raise PlacementError(
                 f"split-data pairs an actor-side with a critic-side device in each process, "
                 f"but process {process} has {len(mine)} {mine[0].platform} device(s); give "
                 "every process an even number of devices (on CPU, JAX_NUM_CPU_DEVICES=4 "
