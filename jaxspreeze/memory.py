@@ -75,10 +75,10 @@ def estimate_memory(cfg: RunConfig, *, split: bool | None = None) -> dict[str, i
     states; from ``jax.eval_shape`` of the algorithm's init), ``rollout`` (one iteration's
     ``[T, N]`` transitions) and ``batch`` (sampled batches plus a rough 3x activation
     allowance per hidden layer, fwd and bwd); ``total`` sums them. ``split`` defaults to
-    ``cfg.placement == "split"``. XLA's temporaries beyond these are not counted.
+    ``cfg.placement`` being ``split`` or ``split-data``. XLA's temporaries beyond these are not counted.
     """
     cfg = resolve(cfg)
-    split = cfg.placement == "split" if split is None else split
+    split = cfg.placement in ("split", "split-data") if split is None else split
     spec = envs.env_spec(cfg.env)
     algo = algos.get(cfg.algo).make(cfg.algo_config, spec, cfg)
     env = envs.make_env(cfg.env, cfg.num_envs)
