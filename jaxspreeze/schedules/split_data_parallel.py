@@ -188,6 +188,7 @@ class SplitDataParallel(Split):
                 )  # fmt: skip
             return out[0] if single else out
 
+        on_shard.__name__ = getattr(fn, "__name__", "piece")  # compile logs name the piece
         mesh = self.meshes[side]
         out_specs = out_specs[0] if single else out_specs
         mapped = jax.shard_map(
@@ -244,10 +245,12 @@ class SplitDataParallel(Split):
             specs = jax.tree.map(spec_of, self.layout)
             self._inits = {}
             for side in (ACTOR, CRITIC):
-                fn = lambda kd, side=side: side_of(
-                    self.per_seed.init(jax.random.wrap_key_data(kd)), side
-                )
-                low = self._lower(fn, side, (self._key_data(data, side),), side_of(specs, side))
+
+                def init(kd: jax.Array, side: str = side) -> TrainState:
+                    return side_of(self.per_seed.init(jax.random.wrap_key_data(kd)), side)
+
+                init.__name__ = f"split_data_init_{side}"
+                low = self._lower(init, side, (self._key_data(data, side),), side_of(specs, side))
                 self._inits[side] = low.compile()
         parts = [self._inits[s](self._key_data(data, s)) for s in (ACTOR, CRITIC)]
         return join(*parts)
