@@ -108,6 +108,8 @@ class SplitDataParallel(Split):
         actor, critic = list(p.mesh.devices.flat), list(p.critic_mesh.devices.flat)
         if len(actor) != len(critic):
             raise PlacementError(f"{len(actor)} actor-side but {len(critic)} critic-side devices")
+        if any(a.process_index != c.process_index for a, c in zip(actor, critic, strict=True)):
+            raise PlacementError("split-data pairs devices of one process (their transfers)")
         if self.check_replicas is None:
             self.check_replicas = os.environ.get(DEBUG_ENV, "") not in ("", "0")
         self.shards = k = len(actor)
