@@ -24,7 +24,9 @@
 #             bench.log (saved after every case)
 #   scaling   (only when named) data parallelism, 1 device vs every device, the same
 #             sizes per device -> RESULTS_DIR/scaling/scaling.md (env steps/s and update
-#             samples/s, in all and per device), devices-<d>/ runs and logs
+#             samples/s, in all and per device), devices-<d>/ runs and logs; with an even
+#             number N >= 2 of devices also --placement split-data over all N (the same
+#             sizes per actor/critic pair) -> split-data-<N>/
 # and RESULTS_DIR/nvidia-smi.txt. Env: PYTHON (default python3); AUTOTUNE_BUDGET_S (the
 # autotune stage's probe budget, default 90; JAXSPREEZE_AUTOTUNE_BUDGET_S overrides the
 # learning tasks' own), LEARNING_TIMEOUT_S (default 420), BENCH_BUDGET_S (start no case
@@ -126,14 +128,29 @@ if has scaling; then
             | tee "$OUT/scaling/devices-$d.log"
         rc=${PIPESTATUS[0]}; [[ $rc != 0 ]] && status=$rc
     done
+    if (( N >= 2 && N % 2 == 0 )); then
+        # the split composed with data parallelism: k = N/2 pairs, the same sizes per pair
+        k=$((N / 2))
+        timeout "${SCALING_TIMEOUT_S:-240}" \
+            "$PY" -m jaxspreeze train --algo sac --env gymnax/Pendulum-v1 --placement split-data \
+            --num-envs $((4096 * k)) --batch-size $((4096 * k)) --buffer-size $((1048576 * k)) \
+            --total-steps $((4096 * 400 * k)) --eval-every 0 --sinks jsonl \
+            --logdir "$OUT/scaling" --run-name "split-data-$N" --overwrite 2>&1 \
+            | tee "$OUT/scaling/split-data-$N.log"
+        rc=${PIPESTATUS[0]}; [[ $rc != 0 ]] && status=$rc
+    fi
     "$PY" - "$OUT/scaling" <<'PYEOF' | tee "$OUT/scaling/scaling.md"
 import json, pathlib, sys
-print("| devices | env steps/s | update samples/s | env steps/s per device | samples/s per device |")
-print("|---|---|---|---|---|")
-for f in sorted(pathlib.Path(sys.argv[1]).glob("devices-*/summary.json")):
+print("| placement | devices | shards | env steps/s | update samples/s | env steps/s per shard "
+      "| samples/s per shard |")
+print("|---|---|---|---|---|---|---|")
+for f in sorted(pathlib.Path(sys.argv[1]).glob("*/summary.json")):
     s = json.loads(f.read_text()); t = s["topology"]
-    print(f"| {t['devices']} | {s['env_steps_per_s']:,.0f} | {s['update_samples_per_s']:,.0f} | "
+    print(f"| {t.get('placement_kind', 'data')} | {t['devices']} | {t['data_parallel_devices']} | "
+          f"{s['env_steps_per_s']:,.0f} | {s['update_samples_per_s']:,.0f} | "
           f"{t['per_device']['env_steps_per_s']:,.0f} | {t['per_device']['update_samples_per_s']:,.0f} |")
+print()
+print("A shard is one device (data) or one actor/critic pair (split-data).")
 PYEOF
 fi
 set -e

@@ -34,7 +34,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 SINKS = ("console", "jsonl", "csv", "tensorboard", "wandb", "plots")
-PLACEMENTS = ("auto", "single", "split", "data")
+PLACEMENTS = ("auto", "single", "split", "data", "split-data")
 EVALUATIONS = 10  # the default eval_every gives about this many evaluations per run
 
 
@@ -77,11 +77,13 @@ class _RunFields:
     """Random seed; seed i of a ``--num-seeds`` run uses ``seed + i``."""
     num_seeds: int = 1
     """Independent agents trained together with vmap in one program."""
-    placement: Literal["auto", "single", "split", "data"] = "auto"
+    placement: Literal["auto", "single", "split", "data", "split-data"] = "auto"
     """Device placement: split = actor and critic on two devices, single = one device, data =
     data-parallel over every device of every process (global num_envs, batch_size and
-    buffer_size split evenly over them); auto = data in a multi-process run, else split with
-    two or more devices, else single."""
+    buffer_size split evenly over them); split-data = both at once: with 2k devices, k carry
+    the actor side and k the critic side, each side data-parallel over its k (sizes split
+    evenly over k; each process needs an even number of devices); auto = data in a
+    multi-process run, else split with two or more devices, else single."""
     host_workers: int = 1
     """Sampling worker threads for host envs (gymnasium/<id>, envpool/<task>); num_envs are
     split evenly over them."""
@@ -404,9 +406,10 @@ def _check_host(cfg: RunConfig) -> None:
         raise ConfigError(
             "num_seeds", f"host envs ({cfg.env}) train one seed per run so far, got {cfg.num_seeds}"
         )
-    if cfg.placement == "data":
+    if cfg.placement in ("data", "split-data"):
         raise ConfigError(
-            "placement", f"host envs ({cfg.env}) do not run data-parallel; use auto or single"
+            "placement",
+            f"host envs ({cfg.env}) do not run data-parallel ({cfg.placement}); use auto or single",
         )
     if cfg.num_envs % cfg.host_workers:
         raise ConfigError(

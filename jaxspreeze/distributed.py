@@ -259,15 +259,20 @@ def layout(placement: Placement) -> dict[str, Any]:
 
     The state's shapes are the global sizes whatever the layout, but its replay rows and
     envs are split into one shard per data-parallel device (each with its own keys), so a
-    checkpoint resumes onto the same processes and data-parallel devices only.
+    checkpoint resumes onto the same processes and data-parallel devices only (the
+    :data:`MATCHED` keys). ``placement_kind`` (``single``, ``split``, ``data``,
+    ``split-data``) is recorded for the messages, not matched: whether a state fits the
+    placement is the shapes' question (e.g. the split's observation-only buffer).
     """
     return {
         "processes": jax.process_count(),
         "data_parallel": placement.data_parallel,
         "data_devices": placement.data_devices,
+        "placement_kind": placement.kind,
     }
 
 
+MATCHED = ("processes", "data_parallel", "data_devices")  # what a resume must keep
 OLD_LAYOUT = {"processes": 1, "data_parallel": False, "data_devices": 1}  # older checkpoints
 
 
@@ -275,6 +280,9 @@ def describe_layout(saved: dict[str, Any]) -> str:
     """``2 processes, data-parallel over 2 devices`` for a :func:`layout` record."""
     n = saved.get("processes", 1)
     where = f"{n} process{'es' if n != 1 else ''}"
+    if saved.get("placement_kind") == "split-data":
+        k = saved.get("data_devices", 1)
+        return f"{where}, split-data over {2 * k} devices (data-parallel over {k} devices a side)"
     if saved.get("data_parallel"):
         return f"{where}, data-parallel over {saved.get('data_devices', 1)} devices"
     return f"{where}, not data-parallel"

@@ -75,10 +75,10 @@ def estimate_memory(cfg: RunConfig, *, split: bool | None = None) -> dict[str, i
     states; from ``jax.eval_shape`` of the algorithm's init), ``rollout`` (one iteration's
     ``[T, N]`` transitions) and ``batch`` (sampled batches plus a rough 3x activation
     allowance per hidden layer, fwd and bwd); ``total`` sums them. ``split`` defaults to
-    ``cfg.placement == "split"``. XLA's temporaries beyond these are not counted.
+    ``cfg.placement`` being ``split`` or ``split-data``. XLA's temporaries beyond these are not counted.
     """
     cfg = resolve(cfg)
-    split = cfg.placement == "split" if split is None else split
+    split = cfg.placement in ("split", "split-data") if split is None else split
     spec = envs.env_spec(cfg.env)
     algo = algos.get(cfg.algo).make(cfg.algo_config, spec, cfg)
     env = envs.make_env(cfg.env, cfg.num_envs)
@@ -208,14 +208,22 @@ def check_memory(
 
 
 def _check_data_parallel(cfg: RunConfig, placement: Placement) -> dict[str, int]:
-    """The per-device estimate of a data-parallel run, checked on this process's devices."""
+    """The per-device estimate of a data-parallel run, checked on this process's devices.
+
+    ``split-data`` (a critic mesh too): one shard's actor side on each actor-side device,
+    its critic side on the paired critic-side device; the estimate is one pair's.
+    """
     assert placement.mesh is not None
     shard = shard_config(cfg, placement.data_devices)  # ConfigError unless sizes split evenly
-    est = estimate_memory(shard, split=False)
+    split = placement.critic_mesh is not None
+    est = estimate_memory(shard, split=split)
     everything = tuple(k for k in est if k != "total")
     mine = [d for d in placement.mesh.devices.flat if d.process_index == jax.process_index()]
     if placement.actor.platform == "cpu" and len(mine) > 1:  # fake devices share the host
         _fit(cfg, {k: v * len(mine) for k, v in est.items()}, everything, placement.actor)
+    elif split and placement.actor.platform != "cpu":
+        _fit(cfg, est, _ACTOR_SIDE, placement.actor)
+        _fit(cfg, est, _CRITIC_SIDE, placement.critic)
     else:
         _fit(cfg, est, everything, placement.actor)
     return est

@@ -204,13 +204,22 @@ def run_topology(schedule: Schedule, throughput: Record) -> Record:
 
     The run's rates (``env_steps_per_s`` ...) count the work of every device of every
     process (the sizes are global); ``per_device`` divides them by the data-parallel
-    devices (1 unless the placement is data-parallel).
+    devices (1 unless the placement is data-parallel). ``placement_kind`` names the
+    topology (``single``, ``split``, ``data``, ``split-data``); with ``split-data`` a
+    data-parallel "device" is a pair (``devices_per_shard`` 2: an actor-side and a
+    critic-side device), and ``actor_devices`` / ``critic_devices`` count each side.
     """
-    shards = schedule.placement.data_devices
+    placement = schedule.placement
+    shards = placement.data_devices
     topo = {k: v for k, v in distributed.topology().items() if k != "process_index"}
+    sides = 2 if placement.split else 1
     return {
         **topo,
-        "data_parallel_devices": shards if schedule.placement.data_parallel else 0,
+        "placement_kind": placement.kind,
+        "actor_devices": shards,
+        "critic_devices": shards,
+        "devices_per_shard": sides,
+        "data_parallel_devices": shards if placement.data_parallel else 0,
         "per_device": {
             "env_steps_per_s": throughput["env_steps_per_s"] / shards,
             "update_samples_per_s": throughput["update_samples_per_s"] / shards,

@@ -150,14 +150,16 @@ def check_layout(path: Path, manifest: dict[str, Any], placement: Placement) -> 
     data-parallel)."""
     saved = {**distributed.OLD_LAYOUT, **(manifest.get("extra", {}).get("layout") or {})}
     now = distributed.layout(placement)
-    if all(saved[k] == now[k] for k in now):
+    if all(saved[k] == now[k] for k in distributed.MATCHED):
         return
     hint = (
         f"jaxspreeze launch --processes {saved['processes']} -- train --resume {path.parent.parent}"
         if saved["processes"] > 1
         else f"jaxspreeze train --resume {path.parent.parent} (one process)"
     )
-    if saved["data_parallel"] and saved["processes"] == now["processes"]:
+    if saved.get("placement_kind") == "split-data" and saved["processes"] == now["processes"]:
+        hint += f" with {2 * saved['data_devices']} devices and --placement split-data"
+    elif saved["data_parallel"] and saved["processes"] == now["processes"]:
         hint += f" with {saved['data_devices']} devices and --placement data"
     raise ConfigError(
         "num_processes" if saved["processes"] != now["processes"] else "placement",

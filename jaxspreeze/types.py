@@ -60,12 +60,18 @@ class Placement:
     ``mesh`` (data parallelism): every device of every process along the ``"data"`` axis;
     each steps its own envs and keeps its own replay shard. ``actor``, ``critic`` and
     ``eval`` are then this process's first device (where its evaluator runs).
+
+    ``critic_mesh`` (the split composed with data parallelism, ``split-data``): ``mesh``
+    holds the k actor-side devices and ``critic_mesh`` the k critic-side ones, device i of
+    one paired with device i of the other (in the same process); ``actor``/``eval`` and
+    ``critic`` are this process's first device of each.
     """
 
     actor: jax.Device
     critic: jax.Device
     eval: jax.Device
     mesh: jax.sharding.Mesh | None = None
+    critic_mesh: jax.sharding.Mesh | None = None
 
     @property
     def split(self) -> bool:
@@ -79,16 +85,33 @@ class Placement:
 
     @property
     def data_devices(self) -> int:
-        """Devices the run is data-parallel over (1 without a mesh)."""
+        """Data-parallel shards (devices per side with ``split-data``; 1 without a mesh)."""
         return 1 if self.mesh is None else self.mesh.devices.size
+
+    @property
+    def kind(self) -> str:
+        """``single``, ``split``, ``data`` or ``split-data`` (the topology's name)."""
+        if self.critic_mesh is not None:
+            return "split-data"
+        if self.mesh is not None:
+            return "data"
+        return "split" if self.split else "single"
 
     def describe(self) -> str:
         """One line naming the devices."""
         if self.mesh is not None:
-            devices = self.mesh.devices.flat
+            devices = list(self.mesh.devices.flat)
+            if self.critic_mesh is not None:
+                devices += list(self.critic_mesh.devices.flat)
             processes = len({d.process_index for d in devices})
             kind = self.actor.platform
             where = f"{processes} processes" if processes > 1 else "1 process"
+            if self.critic_mesh is not None:
+                k = self.data_devices
+                return (
+                    f"split-data over {2 * k} {kind} devices ({where}): actor side "
+                    f"data-parallel over {k}, critic side over {k}"
+                )
             return f"data-parallel over {self.data_devices} {kind} devices ({where})"
         if not self.split:
             return f"single device {self.actor}"

@@ -8,6 +8,9 @@ comparisons) and whether every device holds the same agent. ``compare`` runs the
 device and as the same shards on one device and prints how far apart they end.
 ``config`` checks that the processes agree on their config (``--differ``: they do not).
 ``forever`` trains until killed, after writing ``<dir>/ready-<process>`` (the fault tests).
+``split-data`` runs the tiny config with ``--placement split-data`` over every device and
+data-parallel over its actor-side devices (the same global sizes and seed) and prints
+where each part lives, what agrees bitwise and whether each side's replicas agree.
 The assertions live in the tests.
 """
 
@@ -163,12 +166,7 @@ def max_abs_diff(a, b) -> float:
 
 def divergence_detected(schedule: DataParallel, state) -> bool:
     """Make the last device's copy of one agent leaf differ: does the check notice?"""
-    leaves_, treedef = jax.tree.flatten(state.agent)
-    x = leaves_[0]
-    copies = [s.data for s in x.addressable_shards]
-    copies[-1] = jax.device_put(copies[-1] + 1, copies[-1].devices().pop())
-    leaves_[0] = jax.make_array_from_single_device_arrays(x.shape, x.sharding, copies)
-    broken = state._replace(agent=jax.tree.unflatten(treedef, leaves_))
+    broken = state._replace(agent=diverged(state.agent))
     try:
         schedule.assert_replicas_agree(broken)
     except RuntimeError:
@@ -231,6 +229,84 @@ def compare(args: argparse.Namespace) -> dict:
     }
 
 
+def devices_of(tree) -> list[int]:
+    """The ids of the devices that hold ``tree``'s leaves (of every process)."""
+    return sorted({d.id for x in jax.tree.leaves(tree) for d in x.sharding.device_set})
+
+
+def split_data(args: argparse.Namespace) -> dict:
+    """split-data over every device vs data-parallel over its actor-side devices."""
+    cfg = tiny(args.algo)
+    distributed.check_same_config(cfg)
+    placement = devices.resolve("split-data")
+    a = schedules.make(cfg, placement)
+    b = schedules.make(cfg, devices.data_parallel(list(placement.mesh.devices.flat)))
+    state_a, metrics_a = train(a, a.num_chunks)
+    state_b, metrics_b = train(b, b.num_chunks)
+    host_a, host_b = distributed.host_copy(state_a), distributed.host_copy(state_b)
+    same = lambda x, y: digest_host(x) == digest_host(y)
+    fields = ("agent", "env", "buffer", "key", "env_steps", "iteration", "actor_updates")
+    bitwise = {f: same(getattr(host_a, f), getattr(host_b, f)) for f in fields}
+    bitwise["metrics"] = same(distributed.host_copy(metrics_a), distributed.host_copy(metrics_b))
+    obs_copy = None
+    if host_a.obs_buffer is not None:  # the actor side's rows: the critic side's observations
+        obs_copy = same(host_a.obs_buffer.data.obs, host_a.buffer.data.obs)
+    # the resume path: the whole state to the host, laid out again, one more chunk each
+    placed = a.place(host_a)
+    round_trip = same(host_a, distributed.host_copy(placed))
+    placed, _ = a.chunk(placed)
+    state_a, _ = a.chunk(state_a)
+    broken = state_a._replace(agent=state_a.agent._replace(critic=diverged(state_a.agent.critic)))
+    try:
+        a.assert_replicas_agree(broken)
+        detected = False
+    except RuntimeError as e:
+        detected = "critic side" in str(e)
+    return {
+        "process": distributed.process_index(),
+        "describe": placement.describe(),
+        "kind": placement.kind,
+        "schedule": type(a).__name__,
+        "shards": a.shards,
+        "pairs_in_one_process": all(
+            x.process_index == y.process_index
+            for x, y in zip(
+                placement.mesh.devices.flat, placement.critic_mesh.devices.flat, strict=True
+            )
+        ),
+        "devices": {
+            "actor": devices_of(state_a.agent.actor),
+            "critic": devices_of(state_a.agent.critic),
+            "env": devices_of(state_a.env),
+            "obs_buffer": devices_of(state_a.obs_buffer),
+            "buffer": devices_of(state_a.buffer),
+        },
+        "bitwise": bitwise,
+        "agent_max_abs_diff": max_abs_diff(host_a.agent, host_b.agent),
+        "obs_copy_matches_buffer": obs_copy,
+        "replicas_agree": a.replicas_agree(state_a),
+        "local_copies_equal": {
+            "actor": local_copies_equal(state_a.agent.actor),
+            "critic": local_copies_equal(state_a.agent.critic),
+        },
+        "divergence_detected": detected,
+        "host_round_trip": round_trip,
+        "resumes_bitwise": digest(state_a.agent) == digest(placed.agent),
+        "env_steps": leaves(state_a.env_steps)[0].tolist(),
+        "num_seeds": cfg.num_seeds,
+    }
+
+
+def diverged(tree):
+    """``tree`` (replicated) with the last local device's copy of its first leaf changed."""
+    leaves_, treedef = jax.tree.flatten(tree)
+    x = leaves_[0]
+    copies = [s.data for s in x.addressable_shards]
+    copies[-1] = jax.device_put(copies[-1] + 1, copies[-1].devices().pop())
+    leaves_[0] = jax.make_array_from_single_device_arrays(x.shape, x.sharding, copies)
+    return jax.tree.unflatten(treedef, leaves_)
+
+
 def learn(args: argparse.Namespace) -> dict:
     """SAC on Pendulum data-parallel over every device, test_train.py's settings."""
     from jaxspreeze.envs import make_env
@@ -291,7 +367,9 @@ def forever(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["run", "compare", "learn", "config", "forever"])
+    parser.add_argument(
+        "mode", choices=["run", "compare", "learn", "config", "forever", "split-data"]
+    )
     parser.add_argument("--differ", action="store_true")
     parser.add_argument("--algo", default="sac")
     parser.add_argument("--shards", type=int, default=0)
@@ -303,7 +381,8 @@ def main() -> None:
         except Exception as e:  # a peer died: its collectives fail here
             distributed.abort(distributed.peer_failure_message(e, wait_s=30))
         return
-    found = {"run": run, "compare": compare, "learn": learn, "config": config}[args.mode](args)
+    modes = {"run": run, "compare": compare, "learn": learn, "config": config}
+    found = {**modes, "split-data": split_data}[args.mode](args)
     # one write per line: the processes of a launch share the pipe (atomic below 4 KiB)
     sys.stdout.flush()
     os.write(sys.stdout.fileno(), (json.dumps(found) + "\n").encode())

@@ -244,7 +244,7 @@ def test_train_with_the_data_placement(tmp_path):
     manifest = json.loads(next((tmp_path / "dp" / "checkpoints").iterdir()).joinpath(
         "manifest.json").read_text())  # fmt: skip
     assert manifest["extra"]["layout"] == {
-        "processes": 1, "data_parallel": True, "data_devices": 1
+        "processes": 1, "data_parallel": True, "data_devices": 1, "placement_kind": "data"
     }  # fmt: skip
 
 

@@ -48,12 +48,16 @@ def json_lines(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 
 
-def launched(*worker_args: str, processes: int = 2, timeout: float = 900) -> list[dict]:
-    """``launch --processes N --exec-command -- python dp_worker.py ARGS``; lines by process."""
+def launched(
+    *worker_args: str, processes: int = 2, timeout: float = 900, devices_per_process: int = 1
+) -> list[dict]:
+    """``launch --processes N --exec-command -- python dp_worker.py ARGS``; lines by process
+    (each process with ``devices_per_process`` fake CPU devices)."""
+    more = {"JAX_NUM_CPU_DEVICES": str(devices_per_process)} if devices_per_process > 1 else {}
     proc = subprocess.run(
         [*LAUNCH, "--processes", str(processes), "--exec-command", "--",
          sys.executable, str(WORKER), *worker_args],
-        env=clean_env(),
+        env=clean_env(**more),
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -9,6 +9,8 @@
   the parameters one version behind while the learner trains on rollout k.
 - :class:`DataParallel` (a mesh of every device of every process): the fused chunk on
   every device, each with its own envs and replay shard, gradients averaged.
+- :class:`SplitDataParallel` (``split-data``: 2k devices): the split's pieces with each
+  side data-parallel over k devices, each actor-side device paired with a critic-side one.
 
 Every schedule has the same API: ``init``, ``place``, ``warmup``, ``compile``, ``chunk``,
 and the attributes ``cfg placement algo env iterations_per_chunk num_chunks split
@@ -29,6 +31,7 @@ from jaxspreeze.schedules.fused import Fused
 from jaxspreeze.schedules.host_async import HostAsync
 from jaxspreeze.schedules.host_rollout import HostRollout
 from jaxspreeze.schedules.split import Split
+from jaxspreeze.schedules.split_data_parallel import SplitDataParallel
 from jaxspreeze.types import Placement
 
 if TYPE_CHECKING:
@@ -41,6 +44,7 @@ __all__ = [
     "HostRollout",
     "Schedule",
     "Split",
+    "SplitDataParallel",
     "chunking",
     "make",
 ]
@@ -56,9 +60,11 @@ def make(
 
     ``dispatched`` runs the split's host-dispatched schedule (default: exactly when the
     placement splits); on one device it is the fused program cut at the split's seams.
-    A placement with a mesh (``devices.resolve("data")``) runs :class:`DataParallel`;
-    a host env (``gymnasium/...``, ``envpool/...``) runs :class:`HostAsync` (off-policy;
-    its learner splits on a split placement) or :class:`HostRollout` (on-policy).
+    A placement with a mesh (``devices.resolve("data")``) runs :class:`DataParallel`,
+    one with an actor and a critic mesh (``devices.resolve("split-data")``)
+    :class:`SplitDataParallel`; a host env (``gymnasium/...``, ``envpool/...``) runs
+    :class:`HostAsync` (off-policy; its learner splits on a split placement) or
+    :class:`HostRollout` (on-policy).
     """
     if is_host_env(cfg.env):
         if placement.data_parallel or dispatched:
@@ -69,6 +75,10 @@ def make(
         on_policy = algo.on_policy if algo is not None else algos.get(cfg.algo).on_policy
         schedule = HostRollout if on_policy else HostAsync
         return schedule(cfg, placement, algo, stall_timeout=cfg.host_stall_timeout_s)
+    if placement.critic_mesh is not None:
+        if dispatched is False:
+            raise ValueError("the split-data schedule is dispatched by the host")
+        return SplitDataParallel(cfg, placement, algo)
     if placement.data_parallel:
         if dispatched:
             raise ValueError("the data-parallel schedule is one fused program per chunk")

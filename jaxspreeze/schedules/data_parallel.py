@@ -40,8 +40,8 @@ from jax.sharding import PartitionSpec as P
 
 from jaxspreeze import algos, replay
 from jaxspreeze.algos import common
-from jaxspreeze.algos.base import AgentState
-from jaxspreeze.envs import make_env
+from jaxspreeze.algos.base import AgentState, Algorithm
+from jaxspreeze.envs import VecEnv, make_env
 from jaxspreeze.errors import ConfigError, PlacementError
 from jaxspreeze.iteration import Iteration, Metrics, Shards, TrainState, reduce_metrics
 from jaxspreeze.schedules.base import Schedule, chunking
@@ -83,7 +83,66 @@ def shard_config(cfg: Any, shards: int) -> Any:
     return dataclasses.replace(cfg, **shard_sizes(cfg, shards))
 
 
-def _layout(state: TrainState) -> TrainState:
+def bind_shard(cfg: Any, shards: int, algo: Algorithm | None) -> tuple[Any, VecEnv, Algorithm]:
+    """One shard's config, envs and algorithm (bound to the shard's sizes) of ``shards``.
+
+    ConfigError when the global sizes do not split evenly, or when the algorithm refuses
+    one shard's sizes (the message then says they are per device).
+    """
+    spec = algos.get(cfg.algo)
+    shard_cfg = shard_config(cfg, shards)
+    env = make_env(cfg.env, shard_cfg.num_envs)  # one shard's envs
+    if algo is None:
+        try:
+            spec.validate(cfg.algo_config, f"{spec.name}.", shard_cfg)
+        except ConfigError as e:  # the shard's sizes: say so
+            message = str(e).removeprefix(f"{e.field}: ")
+            raise ConfigError(
+                e.field, f"{message} (per device, data-parallel over {shards})"
+            ) from None
+        algo = spec.make(cfg.algo_config, env.spec, shard_cfg)
+    elif shards > 1:
+        raise ValueError(
+            "a data-parallel schedule binds the algorithm to one shard's sizes; "
+            "pass algo=None (custom algorithms: bind them to shard_config(cfg, shards))"
+        )
+    return shard_cfg, env, algo
+
+
+def global_abstract(per_seed: Iteration, shards: int, num_seeds: int) -> TrainState:
+    """The global shapes of the state of ``shards`` shards of ``per_seed`` (all seeds):
+    one shard's, with the envs and replay rows (axis 1) of all shards."""
+    one_shard = dataclasses.replace(per_seed, shards=None)  # same shapes, no axes
+    keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), num_seeds))
+    s = jax.eval_shape(jax.vmap(one_shard.init), keys)
+    rows = lambda x: jax.ShapeDtypeStruct((x.shape[0], x.shape[1] * shards, *x.shape[2:]), x.dtype)
+    buffers = [
+        None if b is None else b._replace(data=jax.tree.map(rows, b.data))
+        for b in (s.buffer, s.obs_buffer)
+    ]
+    return s._replace(env=jax.tree.map(rows, s.env), buffer=buffers[0], obs_buffer=buffers[1])
+
+
+def spec_of(sharded: bool) -> P:
+    """The partition spec of a state leaf: envs and replay rows split along axis 1."""
+    return P(None, DATA_AXIS) if sharded else P()
+
+
+def agreement(mesh: jax.sharding.Mesh, replicated: PyTree) -> Callable[[PyTree], jax.Array]:
+    """A jitted check that trees shaped like ``replicated`` (replicated over ``mesh``) are
+    bitwise the same on every device: True or False, one small collective."""
+    specs = jax.tree.map(lambda _: P(), replicated)
+
+    def agree(tree: PyTree) -> jax.Array:
+        fp = _fingerprint(tree)
+        return jax.lax.pmax(fp, DATA_AXIS) == jax.lax.pmin(fp, DATA_AXIS)
+
+    return jax.jit(
+        jax.shard_map(agree, mesh=mesh, in_specs=(specs,), out_specs=P(), check_vma=False)
+    )
+
+
+def state_layout(state: TrainState) -> TrainState:
     """True for the leaves sharded along axis 1 (envs, replay rows), False if replicated."""
     rep = lambda tree: jax.tree.map(lambda _: False, tree)
     shd = lambda tree: jax.tree.map(lambda _: True, tree)
@@ -145,24 +204,8 @@ class DataParallel(Schedule):
         local = self.shards // devices
         self.local_shards = local
         self.mesh = mesh
-        spec = algos.get(cfg.algo)
-        shard_cfg = shard_config(cfg, self.shards)
-        self.shard_cfg = shard_cfg
-        self.env = make_env(cfg.env, shard_cfg.num_envs)  # one shard's envs
-        if self.algo is None:
-            try:
-                spec.validate(cfg.algo_config, f"{spec.name}.", shard_cfg)
-            except ConfigError as e:  # the shard's sizes: say so
-                message = str(e).removeprefix(f"{e.field}: ")
-                raise ConfigError(
-                    e.field, f"{message} (per device, data-parallel over {self.shards})"
-                ) from None
-            self.algo = spec.make(cfg.algo_config, self.env.spec, shard_cfg)
-        elif self.shards > 1:
-            raise ValueError(
-                "a data-parallel schedule binds the algorithm to one shard's sizes; "
-                "pass algo=None (custom algorithms: bind them to shard_config(cfg, shards))"
-            )
+        self.shard_cfg, self.env, self.algo = bind_shard(cfg, self.shards, self.algo)
+        shard_cfg = self.shard_cfg
         axes, sizes = ((DATA_AXIS,), (devices,)) if local == 1 else (
             (DATA_AXIS, LOCAL_AXIS), (devices, local)
         )  # fmt: skip
@@ -178,10 +221,9 @@ class DataParallel(Schedule):
         )
         self.iterations_per_chunk, self.num_chunks = chunking(cfg)
         abstract = self.init_abstract()
-        self.layout = _layout(abstract)
+        self.layout = state_layout(abstract)
         self.shardings = jax.tree.map(
-            lambda sharded: NamedSharding(mesh, P(None, DATA_AXIS) if sharded else P()),
-            self.layout,
+            lambda sharded: NamedSharding(mesh, spec_of(sharded)), self.layout
         )
         self._init = jax.jit(self._sharded(self._shard_init, keys_in=True))
         self._warmup: Any = None
@@ -239,7 +281,7 @@ class DataParallel(Schedule):
                 return state
             return state, jax.tree.map(lambda v: v[0], metrics)
 
-        specs = jax.tree.map(lambda sharded: P(None, DATA_AXIS) if sharded else P(), self.layout)
+        specs = jax.tree.map(spec_of, self.layout)
         in_specs = (P(),) if keys_in else (specs,)
         out_specs = (specs, P()) if metrics_out else specs
         return jax.shard_map(
@@ -258,19 +300,7 @@ class DataParallel(Schedule):
     # ------------------------------------------------------------ the schedule API
     def init_abstract(self) -> TrainState:
         """The global shapes and dtypes of :meth:`init`'s state; nothing is allocated."""
-        one_shard = dataclasses.replace(self.per_seed, shards=None)  # same shapes, no axes
-        s = jax.eval_shape(jax.vmap(one_shard.init), self._abstract_keys())
-        rows = lambda x: jax.ShapeDtypeStruct(
-            (x.shape[0], x.shape[1] * self.shards, *x.shape[2:]), x.dtype
-        )
-        buffers = [
-            None if b is None else b._replace(data=jax.tree.map(rows, b.data))
-            for b in (s.buffer, s.obs_buffer)
-        ]
-        return s._replace(env=jax.tree.map(rows, s.env), buffer=buffers[0], obs_buffer=buffers[1])
-
-    def _abstract_keys(self) -> jax.ShapeDtypeStruct:
-        return jax.eval_shape(lambda: jax.random.split(jax.random.key(0), self.cfg.num_seeds))
+        return global_abstract(self.per_seed, self.shards, self.cfg.num_seeds)
 
     def init(self, seed: int | None = None) -> TrainState:
         """A fresh state for all seeds (seed i uses ``cfg.seed + i``), on every device."""
@@ -287,7 +317,7 @@ class DataParallel(Schedule):
         in every process: each process keeps its devices' part.
         """
         abstract = self.init_abstract()
-        return jax.tree.map(_put, state, self.shardings, abstract)
+        return jax.tree.map(lay_out, state, self.shardings, abstract)
 
     def warmup(self, state: TrainState) -> TrainState:
         """Random-action warm-up of every shard (off-policy; a no-op otherwise)."""
@@ -324,21 +354,9 @@ class DataParallel(Schedule):
     def replicas_agree(self, state: TrainState) -> bool:
         """True when every replicated leaf (agent, key, counters) is bitwise the same on
         every device of every process (one small collective; waits for ``state``)."""
-        if self._agree is None:
-            replicated = jax.tree.map(
-                lambda x, sh: None if sh else x, state, self.layout
-            )  # the sharded leaves are dropped (None)
-            specs = jax.tree.map(lambda _: P(), replicated)
-
-            def agree(tree: PyTree) -> jax.Array:
-                fp = _fingerprint(tree)
-                return jax.lax.pmax(fp, DATA_AXIS) == jax.lax.pmin(fp, DATA_AXIS)
-
-            fn = jax.shard_map(
-                agree, mesh=self.mesh, in_specs=(specs,), out_specs=P(), check_vma=False
-            )
-            self._agree = jax.jit(fn)
         replicated = jax.tree.map(lambda x, sh: None if sh else x, state, self.layout)
+        if self._agree is None:
+            self._agree = agreement(self.mesh, replicated)
         return bool(self._agree(replicated))
 
     def assert_replicas_agree(self, state: TrainState) -> None:
@@ -365,7 +383,7 @@ def _merge(x: jax.Array) -> jax.Array:
     return x.reshape(x.shape[0], x.shape[1] * x.shape[2], *x.shape[3:])
 
 
-def _put(x: Any, sharding: NamedSharding, like: jax.ShapeDtypeStruct) -> jax.Array:
+def lay_out(x: Any, sharding: NamedSharding, like: jax.ShapeDtypeStruct) -> jax.Array:
     """``x`` laid out as ``sharding`` (kept if it already is; host values from every process).
 
     ``like`` gives the leaf's dtype: a PRNG key leaf may arrive as its raw key data.

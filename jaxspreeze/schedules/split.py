@@ -14,6 +14,8 @@ seams, for measuring the pieces. Compile logs and profiles name the pieces
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
@@ -26,6 +28,10 @@ from jaxspreeze.iteration import Metrics, TrainState
 from jaxspreeze.rollout import EnvCarry
 from jaxspreeze.schedules.base import Schedule, abstract_on
 from jaxspreeze.types import PyTree
+
+ACTOR, CRITIC = "actor", "critic"  # the two sides
+SHARD = "shard"  # an output with one value per data-parallel shard (see Split._lower)
+METRICS = "metrics"  # an output holding the step's metrics (reduced over the shards)
 
 
 class SplitFns(NamedTuple):
@@ -75,6 +81,10 @@ class Split(Schedule):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        self._split_init()
+
+    def _split_init(self) -> None:
+        """The split's own attributes (after ``per_seed`` is set)."""
         self.packers = self._make_packers()
         self._warmup: Warmup | None = None
         self._pieces: SplitFns | None = None
@@ -89,7 +99,7 @@ class Split(Schedule):
     # ------------------------------------------------------------ per-seed pieces, packed
     def _make_packers(self) -> Packers:
         """Packers for (rollout, actor view, key) and for the critic view, from shapes."""
-        it = self.per_seed
+        it = dataclasses.replace(self.per_seed, shards=None)  # one shard's shapes, no axes
         one = jax.eval_shape(it.init, jax.random.key(0))
         c = jax.eval_shape(
             it.collect,
@@ -154,19 +164,14 @@ class Split(Schedule):
 
     # ------------------------------------------------------------ warm-up
     def _compile_warmup(self, state: TrainState) -> None:
-        p, v, it = self.placement, jax.vmap, self.per_seed
-        a = lambda t: abstract_on(t, p.actor)
-        collect = jax.jit(v(it.warmup_collect), donate_argnums=(0, 1))
-        collect = collect.lower(a(state.env), a(state.key), a(state.env_steps))
+        it, s, low = self.per_seed, state, self._lower
+        collect = low(it.warmup_collect, ACTOR, (s.env, s.key, s.env_steps), (0, 1, 2, SHARD),
+                      donate=(0, 1))  # fmt: skip
         traj = collect.out_info[3]
-        store = jax.jit(v(it.store), donate_argnums=0)
-        store_obs = jax.jit(v(it.store_obs), donate_argnums=0)
         self._warmup = Warmup(
             collect=collect.compile(),
-            store=store.lower(
-                abstract_on(state.buffer, p.critic), abstract_on(traj, p.critic)
-            ).compile(),
-            store_obs=store_obs.lower(a(state.obs_buffer), a(traj.obs)).compile(),
+            store=low(it.store, CRITIC, (s.buffer, traj), 0, donate=(0,)).compile(),
+            store_obs=low(it.store_obs, ACTOR, (s.obs_buffer, traj.obs), 0, donate=(0,)).compile(),
         )
 
     def warmup(self, state: TrainState) -> TrainState:
@@ -182,30 +187,64 @@ class Split(Schedule):
         w = self._warmup
         env, key, env_steps, traj = w.collect(state.env, state.key, state.env_steps)
         obs_buffer = w.store_obs(state.obs_buffer, traj.obs)
-        buffer = w.store(state.buffer, jax.device_put(traj, self.placement.critic))
+        buffer = w.store(state.buffer, self._to_critic(traj))
         return state._replace(
             env=env, buffer=buffer, obs_buffer=obs_buffer, key=key, env_steps=env_steps
         )
+
+    # ------------------------------------------------------------ onto the devices
+    def _abstract(self, tree: PyTree, side: str) -> PyTree:
+        """Abstract arrays shaped like ``tree`` on ``side``'s device (``ACTOR``, ``CRITIC``)."""
+        p = self.placement
+        return abstract_on(tree, p.actor if side == ACTOR else p.critic)
+
+    def _lower(
+        self,
+        fn: Callable[..., Any],
+        side: str,
+        args: tuple[PyTree, ...],
+        outs: Any,
+        donate: tuple[int, ...] = (),
+    ) -> jax.stages.Lowered:
+        """``fn`` (one seed) vmapped over the seeds, lowered for ``args`` on ``side``.
+
+        ``outs`` says what each output is (read by the data-parallel split, where the
+        outputs are laid out over a mesh): an argument's index (laid out like that
+        argument), ``SHARD`` (one value per data-parallel shard, e.g. a packed transfer)
+        or ``METRICS`` (the step's metrics, reduced over the shards); one of them when
+        ``fn`` returns a single value.
+        """
+        del outs  # one device: nothing to lay out
+        jitted = jax.jit(jax.vmap(fn), donate_argnums=donate)
+        return jitted.lower(*(self._abstract(a, side) for a in args))
+
+    def _to_critic(self, tree: PyTree) -> PyTree:
+        """``tree`` (on the actor side) copied to the critic side."""
+        return jax.device_put(tree, self.placement.critic)
+
+    def _to_actor(self, tree: PyTree) -> PyTree:
+        """``tree`` (on the critic side) copied to the actor side."""
+        return jax.device_put(tree, self.placement.actor)
 
     # ------------------------------------------------------------ compile and dispatch
     def compile(self, state: TrainState) -> None:
         """Ahead-of-time compile every piece (and the warm-up) for ``state``'s shapes."""
         if self._warms_up():
             self._compile_warmup(state)
-        p, v, s = self.placement, jax.vmap, state
-        a = lambda t: abstract_on(t, p.actor)
-        c = lambda t: abstract_on(t, p.critic)
-        collect = jax.jit(v(self.split_collect), donate_argnums=(1, 2)).lower(
-            a(s.agent.actor), a(s.env), a(s.key), a(s.env_steps), a(s.iteration),
-            a(s.actor_updates),
+        s, low = state, self._lower
+        collect = low(
+            self.split_collect, ACTOR,
+            (s.agent.actor, s.env, s.key, s.env_steps, s.iteration, s.actor_updates),
+            (1, 2, 3, 4, SHARD, SHARD, METRICS), donate=(1, 2),
         )  # fmt: skip
         _, _, _, _, packed, for_actor, m_env = collect.out_info
-        view = jax.jit(v(self.split_critic_view)).lower(c(s.agent.critic))
-        critic = jax.jit(v(self.split_critic), donate_argnums=(0, 1))
-        critic = critic.lower(c(s.agent.critic), c(s.buffer), c(packed))
-        actor = jax.jit(v(self.split_actor), donate_argnums=(1,)).lower(
-            a(s.agent.actor), a(s.obs_buffer), a(for_actor), a(view.out_info),
-            a(s.actor_updates),
+        view = low(self.split_critic_view, CRITIC, (s.agent.critic,), SHARD)
+        critic = low(self.split_critic, CRITIC, (s.agent.critic, s.buffer, packed),
+                     (0, 1, SHARD, METRICS), donate=(0, 1))  # fmt: skip
+        actor = low(
+            self.split_actor, ACTOR,
+            (s.agent.actor, s.obs_buffer, for_actor, view.out_info, s.actor_updates),
+            (0, 1, 4, METRICS), donate=(1,),
         )  # fmt: skip
         k = self.iterations_per_chunk
         stack = jax.jit(_stack_metrics)
@@ -215,8 +254,8 @@ class Split(Schedule):
             critic=critic.compile(),
             actor=actor.compile(),
             critic_view=view.compile(),
-            stack_actor=stack.lower(a([m_actor] * k)).compile(),
-            stack_critic=stack.lower(c([critic.out_info[3]] * k)).compile(),
+            stack_actor=stack.lower(self._abstract([m_actor] * k, ACTOR)).compile(),
+            stack_critic=stack.lower(self._abstract([critic.out_info[3]] * k, CRITIC)).compile(),
         )
 
     def chunk(self, state: TrainState) -> tuple[TrainState, Metrics]:
@@ -227,25 +266,25 @@ class Split(Schedule):
         """
         if self._pieces is None:
             self.compile(state)
-        f, p, put, s = self._pieces, self.placement, jax.device_put, state
+        f, s = self._pieces, state
         actor, critic = s.agent
         env, buffer, obs_buffer, key = s.env, s.buffer, s.obs_buffer, s.key
         env_steps, iteration, actor_updates = s.env_steps, s.iteration, s.actor_updates
-        view = put(f.critic_view(critic), p.actor)  # the critic at the start of the chunk
+        view = self._to_actor(f.critic_view(critic))  # the critic at the start of the chunk
         m_actor, m_critic = [], []
         for _ in range(self.iterations_per_chunk):
             # collect (actor device); rollout + actor view + key go to the critic device
             env, key, env_steps, iteration, packed, for_actor, m_env = f.collect(
                 actor, env, key, env_steps, iteration, actor_updates
             )
-            packed = put(packed, p.critic)
+            packed = self._to_critic(packed)
             # critic side (critic device) | actor side (actor device): no host wait between
             critic, buffer, next_view, m_c = f.critic(critic, buffer, packed)
             actor, obs_buffer, actor_updates, m_a = f.actor(
                 actor, obs_buffer, for_actor, view, actor_updates
             )
             # the critic as at the end of this iteration, for the next actor side
-            view = put(next_view, p.actor)
+            view = self._to_actor(next_view)
             m_actor.append({**m_env, **m_a})
             m_critic.append(m_c)
         state = TrainState(
