@@ -262,7 +262,9 @@ def test_env_exception_names_env_and_worker_and_ends_cleanly():
 def test_stalled_worker_is_detected_and_reported():
     release = threading.Event()
     pool = WorkerPool(
-        _counter(max_steps=50, hang=release), _policy, _slot(), envs_per_worker=1, stall_timeout=0.5
+        # 5 s: the policy's first call compiles, and on a loaded machine that alone can take
+        # a second or two; the stall must be the env's, "while stepping"
+        _counter(max_steps=50, hang=release), _policy, _slot(), envs_per_worker=1, stall_timeout=5.0
     )
     pool.start()
     try:
