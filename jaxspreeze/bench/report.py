@@ -58,10 +58,12 @@ def _notes(rec: Record) -> str:
         notes.append(f"{_num(rec.get('env_steps_per_s'))} env steps/s")
     ref = rec.get("reference") or {}
     if rec.get("kind") == "trainer" and ref.get("env_steps_per_s"):
-        n = len(ref.get("brax_training_sps") or []) - 1
+        flags = ref.get("brax_epoch_compiled") or []
+        n, c = flags.count(False), flags.count(True)
         notes.append(
-            f"brax: median training/sps of {n} epochs, each followed by a jaxspreeze chunk of "
-            "the same env steps (compile and eval excluded on both)"
+            f"brax: median training/sps of its {n} epochs that compiled nothing ({c} did), "
+            "each followed by a jaxspreeze chunk of the same env steps (compile and eval "
+            "excluded on both)"
         )
     if ref.get("error"):
         notes.append(f"reference failed: {ref['error'][:80]}")
