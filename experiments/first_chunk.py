@@ -14,9 +14,9 @@ command: interpreter, imports, env construction, every trace and compile, the wa
   with the same sizes as jaxspreeze's defaults (SAC: 8 envs, batch 256, 8 gradient steps
   per env step, 1,000 prefill steps, 2x256 MLPs; PPO: 16 envs x 64-step unrolls, 4
   minibatches of 256, 10 epochs, 2x64 MLPs; 16 eval envs) and ``num_evals=2``. Its first
-  training step is dispatched when the compile of its ``training_epoch`` program ends
-  (read from JAX's compile events, after its initial evaluation, its env reset and its
-  prefill); the child exits there. ``progress0_s`` is the time of its first
+  training step is dispatched when the first call of its pmapped ``training_epoch``
+  returns (after its initial evaluation, env reset and prefill; the call compiles, then
+  dispatches asynchronously); the child exits there. ``progress0_s`` is the time of its first
   ``progress_fn`` call (the step-0 evaluation).
 
 TD3 and SAC are set against brax's SAC, PPO against brax's PPO. Each round runs, per env
@@ -90,20 +90,38 @@ def brax_child(algo: str, env_name: str, cache: str) -> None:
         name = str(kw.get("fun_name", "?"))
         with lock:
             spans.append((event, name, age - duration, age))
-        if event.endswith("backend_compile_duration") and "training_epoch" in name:
-            programs: dict[str, float] = {}
-            for ev, n, s, e in spans:
-                if ev.endswith("backend_compile_duration") and e - s > 0.05:
-                    programs[n] = round(programs.get(n, 0.0) + e - s, 2)
-            out.update(
-                first_train_step_s=age,
-                compile_all_s=union(age),
-                programs=programs,
-            )
-            print("BRAX " + json.dumps(out), flush=True)
-            os._exit(0)
 
+    def first_step_dispatched() -> None:
+        age = process_age()
+        programs: dict[str, float] = {}
+        for ev, n, s, e in spans:
+            if ev.endswith("backend_compile_duration") and e - s > 0.05:
+                programs[n] = round(programs.get(n, 0.0) + e - s, 2)
+        out.update(first_train_step_s=age, compile_all_s=union(age), programs=programs)
+        print("BRAX " + json.dumps(out), flush=True)
+        os._exit(0)
+
+    # brax pmaps its training_epoch inside train(): its first call returns once the step
+    # is compiled and dispatched (asynchronously), which is the moment measured
+    real_pmap = jax.pmap
+
+    def pmap(fun, *args, **kwargs):
+        mapped = real_pmap(fun, *args, **kwargs)
+        if getattr(fun, "__name__", "") != "training_epoch":
+            return mapped
+
+        def first_call(*a, **k):
+            mapped(*a, **k)
+            first_step_dispatched()
+
+        return first_call
+
+    jax.pmap = pmap
     jax.monitoring.register_event_duration_secs_listener(listen)
+    if not hasattr(jax, "device_put_replicated"):  # brax 0.14 on jax >= 0.10
+        from jaxspreeze.bench.brax_compat import device_put_replicated
+
+        jax.device_put_replicated = device_put_replicated
     from brax import envs
 
     env = envs.get_environment(env_name.removeprefix("brax/"))
@@ -267,6 +285,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--modes", nargs="+", default=["cold", "warm"], choices=["cold", "warm"])
     p.add_argument("--cold", default="empty", choices=["empty", "off"])
+    p.add_argument("--tools", nargs="+", default=["jaxspreeze", "brax"])
     p.add_argument("--out", default="first_chunk_cpu")
     args = p.parse_args()
     args.argv = sys.argv[1:]
@@ -305,7 +324,7 @@ def main() -> None:
         for env in args.envs:
             for algo in args.algos:
                 for mode in args.modes:
-                    for tool in ("jaxspreeze", "brax"):
+                    for tool in args.tools:
                         if tool == "brax" and served_before(algo):
                             continue
                         if mode == "cold" and args.cold == "off":
