@@ -220,6 +220,11 @@ def measure(tool: str, algo: str, env: str, mode: str, cache: str, logdir: str) 
     return {"tool": tool, "algo": algo, "env": env, "mode": mode, "load_before": load} | res
 
 
+def kind(run: dict) -> str:
+    """cold (an empty cache), cold-off (no cache) or warm."""
+    return "cold-off" if run["mode"] == "cold" and run.get("cache", "off") == "off" else run["mode"]
+
+
 def report(runs: list[dict], args: argparse.Namespace) -> str:
     def med(rows: list[dict], key: str) -> str:
         xs = [r[key] for r in rows if r.get(key) is not None]
@@ -228,20 +233,19 @@ def report(runs: list[dict], args: argparse.Namespace) -> str:
     lines = [
         "# Command to first training step: jaxspreeze vs brax's own trainer (CPU)",
         "",
-        f"`JAX_PLATFORMS=cpu python experiments/first_chunk.py {' '.join(args.argv)}`",
+        *(
+            f"`JAX_PLATFORMS=cpu python experiments/first_chunk.py {' '.join(a)}`  "
+            for a in args.commands
+        ),
         "",
         f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPU cores, "
         "shared with other jobs (load averages per run in the JSON). Seconds from the "
         "process's start to jaxspreeze's first chunk dispatched / brax's first training "
-        "step dispatched (end of its training_epoch compile); medians over rounds "
-        "(n = runs). cold: "
-        + (
-            "no persistent cache (`--compile-cache off`)"
-            if args.cold == "off"
-            else "an empty persistent cache, which the run fills"
-        )
-        + "; warm: the persistent compilation cache filled by an earlier run of the same "
-        "config. `compile` is every "
+        "step dispatched (the return of its first training_epoch call); medians over rounds "
+        "(n = runs). cold-off: no persistent cache (`--compile-cache off`); cold: an empty "
+        "persistent cache, which the run fills; warm: the persistent compilation cache filled "
+        "by the cold run of the same config. `compile` is every "
+        "`compile` is every "
         "trace, lowering and compile up to then (wall seconds, overlaps counted once).",
         "",
         "| env | jaxspreeze | brax | cache | jaxspreeze first chunk s | brax first step s "
@@ -250,15 +254,15 @@ def report(runs: list[dict], args: argparse.Namespace) -> str:
     ]
     for env in args.envs:
         for algo in args.algos:
-            for mode in ("cold", "warm"):
+            for mode in ("cold-off", "cold", "warm"):
                 ours = [
                     r for r in runs
-                    if (r["tool"], r["algo"], r["env"], r["mode"]) == ("jaxspreeze", algo, env, mode)
+                    if (r["tool"], r["algo"], r["env"], kind(r)) == ("jaxspreeze", algo, env, mode)
                 ]  # fmt: skip
                 theirs = [
                     r for r in runs
                     if r["tool"] == "brax" and BRAX_OF[r["algo"]] == BRAX_OF[algo]
-                    and (r["env"], r["mode"]) == (env, mode)
+                    and (r["env"], kind(r)) == (env, mode)
                 ]  # fmt: skip
                 if not ours and not theirs:
                     continue
@@ -286,15 +290,25 @@ def main() -> None:
     p.add_argument("--modes", nargs="+", default=["cold", "warm"], choices=["cold", "warm"])
     p.add_argument("--cold", default="empty", choices=["empty", "off"])
     p.add_argument("--tools", nargs="+", default=["jaxspreeze", "brax"])
+    p.add_argument(
+        "--merge", nargs="+", metavar="JSON", help="only write <out> from these results' runs"
+    )
     p.add_argument("--out", default="first_chunk_cpu")
     args = p.parse_args()
     args.argv = sys.argv[1:]
+    args.commands = [args.argv]
     RESULTS.mkdir(exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="first_chunk_"))
     logdir = str(tmp / "runs")
     runs: list[dict] = []
 
+    if args.merge:  # runs of earlier invocations (failed runs dropped), one report
+        metas = [json.loads(Path(f).read_text()) for f in args.merge]
+        runs = [r for m in metas for r in m["runs"] if "error" not in r]
+        args.commands = [m["meta"]["argv"] for m in metas] + [args.argv]
+
     def save() -> None:
+
         meta = {
             "argv": args.argv,
             "cpus": os.cpu_count(),
@@ -313,14 +327,16 @@ def main() -> None:
     def served_before(algo: str) -> bool:  # one brax SAC serves TD3 and SAC
         return any(BRAX_OF[a] == BRAX_OF[algo] for a in args.algos[: args.algos.index(algo)])
 
-    if args.cold == "off" and "warm" in args.modes:  # fill the warm caches (not recorded)
+    if (
+        args.cold == "off" and "warm" in args.modes and not args.merge
+    ):  # fill the warm caches (not recorded)
         for env in args.envs:
             for algo in args.algos:
                 print(f"filling the caches: {algo} / brax {BRAX_OF[algo]} on {env}", flush=True)
                 for tool in ("jaxspreeze", "brax"):
                     if tool == "jaxspreeze" or not served_before(algo):
                         measure(tool, algo, env, "warm", cache_dir(tool, env, algo, 0), logdir)
-    for r in range(args.rounds):
+    for r in range(0 if args.merge else args.rounds):
         for env in args.envs:
             for algo in args.algos:
                 for mode in args.modes:
