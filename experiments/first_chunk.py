@@ -245,7 +245,6 @@ def report(runs: list[dict], args: argparse.Namespace) -> str:
         "(n = runs). cold-off: no persistent cache (`--compile-cache off`); cold: an empty "
         "persistent cache, which the run fills; warm: the persistent compilation cache filled "
         "by the cold run of the same config. `compile` is every "
-        "`compile` is every "
         "trace, lowering and compile up to then (wall seconds, overlaps counted once).",
         "",
         "| env | jaxspreeze | brax | cache | jaxspreeze first chunk s | brax first step s "
