@@ -66,14 +66,39 @@ def make_evaluate(
     return evaluate
 
 
-def make_seed_evaluate(act: ActFn, env: VecEnv, keys: jax.Array) -> Callable[[PyTree], EvalResult]:
+class SeedEvaluate:
     """``evaluate(actor)`` for every seed at once: actor leaves ``[S, ...]``, results ``[S]``.
 
     Seed ``i`` always uses ``keys[i]`` (common random numbers: evaluations of one run
     differ only by the policy). Jitted; it runs where ``actor`` and ``keys`` live.
+    :meth:`compile` compiles it ahead of time for an (abstract) actor: later calls run
+    that executable and never compile (the trainer does it beside the chunk's compile).
     """
-    fn = jax.jit(jax.vmap(make_evaluate(act, env)))
-    return lambda actor: fn(actor, keys)
+
+    def __init__(self, act: ActFn, env: VecEnv, keys: jax.Array):
+        self._jit = jax.jit(jax.vmap(make_evaluate(act, env)))
+        self._keys = keys
+        self._compiled: jax.stages.Compiled | None = None
+
+    def compile(self, actor_like: PyTree) -> SeedEvaluate:
+        """Lower and compile for actors shaped (and placed) like ``actor_like`` (arrays or
+        ``jax.ShapeDtypeStruct``\\ s with shardings); returns self."""
+        self._compiled = self._jit.lower(actor_like, self._keys).compile()
+        return self
+
+    @property
+    def compiled(self) -> bool:
+        """True once :meth:`compile` has run."""
+        return self._compiled is not None
+
+    def __call__(self, actor: PyTree) -> EvalResult:
+        fn = self._compiled if self._compiled is not None else self._jit
+        return fn(actor, self._keys)
+
+
+def make_seed_evaluate(act: ActFn, env: VecEnv, keys: jax.Array) -> SeedEvaluate:
+    """``evaluate(actor)`` for every seed at once (:class:`SeedEvaluate`)."""
+    return SeedEvaluate(act, env, keys)
 
 
 def make_host_evaluate(

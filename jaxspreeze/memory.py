@@ -1,9 +1,13 @@
 """The memory estimate: the bytes a run will hold on its device(s), before allocating any.
 
-Computed from the env (its spec and the abstract shape of its reset state), the replay
-item (:func:`jaxspreeze.replay.example_transition`, :func:`jaxspreeze.replay.nbytes`) and
-``jax.eval_shape`` of the algorithm's ``init``: nothing is compiled, allocated or stepped.
-:func:`check_memory` turns the estimate into a ConfigError naming the option to lower.
+Computed from the env spec, the replay item (:func:`jaxspreeze.replay.example_transition`,
+:func:`jaxspreeze.replay.nbytes`) and the abstract shapes of the env states and the
+agent: nothing is compiled, allocated or stepped. The trainer passes those shapes from
+its schedule's init program (``Schedule.init_abstract``: that program's own trace, which
+its first call reuses), so the estimate traces nothing of its own; called without them,
+it traces the env's reset and the algorithm's ``init`` (``jax.eval_shape``), never the
+env step. :func:`check_memory` turns the estimate into a ConfigError naming the option
+to lower.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from jaxspreeze import algos, devices, envs, replay, rollout
 from jaxspreeze.config import RunConfig, resolve
 from jaxspreeze.errors import ConfigError
 from jaxspreeze.schedules.data_parallel import shard_config
-from jaxspreeze.types import EnvSpec, ObsOnly, Placement
+from jaxspreeze.types import EnvSpec, ObsOnly, Placement, PyTree
 
 GiB = 2**30
 
@@ -64,10 +68,15 @@ def buffer_nbytes(cfg: RunConfig, spec: EnvSpec | None = None) -> int:
     if algos.get(cfg.algo).on_policy:
         return 0
     spec = spec or envs.env_spec(cfg.env)
-    return replay.nbytes(replay.example_transition(spec), cfg.buffer_size) * cfg.num_seeds
+    return (
+        replay.nbytes(replay.example_transition(spec, abstract=True), cfg.buffer_size)
+        * cfg.num_seeds
+    )
 
 
-def estimate_memory(cfg: RunConfig, *, split: bool | None = None) -> dict[str, int]:
+def estimate_memory(
+    cfg: RunConfig, *, split: bool | None = None, state: PyTree | None = None
+) -> dict[str, int]:
     """Bytes the run will hold on its device(s), for all seeds, computed without allocating.
 
     Components: ``replay_buffer`` (:func:`buffer_nbytes`), ``obs_buffer`` (split only),
@@ -75,20 +84,30 @@ def estimate_memory(cfg: RunConfig, *, split: bool | None = None) -> dict[str, i
     states; from ``jax.eval_shape`` of the algorithm's init), ``rollout`` (one iteration's
     ``[T, N]`` transitions) and ``batch`` (sampled batches plus a rough 3x activation
     allowance per hidden layer, fwd and bwd); ``total`` sums them. ``split`` defaults to
-    ``cfg.placement`` being ``split`` or ``split-data``. XLA's temporaries beyond these are not counted.
+    ``cfg.placement`` being ``split`` or ``split-data``. XLA's temporaries beyond these are
+    not counted.
+
+    ``state``: the abstract training state of all seeds (``Schedule.init_abstract()``,
+    :class:`~jaxspreeze.iteration.TrainState` of ``jax.ShapeDtypeStruct``); its env and
+    agent shapes are used as they are (nothing traced here). Without it the env's reset
+    and the algorithm's init are traced for their shapes.
     """
     cfg = resolve(cfg)
     split = cfg.placement in ("split", "split-data") if split is None else split
     spec = envs.env_spec(cfg.env)
-    algo = algos.get(cfg.algo).make(cfg.algo_config, spec, cfg)
-    env = envs.make_env(cfg.env, cfg.num_envs)
     s = cfg.num_seeds
-    keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), s))
-    agent = jax.eval_shape(jax.vmap(algo.init), keys)
-    env_states = jax.eval_shape(jax.vmap(lambda k: rollout.env_init(env, k)), keys)
-    example = replay.example_transition(spec)
-    item = tree_nbytes(jax.eval_shape(lambda: example))
-    obs_item = tree_nbytes(jax.eval_shape(lambda: example.obs))
+    if state is not None:
+        agent, env_states = state.agent, state.env
+        algo = algos.get(cfg.algo)
+    else:
+        algo = algos.get(cfg.algo).make(cfg.algo_config, spec, cfg)
+        env = envs.make_env(cfg.env, cfg.num_envs)
+        keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), s))
+        agent = jax.eval_shape(jax.vmap(algo.init), keys)
+        env_states = jax.eval_shape(jax.vmap(lambda k: rollout.env_init(env, k)), keys)
+    example = replay.example_transition(spec, abstract=True)
+    item = tree_nbytes(example)
+    obs_item = tree_nbytes(example.obs)
     off_policy = not algo.on_policy
     hidden = getattr(cfg.algo_config, "hidden", (256, 256))
     activations = 4 * sum(hidden) * 3 * 2  # float32, fwd+bwd, actor and critic
@@ -177,7 +196,7 @@ def _fit(cfg: RunConfig, est: dict[str, int], keys: tuple[str, ...], device: Any
 
 
 def check_memory(
-    cfg: RunConfig, device: Any = None, *, split: bool | None = None
+    cfg: RunConfig, device: Any = None, *, split: bool | None = None, state: PyTree | None = None
 ) -> dict[str, int]:
     """Raise ConfigError (naming the option to lower) when the run would not fit; else the estimate.
 
@@ -187,7 +206,8 @@ def check_memory(
     A data-parallel placement (a mesh) holds one shard's share of the global sizes on each
     device (:func:`~jaxspreeze.schedules.data_parallel.shard_config`): the estimate
     returned is *per device*, checked on each of this process's devices (their sum on
-    CPU). Call it before the run's state is allocated.
+    CPU). Call it before the run's state is allocated. ``state``: the abstract training
+    state, as for :func:`estimate_memory` (not used by a data-parallel check).
     """
     cfg = resolve(cfg)
     placement = device if isinstance(device, Placement) else None
@@ -195,7 +215,7 @@ def check_memory(
         return _check_data_parallel(cfg, placement)
     if placement is not None:
         split = placement.split if split is None else split
-    est = estimate_memory(cfg, split=split)
+    est = estimate_memory(cfg, split=split, state=state)
     everything = tuple(k for k in est if k != "total")
     if placement is None:
         _fit(cfg, est, everything, device if device is not None else devices.single().actor)

@@ -30,17 +30,17 @@ class ReplayState(NamedTuple):
         return jax.tree.leaves(self.data)[0].shape[0]
 
 
-def example_transition(spec: EnvSpec) -> Transition:
+def example_transition(spec: EnvSpec, abstract: bool = False) -> Transition:
     """Zeros shaped like one transition of an env with ``spec`` (no batch axis).
 
     Float32 observations and rewards, int32 (discrete) or float32 actions, bool flags:
     the item :func:`init` and :func:`nbytes` take for a replay buffer of that env.
+    ``abstract``: ``jax.ShapeDtypeStruct``\\ s instead of arrays (no op runs).
     """
-    obs = jnp.zeros(spec.obs_shape, jnp.float32)
-    action = jnp.zeros(spec.action_shape, jnp.int32 if spec.discrete else jnp.float32)
-    return Transition(
-        obs, action, jnp.zeros((), jnp.float32), jnp.zeros((), bool), jnp.zeros((), bool), obs
-    )
+    zeros = jax.ShapeDtypeStruct if abstract else jnp.zeros
+    obs = zeros(spec.obs_shape, jnp.float32)
+    action = zeros(spec.action_shape, jnp.int32 if spec.discrete else jnp.float32)
+    return Transition(obs, action, zeros((), jnp.float32), zeros((), bool), zeros((), bool), obs)
 
 
 def init(example: PyTree, capacity: int) -> ReplayState:
@@ -53,7 +53,7 @@ def init(example: PyTree, capacity: int) -> ReplayState:
 
 def nbytes(example: PyTree, capacity: int) -> int:
     """Bytes :func:`init` will allocate for ``example`` items; computed without allocating."""
-    leaves = jax.tree.leaves(jax.eval_shape(lambda: example))
+    leaves = jax.tree.leaves(example)  # arrays or ShapeDtypeStructs: shapes and dtypes
     per_item = sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in leaves)
     return capacity * per_item + 8
 

@@ -27,8 +27,10 @@ import dataclasses
 import functools
 import math
 import os
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -48,7 +50,7 @@ from jaxspreeze import (
 )
 from jaxspreeze import config as config_lib
 from jaxspreeze import resume as resume_lib
-from jaxspreeze.compiles import CompileLog
+from jaxspreeze.compiles import CompileLog, process_started
 from jaxspreeze.config import RunConfig
 from jaxspreeze.envs import make_env
 from jaxspreeze.errors import HostEnvError, NonFiniteError, ProcessError
@@ -64,6 +66,7 @@ from jaxspreeze.iteration import TrainState
 from jaxspreeze.metrics import MetricsThread, Report
 from jaxspreeze.policy import save_policy
 from jaxspreeze.records import RecordBuilder, Work
+from jaxspreeze.schedules.base import abstract_on
 from jaxspreeze.sinks import Sink, make_sinks
 from jaxspreeze.stopping import GracefulStop
 from jaxspreeze.types import EnvSpec, Placement, Record
@@ -161,6 +164,7 @@ def train(
     ``summary`` only holds ``process_index``.
     """
     t_start = time.perf_counter()
+    before_train_s = time.time() - process_started()  # the command's start to this call
     main = distributed.is_main()  # process 0 (of a multi-process run) owns the output
     quiet = quiet or not main
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
@@ -181,7 +185,9 @@ def train(
                 for line in budget_warnings(setup.cfg, setup.schedule.env.spec) if main else []:
                     metrics.warn(line)
                 start = _start(setup, say, stop)
-            return _run(setup, start, t_start, say, quiet, sinks, save, stop, compile_log)
+            return _run(
+                setup, start, t_start, say, quiet, sinks, save, stop, compile_log, before_train_s
+            )
     finally:
         if setup is not None:
             setup.schedule.close()  # the host schedule's workers and envs
@@ -200,6 +206,7 @@ class _Started:
     steps: int  # env steps per seed so far
     compile_s: float
     history: list[Record]  # the records kept from before (a resumed run)
+    evaluate: Callable[[Any], EvalResult] | None = None  # compiled ahead (process 0)
 
 
 def _run(
@@ -212,6 +219,7 @@ def _run(
     save: bool,
     stop: GracefulStop | None,
     compile_log: CompileLog | None = None,
+    before_train_s: float | None = None,
 ) -> RunResult:
     """Run the chunks of a started run, then its final evaluation, summary and policy."""
     cfg, schedule, run = setup.cfg, setup.schedule, setup.run
@@ -233,7 +241,9 @@ def _run(
     wall_offset = _last_wall(start.history)
     builder = RecordBuilder(cfg.num_seeds, work, t_start, t_train, wall_offset=wall_offset)
     tripwire = Tripwire()
-    evaluator = _evaluator(cfg, schedule, metrics_thread, builder, report) if main else None
+    evaluator = (
+        _evaluator(schedule, start.evaluate, metrics_thread, builder, report) if main else None
+    )
     save_checkpoint = functools.partial(
         _save_checkpoint, run, cfg, tripwire, metrics_thread, distributed.layout(setup.placement)
     )
@@ -321,7 +331,7 @@ def _run(
             "train_s": train_s,
             "compile_s": start.compile_s,
         },
-        compiles=_compiles(compile_log, first_dispatch_s),
+        compiles=_compiles(compile_log, first_dispatch_s, before_train_s),
         work=work,
         chunks=chunks_run,
         schedule=schedule,
@@ -335,6 +345,7 @@ def _run(
     if save:
         save_policy(run.path, local(state.agent.actor))
     run.write_summary(summary)
+    say(_start_times_line(summary))
     say(f"run directory: {run.path}")
     say(stop.resume_hint(run.path, steps) if stop and stopped else _final_line(cfg, summary))
     return RunResult(run.path, summary, state, schedule)
@@ -353,15 +364,39 @@ def _host_env_note(latest: Path | None, run_dir: Path) -> str:
     )
 
 
-def _compiles(log: CompileLog | None, first_dispatch_s: float | None) -> Record | None:
-    """The summary's compile accounting: all of it, per program, and the time to start."""
+def _compiles(
+    log: CompileLog | None, first_dispatch_s: float | None, before_train_s: float | None = None
+) -> Record | None:
+    """The summary's compile accounting: all of it, per program, and the time to start.
+
+    ``first_chunk_dispatched_s`` counts from the call of :func:`train`,
+    ``command_to_first_chunk_s`` from the start of the process (the command: interpreter,
+    imports and argument parsing included), ``command_to_train_s`` the difference.
+    """
     if log is None:
         return None
+    from_command = None
+    if first_dispatch_s is not None and before_train_s is not None:
+        from_command = before_train_s + first_dispatch_s
     return {
         "compile_all_s": log.total_s(),
         "compile_programs_s": log.programs(),
         "first_chunk_dispatched_s": first_dispatch_s,
+        "command_to_first_chunk_s": from_command,
+        "command_to_train_s": before_train_s,
     }
+
+
+def _start_times_line(summary: Record) -> str:
+    """One console line: the command's start to the first chunk, and compiling in all."""
+    first = summary.get("command_to_first_chunk_s")
+    if first is None:
+        return f"  compiling in all {summary.get('compile_all_s') or 0:.1f}s"
+    return (
+        f"  first chunk dispatched {first:.1f}s after the command started "
+        f"({summary['command_to_train_s']:.1f}s before train()); compiling in all "
+        f"{summary['compile_all_s']:.1f}s (every program: see summary.json)"
+    )
 
 
 def _stop_at(stop: GracefulStop | None, chunk: int) -> str | None:
@@ -400,6 +435,7 @@ class _Setup:
     memory: dict[str, int]  # the memory estimate, checked against the devices
     schedule: schedules.Schedule
     run: rundir.RunDir
+    abstract: TrainState | None = None  # the state's shapes (the init trace), if known
 
 
 def _set_up(cfg: RunConfig, resume: str | Path | None, overwrite: bool) -> _Setup:
@@ -415,6 +451,8 @@ def _set_up(cfg: RunConfig, resume: str | Path | None, overwrite: bool) -> _Setu
     every step is agreed, so that when one process fails its setup all of them stop (the
     others with a ProcessError naming it).
     """
+    # first: a brax env built by the validation reuses the cache's directory
+    enable_compile_cache(cfg.compile_cache)
     cfg = config_lib.validate(cfg)
     if distributed.process_count() > 1:  # refuse processes started with different flags
         request = {
@@ -443,9 +481,12 @@ def _set_up(cfg: RunConfig, resume: str | Path | None, overwrite: bool) -> _Setu
                 if main:
                     rundir.check_new(run, overwrite)
                 cfg = dataclasses.replace(cfg, run_name=run.path.name)
-            estimate = memory.check_memory(cfg, placement)
-            enable_compile_cache(cfg.compile_cache)
+            cfg = config_lib.resolve(cfg)
             schedule = schedules.make(cfg, placement)
+            # the memory estimate reads the shapes of the init program's own trace (which
+            # init reuses); a data-parallel estimate is a shard's, traced apart
+            abstract = None if placement.data_parallel else schedule.init_abstract()
+            estimate = memory.check_memory(cfg, placement, state=abstract)
             if point is None and main:
                 run.start_new(cfg)
         except Exception as e:
@@ -459,7 +500,7 @@ def _set_up(cfg: RunConfig, resume: str | Path | None, overwrite: bool) -> _Setu
         else:
             run.release()
         raise
-    return _Setup(cfg, placement, point, estimate, schedule, run)
+    return _Setup(cfg, placement, point, estimate, schedule, run, abstract)
 
 
 def _start_line(setup: _Setup) -> str:
@@ -500,10 +541,18 @@ def _start(setup: _Setup, say: Callable[[str], None], stop: GracefulStop | None)
     is its run directory updated (records past the checkpoint dropped, config.json,
     resumes.jsonl). Returns the state (ready on the devices), the first chunk to run, the
     env steps per seed so far, the seconds spent compiling and the records kept.
+
+    Process 0's evaluation is compiled ahead of time on a thread beside the init, the
+    chunk's compile and the warm-up, and awaited before the first chunk: ``compile_s``
+    counts the chunk's compile and that wait; the first evaluation compiles nothing.
     """
     schedule, point, run = setup.schedule, setup.point, setup.run
     check = stop.check if stop is not None else (lambda: None)
+    main = distributed.is_main()
+    evaluating = _evaluate_ahead(setup, setup.abstract) if main and setup.abstract else None
     state = schedule.init()
+    if main and evaluating is None:
+        evaluating = _evaluate_ahead(setup, state)
     t_compile = time.perf_counter()
     schedule.compile(state)
     compile_s = time.perf_counter() - t_compile
@@ -511,7 +560,8 @@ def _start(setup: _Setup, say: Callable[[str], None], stop: GracefulStop | None)
     if point is None:
         state = jax.block_until_ready(schedule.warmup(state))
         check()
-        return _Started(state, 0, setup.cfg.warmup_steps, compile_s, [])
+        evaluate, waited = _await(evaluating)
+        return _Started(state, 0, setup.cfg.warmup_steps, compile_s + waited, [], evaluate)
     template = state
     state = resume_lib.restore(point, template)
     if point.hyperparameters_changed:
@@ -524,7 +574,47 @@ def _start(setup: _Setup, say: Callable[[str], None], stop: GracefulStop | None)
         history = run.commit_resume(setup.cfg, point.env_steps, _resume_entry(point), damaged)
     for line in _resumed(point):
         say(line)
-    return _Started(state, point.first_chunk, point.env_steps, compile_s, history)
+    evaluate, waited = _await(evaluating)
+    return _Started(
+        state, point.first_chunk, point.env_steps, compile_s + waited, history, evaluate
+    )
+
+
+def _evaluate_ahead(setup: _Setup, state: TrainState) -> Future:
+    """The run's evaluation (:func:`_make_evaluate`), compiling on a thread for actors
+    shaped like ``state``'s (arrays or abstract) on the eval device; the future gives it.
+
+    A failed compile is reported (the evaluation then compiles at its first call).
+    """
+    evaluate = _make_evaluate(setup.cfg, setup.schedule)
+    future: Future = Future()
+    compile_ahead = getattr(evaluate, "compile", None)
+    if compile_ahead is None:  # host envs: a loop of jitted policy calls
+        future.set_result(evaluate)
+        return future
+    actor_like = abstract_on(state.agent.actor, setup.schedule.placement.eval)
+
+    def work() -> None:
+        try:
+            compile_ahead(actor_like)
+        except Exception as e:
+            metrics.warn(
+                f"evaluation not compiled ahead ({type(e).__name__}: {e}); it compiles when "
+                "first called"
+            )
+        future.set_result(evaluate)
+
+    threading.Thread(target=work, name="jaxspreeze-eval-compile", daemon=True).start()
+    return future
+
+
+def _await(evaluating: Future | None) -> tuple[Callable[[Any], EvalResult] | None, float]:
+    """The evaluation compiled ahead (None if none) and the seconds waited for it."""
+    if evaluating is None:
+        return None, 0.0
+    t0 = time.perf_counter()
+    evaluate = evaluating.result()
+    return evaluate, time.perf_counter() - t0
 
 
 def _resume_entry(point: resume_lib.ResumePoint) -> Record:
@@ -554,26 +644,32 @@ def _sinks(
     )
 
 
+def _make_evaluate(cfg: RunConfig, schedule: schedules.Schedule) -> Callable[[Any], EvalResult]:
+    """``evaluate(actor)`` of every seed on the eval device (not compiled yet)."""
+    if schedule.host:  # host envs: a loop over envs built for each evaluation
+        return make_host_evaluate(
+            schedule.algo.act, cfg.env, cfg.eval_episodes, seed=cfg.seed + 10_000
+        )
+    eval_env = make_env(cfg.env, cfg.eval_episodes)
+    keys = jax.random.split(jax.random.key(cfg.seed + 10_000), cfg.num_seeds)
+    device = schedule.placement.eval
+    return make_seed_evaluate(schedule.algo.act, eval_env, jax.device_put(keys, device))
+
+
 def _evaluator(
-    cfg: RunConfig,
     schedule: schedules.Schedule,
+    evaluate: Callable[[Any], EvalResult] | None,
     metrics_thread: MetricsThread,
     builder: RecordBuilder,
     report: Report,
 ) -> Evaluator:
-    """The evaluator thread, on the eval device; its results go to the metrics thread."""
-    device = schedule.placement.eval
-    if schedule.host:  # host envs: a loop over envs built for each evaluation
-        evaluate = make_host_evaluate(
-            schedule.algo.act, cfg.env, cfg.eval_episodes, seed=cfg.seed + 10_000
-        )
-    else:
-        eval_env = make_env(cfg.env, cfg.eval_episodes)
-        keys = jax.random.split(jax.random.key(cfg.seed + 10_000), cfg.num_seeds)
-        evaluate = make_seed_evaluate(schedule.algo.act, eval_env, jax.device_put(keys, device))
+    """The evaluator thread, on the eval device, running ``evaluate`` (compiled ahead by
+    :func:`_start`, else made here); its results go to the metrics thread."""
+    if evaluate is None:
+        evaluate = _make_evaluate(schedule.cfg, schedule)
     return Evaluator(
         evaluate,
-        device=device,
+        device=schedule.placement.eval,
         on_result=functools.partial(_eval_record, metrics_thread, builder),
         report=report,
     )

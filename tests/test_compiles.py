@@ -3,11 +3,13 @@ the summary of a run reporting them all."""
 
 from __future__ import annotations
 
+import time
+
 import jax
 import jax.numpy as jnp
 import pytest
 
-from jaxspreeze.compiles import BACKEND, TRACE, CompileLog
+from jaxspreeze.compiles import BACKEND, LOWER, TRACE, CompileLog
 
 
 def test_total_is_the_union_of_the_intervals():
@@ -46,11 +48,57 @@ def test_the_log_sees_every_program_while_open():
 
 
 def test_the_summary_reports_all_compiles(tiny_cfg):
+    """Every program in the summary; the evaluation compiled once, ahead of time, before
+    the first chunk (its first call compiles nothing); init traced once (the memory
+    estimate reads its trace); the start timed from the command."""
     from jaxspreeze.trainer import train
 
-    summary = train(tiny_cfg, quiet=True, save=False).summary
+    t0 = time.time()
+    with CompileLog() as log:
+        summary = train(tiny_cfg, quiet=True, save=False).summary
     programs = summary["compile_programs_s"]
     assert any("chunk" in name for name in programs), programs
     assert len(programs) >= 3  # more than the chunk: init, warm-up, evaluation...
     assert summary["compile_all_s"] >= max(programs.values())
     assert 0 < summary["first_chunk_dispatched_s"] < summary["wall_s"]
+    # from the process's start: before train() was called (this test's own start)
+    assert summary["command_to_train_s"] > 0
+    assert summary["command_to_first_chunk_s"] == pytest.approx(
+        summary["command_to_train_s"] + summary["first_chunk_dispatched_s"]
+    )
+    # the evaluation: one trace, one compile, both before the first chunk was dispatched
+    # (t0 + first_chunk_dispatched_s is earlier than the dispatch itself)
+    first_chunk = t0 + summary["first_chunk_dispatched_s"]
+    evals = [(event, end) for event, name, _, end in log.spans if "evaluate" in name]
+    assert sorted(e for e, _ in evals) == sorted([TRACE, LOWER, BACKEND]), evals
+    assert all(end < first_chunk for _, end in evals)
+    assert summary["evaluations_done"] >= 1  # ... and it ran, without compiling again
+    # the init program is traced once: the memory estimate used that trace's shapes
+    assert [name for event, name, _, _ in log.spans if event == TRACE].count("init") == 1
+
+
+def test_the_memory_estimate_never_traces_the_env(tiny_cfg, monkeypatch):
+    """Given the init trace's shapes the estimate traces nothing (neither env step nor
+    reset); on its own it traces the reset and the networks' init, never the step."""
+    from jaxspreeze import devices, memory, schedules
+    from jaxspreeze.config import resolve
+    from jaxspreeze.envs import VecEnv
+
+    calls = {"step": 0, "reset": 0}
+    for method in calls:
+        real = getattr(VecEnv, method)
+
+        def counted(self, *args, _real=real, _name=method):
+            calls[_name] += 1
+            return _real(self, *args)
+
+        monkeypatch.setattr(VecEnv, method, counted)
+    cfg = resolve(tiny_cfg)
+    schedule = schedules.make(cfg, devices.single())
+    abstract = schedule.init_abstract()  # the init program's trace (the run needs it)
+    assert calls == {"step": 0, "reset": 1}
+    with CompileLog() as log:
+        est = memory.check_memory(cfg, devices.single(), state=abstract)
+    assert calls == {"step": 0, "reset": 1} and log.spans == []  # nothing traced
+    assert est == memory.estimate_memory(cfg)  # the same figures as tracing its own
+    assert calls["step"] == 0

@@ -3,6 +3,12 @@
 brax's own AutoResetWrapper returns each env to a cached first state and drops the final
 observation; here new episodes start from freshly drawn ``env.reset`` states (a new
 target for reacher, a new object position for pusher) and ``final_obs`` is kept.
+
+The observation size is read from the abstract shape of the jitted reset the run uses
+anyway (``jax.eval_shape``: one trace, reused by every program), not from brax's
+``env.observation_size``, which resets the env eagerly: hundreds of ops, each compiled on
+its own (halfcheetah: about 50 distinct programs, tens of seconds on a CPU, too small for
+the persistent compilation cache).
 """
 
 from __future__ import annotations
@@ -51,19 +57,22 @@ def make(env_name: str) -> EnvParts:
     from brax import envs as brax_envs  # lazy: brax is heavy to import
 
     env = brax_envs.get_environment(env_name)
+
+    @jax.jit
+    def reset(key: jax.Array):
+        state = env.reset(key)
+        return state.obs, state
+
+    obs = jax.eval_shape(lambda: reset(jax.random.key(0))[0])  # one trace, for every program
     spec = EnvSpec(
         f"{PREFIX}/{env_name}",
-        (env.observation_size,),
+        obs.shape,
         False,
         env.action_size,
         (-1.0,) * env.action_size,
         (1.0,) * env.action_size,
         EPISODE_LENGTH,
     )
-
-    def reset(key: jax.Array):
-        state = env.reset(key)
-        return state.obs, state
 
     def step(state, action: jax.Array):
         nxt = env.step(state, action)

@@ -85,9 +85,12 @@ class Schedule(ABC):
         return self.place(self._init(self._keys(seed)))
 
     def init_abstract(self) -> TrainState:
-        """The shapes and dtypes of :meth:`init`'s state; nothing is allocated."""
+        """The shapes and dtypes of :meth:`init`'s state; nothing is allocated.
+
+        The init program's own trace: its first call reuses it (one trace of the reset and
+        the networks' init, shared with the memory estimate)."""
         keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), self.cfg.num_seeds))
-        return jax.eval_shape(jax.vmap(self.per_seed.init), keys)
+        return self._init.eval_shape(keys)
 
     def place(self, state: TrainState) -> TrainState:
         """Commit each part of ``state`` to its device."""
