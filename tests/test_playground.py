@@ -22,6 +22,7 @@ from jaxspreeze.cli.train import parse_train_args
 from jaxspreeze.envs import VecEnv, available_envs, check_env_name, env_spec, make_env
 from jaxspreeze.envs import playground as pg_family
 from jaxspreeze.errors import UnknownEnvError
+from jaxspreeze.trainer import train
 
 HAVE_PLAYGROUND = importlib.util.find_spec("mujoco_playground") is not None
 needs_playground = pytest.mark.skipif(
@@ -262,3 +263,20 @@ def test_missing_playground_gives_the_install_command(monkeypatch, capsys, tmp_p
     assert not any(n.startswith("playground/") for n in available_envs())
     code = main(["train", "--env", "playground/CartpoleBalance", "--logdir", str(tmp_path)])
     assert code == 2 and 'pip install "jaxspreeze[playground]"' in capsys.readouterr().err
+
+
+@needs_playground
+@pytest.mark.slow  # ~200k env steps of MJX physics: about two minutes on 2 CPU cores
+def test_ppo_defaults_learn_cartpole_balance(tmp_path):
+    """PPO with its defaults on playground/CartpoleBalance balances the pole: the final
+    evaluation is >= 900 after 200k env steps (measured: 999.7; 317 after 61k)."""
+    cfg = config.RunConfig(
+        algo="ppo",
+        env="playground/CartpoleBalance",
+        total_steps=200_000,
+        logdir=str(tmp_path),
+        run_name="ppo-cartpole-balance",
+        sinks=("jsonl",),
+    )
+    summary = train(cfg, quiet=True).summary
+    assert summary["final_eval_return"] >= 900, summary["final_eval_return"]
