@@ -120,7 +120,7 @@ def measure(name: str, num_envs: int, steps: int, rounds: int) -> dict:
     spec = lib.spec
     reset, step = raw_functions(lib)
     r1, s1 = first_state_reset(reset, step, spec.max_episode_steps)
-    r2, s2 = auto_reset(reset, step, spec.max_episode_steps, refresh_every=1)
+    r2, s2, _ = auto_reset(reset, step, spec.max_episode_steps, refresh_every=1)
     variants = {
         "first": VecEnv(spec, num_envs, r1, jax.vmap(s1)),
         "every": VecEnv(spec, num_envs, r2, s2),

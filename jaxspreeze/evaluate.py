@@ -39,7 +39,8 @@ def make_evaluate(
     """``evaluate(actor, key)``: one deterministic episode in each of ``env.num_envs`` envs.
 
     Each env's first finished episode counts; the scan runs ``max_steps`` (default: the
-    env's time limit) so every episode ends.
+    env's time limit) so every episode ends. Envs are stepped without resets
+    (:meth:`VecEnv.step_no_reset`): the program holds no initial-state draw in its step.
     """
     steps = max_steps or env.spec.max_episode_steps
 
@@ -53,7 +54,7 @@ def make_evaluate(
             obs, env_state, finished, ret, length = carry
             k_act, k_env = jax.random.split(key)
             action = act(actor, obs, k_act, True)
-            obs, env_state, reward, term, trunc, _ = env.step(k_env, env_state, action)
+            obs, env_state, reward, term, trunc, _ = env.step_no_reset(k_env, env_state, action)
             live = ~finished
             ret = ret + jnp.where(live, reward, 0.0)
             length = length + live.astype(jnp.int32)

@@ -29,11 +29,19 @@ def _toy_env(num_envs: int, max_steps: int, refresh_every: int, fall_at: float =
         return state, state, -jnp.abs(state[1] - state[0]), state[1] > fall_at
 
     spec = EnvSpec("toy/goal", (2,), False, 1, (-1.0,), (1.0,), max_steps)
-    return VecEnv(spec, num_envs, *auto_reset(reset, step, max_steps, refresh_every))
+    parts = auto_reset(reset, step, max_steps, refresh_every)
+    return VecEnv(
+        spec,
+        num_envs,
+        parts.reset_one,
+        parts.step_batch,
+        step_batch_no_reset=parts.step_batch_no_reset,
+    )
 
 
-def _rollout(env: VecEnv, steps: int, action: float, seed: int = 0):
+def _rollout(env: VecEnv, steps: int, action: float, seed: int = 0, resets: bool = True):
     """A jitted rollout at a constant action: ``(obs before each step, *step outputs)``."""
+    step = env.step if resets else env.step_no_reset
 
     def run(key):
         k_reset, k_run = jax.random.split(key)
@@ -41,7 +49,7 @@ def _rollout(env: VecEnv, steps: int, action: float, seed: int = 0):
 
         def body(carry, k):
             obs, state = carry
-            out = env.step(k, state, jnp.full((env.num_envs, 1), action))
+            out = step(k, state, jnp.full((env.num_envs, 1), action))
             return out[:2], (obs, *out)
 
         return jax.lax.scan(body, (obs, state), jax.random.split(k_run, steps))[1]
@@ -78,6 +86,43 @@ def test_termination_and_truncation_are_separate():
     np.testing.assert_allclose(final_obs[5, :, 1], 0.6, rtol=1e-5)
     np.testing.assert_allclose(obs[6, :, 1], 0.0)
     assert (state.last_length[5] == 6).all() and (state.episodes[-1] == 5).all()
+
+
+def test_step_without_resets_goes_on_from_the_last_state():
+    """Evaluation's step: the first episode is the same as with resets; then no new
+    episode starts (the position keeps walking past the termination point)."""
+    env = _toy_env(num_envs=2, max_steps=30, refresh_every=16, fall_at=0.55)
+    with_resets = _rollout(env, 12, 0.1)
+    without = _rollout(env, 12, 0.1, resets=False)
+    # up to and including the step that ends it (index 5; only the next obs differs there)
+    for i in (0, 3, 4, 5, 6):  # obs before, reward, terminated, truncated, final obs
+        np.testing.assert_array_equal(with_resets[i][:6], without[i][:6])
+    np.testing.assert_array_equal(with_resets[1][:5], without[1][:5])
+    obs, _, state, reward, term, trunc, _ = without
+    for i in range(2):
+        np.testing.assert_allclose(obs[6:, i, 1], 0.6 + 0.1 * np.arange(6), rtol=1e-5)
+    assert term[5:].all() and not term[:5].any() and not trunc.any()
+
+
+def test_evaluation_program_draws_no_initial_states():
+    """The evaluation's scan body holds the env's step only: no reset is traced into it
+    (a training rollout's step holds one: it draws the next episodes' initial states)."""
+    from jaxspreeze.evaluate import make_evaluate
+
+    env = _toy_env(num_envs=4, max_steps=10, refresh_every=2)
+    act = lambda actor, obs, key, deterministic: jnp.zeros((obs.shape[0], 1))
+    jaxpr = jax.make_jaxpr(make_evaluate(act, env))(None, jax.random.key(0))
+    (scan,) = [e for e in jaxpr.eqns if e.primitive.name == "scan"]
+    assert "name=reset" in str(jaxpr) and "name=step" in str(scan.params["jaxpr"])
+    assert "name=reset" not in str(scan.params["jaxpr"])
+    # the same check sees the draw in a training step
+    train = jax.make_jaxpr(lambda k: _rollout_jaxpr_probe(env, k))(jax.random.key(0))
+    assert "name=reset" in str(train)
+
+
+def _rollout_jaxpr_probe(env: VecEnv, key):
+    obs, state = env.reset(key)
+    return env.step(key, state, jnp.zeros((env.num_envs, 1)))
 
 
 def test_brax_reacher_targets_change_across_episodes(monkeypatch):

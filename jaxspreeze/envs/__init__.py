@@ -114,8 +114,7 @@ def make_env(name: str, num_envs: int) -> VecEnv:
     """
     if is_host_env(name):
         return host_placeholder(env_spec(name), num_envs)
-    spec, reset_one, step_batch, render_state = _parts(name)
-    return VecEnv(spec, num_envs, reset_one, step_batch, render_state)
+    return VecEnv.from_parts(_parts(name), num_envs)
 
 
 def host_placeholder(spec: EnvSpec, num_envs: int) -> VecEnv:

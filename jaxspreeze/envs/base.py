@@ -52,6 +52,8 @@ class EnvParts(NamedTuple):
     reset_one: ResetOne
     step_batch: StepBatch
     render_state: Any = None  # the library's env object(s), kept for renderers
+    # the step without new episodes (evaluation; see VecEnv.step_no_reset); None: step_batch
+    step_batch_no_reset: StepBatch | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,6 +67,19 @@ class VecEnv:
         StepBatch  # all envs: (keys, inner, action) -> (obs, inner, reward, term, trunc, final_obs)
     )
     render_state: Any = None  # the library's env object(s), kept for renderers
+    step_batch_no_reset: StepBatch | None = None  # None: step_batch (see step_no_reset)
+
+    @classmethod
+    def from_parts(cls, parts: EnvParts, num_envs: int) -> VecEnv:
+        """``num_envs`` copies of the env a family built."""
+        return cls(
+            parts.spec,
+            num_envs,
+            parts.reset_one,
+            parts.step_batch,
+            parts.render_state,
+            parts.step_batch_no_reset,
+        )
 
     def reset(self, key: jax.Array) -> tuple[jax.Array, EnvState]:
         """Reset all envs: ``obs [N, *obs_shape]`` and a fresh :class:`EnvState`."""
@@ -75,8 +90,23 @@ class VecEnv:
 
     def step(self, key: jax.Array, state: EnvState, action: jax.Array) -> StepOut:
         """Step all envs (auto-reset inside); see the module docstring for the outputs."""
+        return self._step(self.step_batch, key, state, action)
+
+    def step_no_reset(self, key: jax.Array, state: EnvState, action: jax.Array) -> StepOut:
+        """Step all envs without starting new episodes (for evaluation, which counts each
+        env's first episode): after an env's episode ends its outputs mean nothing.
+
+        For a family reset by :func:`auto_reset` the program then holds no reset (fewer
+        ops to compile: no fresh initial states are drawn); a library that resets by
+        itself (gymnax) steps as :meth:`step`.
+        """
+        return self._step(self.step_batch_no_reset or self.step_batch, key, state, action)
+
+    def _step(
+        self, step_batch: StepBatch, key: jax.Array, state: EnvState, action: jax.Array
+    ) -> StepOut:
         keys = jax.random.split(key, self.num_envs)
-        obs, inner, reward, terminated, truncated, final_obs = self.step_batch(
+        obs, inner, reward, terminated, truncated, final_obs = step_batch(
             keys, state.inner, action
         )
         reward = reward.astype(jnp.float32)
@@ -124,9 +154,17 @@ RawReset = Callable[[jax.Array], tuple[jax.Array, PyTree]]  # key -> (obs, state
 RawStep = Callable[[PyTree, jax.Array], tuple]  # (state, action) -> (obs, state, reward, term)
 
 
+class AutoReset(NamedTuple):
+    """What :func:`auto_reset` builds: the reset, the step, and the step without resets."""
+
+    reset_one: ResetOne
+    step_batch: StepBatch
+    step_batch_no_reset: StepBatch
+
+
 def auto_reset(
     reset: RawReset, step: RawStep, max_steps: int, refresh_every: int = REFRESH_EVERY
-) -> tuple[ResetOne, StepBatch]:
+) -> AutoReset:
     """``reset_one``/``step_batch`` with a time limit and resets that explore.
 
     ``reset(key)`` samples an initial state; ``step`` is the library's step without any
@@ -140,6 +178,11 @@ def auto_reset(
     used before; shorter ones may share their env's previous start. ``refresh_every=1``
     draws for every env at every step. ``final_obs`` is the observation the last action
     led to, before the reset.
+
+    ``step_batch_no_reset`` steps without any of this (no draw, no reset: an episode that
+    ended goes on from its last state, its outputs meaningless): what evaluation uses,
+    since it counts each env's first episode, so its program holds no reset inside the
+    step. The time limit still reports ``truncated``.
 
     ``reset`` and ``step`` are wrapped in ``jax.jit``: every program that uses them (init,
     warm-up, chunk, evaluation) reuses one trace per shape, and within a program the two
@@ -182,4 +225,11 @@ def auto_reset(
         inner = ResetInner(state, jnp.where(done, 0, steps), start, start_obs, clock)
         return next_obs, inner, reward, terminated, truncated, obs
 
-    return reset_one, step_batch
+    def step_batch_no_reset(keys: jax.Array, inner: ResetInner, action: jax.Array) -> tuple:
+        del keys  # nothing is drawn
+        obs, state, reward, terminated = jax.vmap(step)(inner.state, action)
+        steps = inner.steps + 1
+        inner = inner._replace(state=state, steps=steps, clock=inner.clock + 1)
+        return obs, inner, reward, jnp.asarray(terminated, bool), steps >= max_steps, obs
+
+    return AutoReset(reset_one, step_batch, step_batch_no_reset)

@@ -78,5 +78,5 @@ def make(env_name: str) -> EnvParts:
         nxt = env.step(state, action)
         return nxt.obs, nxt.replace(done=jnp.zeros_like(nxt.done)), nxt.reward, nxt.done > 0.5
 
-    reset_one, step_batch = auto_reset(reset, step, EPISODE_LENGTH)
-    return EnvParts(spec, reset_one, step_batch, env)
+    reset_one, step_batch, step_batch_no_reset = auto_reset(reset, step, EPISODE_LENGTH)
+    return EnvParts(spec, reset_one, step_batch, env, step_batch_no_reset)

@@ -172,5 +172,5 @@ def from_env(env: Any, name: str, obs_key: str = OBS_KEY) -> EnvParts:
             terminated,
         )
 
-    reset_one, step_batch = auto_reset(reset, step, max_steps)
-    return EnvParts(spec, reset_one, step_batch, env)
+    reset_one, step_batch, step_batch_no_reset = auto_reset(reset, step, max_steps)
+    return EnvParts(spec, reset_one, step_batch, env, step_batch_no_reset)

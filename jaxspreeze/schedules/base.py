@@ -7,9 +7,12 @@ the subclasses differ in how one chunk of K iterations reaches the devices.
 from __future__ import annotations
 
 import math
+import threading
 from abc import ABC, abstractmethod
+from collections.abc import Callable
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -33,6 +36,22 @@ def chunking(cfg: RunConfig) -> tuple[int, int]:
     n = max(cfg.num_iterations, 1)
     num_chunks = math.ceil(n / cfg.chunk_iterations)
     return math.ceil(n / num_chunks), num_chunks
+
+
+def compile_beside(fn: Callable[..., None], *args: Any) -> Future:
+    """Run ``fn(*args)`` (a lowering and compile) on a thread; the future gives its end."""
+    future: Future = Future()
+
+    def work() -> None:
+        try:
+            fn(*args)
+        except BaseException as e:  # handed to whoever waits on the future
+            future.set_exception(e)
+        else:
+            future.set_result(None)
+
+    threading.Thread(target=work, name="jaxspreeze-compile", daemon=True).start()
+    return future
 
 
 def abstract_on(tree: PyTree, device: jax.Device) -> PyTree:
@@ -130,3 +149,32 @@ class Schedule(ABC):
     @abstractmethod
     def chunk(self, state: TrainState) -> tuple[TrainState, Metrics]:
         """Run one chunk of K iterations; returns the new state and the metrics ``[K, S]``."""
+
+
+class DeviceSchedule(Schedule):
+    """A schedule whose envs step on the devices: a warm-up program and a chunk program."""
+
+    def compile(self, state: TrainState) -> None:
+        """Ahead-of-time compile the chunk and the warm-up for ``state``'s shapes.
+
+        The warm-up compiles on a thread beside the chunk (XLA compiles without the GIL:
+        on a machine with two cores or more the two overlap; the programs are the same).
+        """
+        if not self._warms_up():
+            self._compile_chunk(state)
+            return
+        warmup = compile_beside(self._compile_warmup, state)
+        try:
+            self._compile_chunk(state)
+        except BaseException:
+            wait([warmup])  # no thread left compiling; the chunk's error is the one raised
+            raise
+        warmup.result()  # the warm-up's error, if any, is raised here
+
+    @abstractmethod
+    def _compile_chunk(self, state: TrainState) -> None:
+        """Ahead-of-time compile the chunk's program(s) for ``state``'s shapes."""
+
+    @abstractmethod
+    def _compile_warmup(self, state: TrainState) -> None:
+        """Ahead-of-time compile the warm-up's program(s) for ``state``'s shapes."""

@@ -44,7 +44,7 @@ from jaxspreeze.algos.base import AgentState, Algorithm
 from jaxspreeze.envs import VecEnv, make_env
 from jaxspreeze.errors import ConfigError, PlacementError
 from jaxspreeze.iteration import Iteration, Metrics, Shards, TrainState, reduce_metrics
-from jaxspreeze.schedules.base import Schedule, chunking
+from jaxspreeze.schedules.base import DeviceSchedule, chunking
 from jaxspreeze.types import DATA_AXIS, PyTree
 
 LOCAL_AXIS = "local"  # the vmapped axis of the shards one device carries (shards > devices)
@@ -173,7 +173,7 @@ def _fingerprint(tree: PyTree) -> jax.Array:
 
 
 @dataclass(eq=False)
-class DataParallel(Schedule):
+class DataParallel(DeviceSchedule):
     """The fused chunk over every device of ``placement.mesh``, gradients averaged.
 
     ``shards``: data-parallel shards (default: one per device; a multiple of the
@@ -331,10 +331,7 @@ class DataParallel(Schedule):
         fn = jax.jit(self._sharded(self._shard_warmup), donate_argnums=0)
         self._warmup = fn.lower(state).compile()
 
-    def compile(self, state: TrainState) -> None:
-        """Ahead-of-time compile the chunk (and the warm-up) for ``state``'s shapes."""
-        if self._warms_up():
-            self._compile_warmup(state)
+    def _compile_chunk(self, state: TrainState) -> None:
         fn = jax.jit(self._sharded(self._shard_chunk, metrics_out=True), donate_argnums=0)
         self._chunk = fn.lower(state).compile()
 

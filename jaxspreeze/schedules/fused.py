@@ -14,11 +14,11 @@ from typing import Any
 import jax
 
 from jaxspreeze.iteration import Metrics, TrainState
-from jaxspreeze.schedules.base import Schedule
+from jaxspreeze.schedules.base import DeviceSchedule
 
 
 @dataclass(eq=False)
-class Fused(Schedule):
+class Fused(DeviceSchedule):
     """All of a run on one device: one compiled program per chunk of K iterations."""
 
     def __post_init__(self) -> None:
@@ -43,10 +43,7 @@ class Fused(Schedule):
             self._compile_warmup(state)
         return self._warmup(state)
 
-    def compile(self, state: TrainState) -> None:
-        """Ahead-of-time compile the chunk (and the warm-up) for ``state``'s shapes."""
-        if self._warms_up():
-            self._compile_warmup(state)
+    def _compile_chunk(self, state: TrainState) -> None:
         self._chunk = jax.jit(self.fused_chunk, donate_argnums=0).lower(state).compile()
 
     def chunk(self, state: TrainState) -> tuple[TrainState, Metrics]:

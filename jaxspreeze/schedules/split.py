@@ -26,7 +26,7 @@ from jaxspreeze import replay, transfer
 from jaxspreeze.algos.base import AgentState
 from jaxspreeze.iteration import Metrics, TrainState
 from jaxspreeze.rollout import EnvCarry
-from jaxspreeze.schedules.base import Schedule, abstract_on
+from jaxspreeze.schedules.base import DeviceSchedule, abstract_on
 from jaxspreeze.types import PyTree
 
 ACTOR, CRITIC = "actor", "critic"  # the two sides
@@ -74,7 +74,7 @@ def _stack_metrics(ms: list[Metrics]) -> Metrics:
 
 
 @dataclass(eq=False)
-class Split(Schedule):
+class Split(DeviceSchedule):
     """The actor side on ``placement.actor``, the critic side on ``placement.critic``."""
 
     split: ClassVar[bool] = True
@@ -227,10 +227,8 @@ class Split(Schedule):
         return jax.device_put(tree, self.placement.actor)
 
     # ------------------------------------------------------------ compile and dispatch
-    def compile(self, state: TrainState) -> None:
-        """Ahead-of-time compile every piece (and the warm-up) for ``state``'s shapes."""
-        if self._warms_up():
-            self._compile_warmup(state)
+    def _compile_chunk(self, state: TrainState) -> None:
+        """Ahead-of-time compile every piece of the chunk for ``state``'s shapes."""
         s, low = state, self._lower
         collect = low(
             self.split_collect, ACTOR,
