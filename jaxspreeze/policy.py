@@ -47,7 +47,7 @@ def save_policy(run_dir: str | Path, actor: PyTree) -> Path:
 def make_algorithm(cfg: RunConfig) -> Algorithm:
     """The run's algorithm bound to its env spec (no compile)."""
     cfg = config_lib.resolve(cfg)
-    return algos.get(cfg.algo).make(cfg.algo_config, env_spec(cfg.env), cfg)
+    return algos.get(cfg.algo).make(cfg.algo_config, env_spec(cfg.env, cfg.obs_keys), cfg)
 
 
 def load_policy(run_dir: str | Path) -> Policy:
