@@ -203,9 +203,7 @@ class DictObsCartpole:
 def test_real_dict_observations_final_obs_on_termination_and_truncation():
     wrapped = DictObsCartpole(pg_family.load_env("CartpoleBalance"))
     parts = pg_family.from_env(wrapped, "test/DictCartpole")
-    privileged = pg_family.from_env(
-        wrapped, "test/DictCartpole", ObsKeys(actor="privileged_state")
-    )
+    privileged = pg_family.from_env(wrapped, "test/DictCartpole", ObsKeys(actor="privileged_state"))
     assert parts.spec.obs_shape == (5,) and privileged.spec.obs_shape == (7,)
     env = VecEnv(parts.spec, 2, parts.reset_one, parts.step_batch)
     # env 0 pushes the cart out (terminated), env 1 does nothing (truncated at 40 steps)
