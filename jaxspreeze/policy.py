@@ -2,6 +2,9 @@
 
 A small, separate format for rendering and evaluating a finished run: the actor side of
 every seed (leaves ``[S, ...]``). Full resumable checkpoints are a different module.
+The policy acts on the observation of the run's env built with the run's observation
+keys (``make_env(cfg.env, n, cfg.obs_keys)``); with asymmetric keys it reads only the
+actor's columns of it.
 """
 
 from __future__ import annotations

@@ -18,12 +18,14 @@ import pytest
 from test_playground import PointMass
 
 from jaxspreeze import algos, config, envs, networks, resume
+from jaxspreeze.checkpoint import evaluate_checkpoint
 from jaxspreeze.cli import main
 from jaxspreeze.envs import VecEnv
 from jaxspreeze.envs import playground as pg_family
 from jaxspreeze.errors import ConfigError
 from jaxspreeze.evaluate import make_evaluate
 from jaxspreeze.policy import load_policy
+from jaxspreeze.render import rollout_episode
 from jaxspreeze.trainer import train
 from jaxspreeze.types import ObsKeys
 
@@ -181,6 +183,11 @@ def test_sac_trains_asymmetric_and_its_policy_sees_only_the_actor_key(standins, 
     assert env.spec.obs_shape == (4,)
     got = jax.jit(make_evaluate(policy.algo.act, env))(policy.seed(0), jax.random.key(0))
     assert np.isfinite(got.return_mean)
+    # jaxspreeze eval (the checkpoint's actor) and the rendered episode build the same env
+    evaluated = evaluate_checkpoint(result.run_dir, episodes=2)
+    assert np.isfinite(evaluated["return_mean"]).all()
+    _, length, _ = rollout_episode(policy, max_steps=25)
+    assert 1 <= length <= 25
     # a resume that reads other keys is refused, naming the field, before anything runs
     with pytest.raises(ConfigError, match="critic_obs_key 'privileged_state' -> ''") as e:
         train(cfg.replace(critic_obs_key="", total_steps=1200), quiet=True, resume=result.run_dir)
