@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from test_playground import PointMass
+from test_split import run_worker
 
 from jaxspreeze import algos, config, envs, networks, resume
 from jaxspreeze.checkpoint import evaluate_checkpoint
@@ -45,14 +46,18 @@ class FlatPointMass(PointMass):
 STANDINS = {"TestPointMass": PointMass, "TestFlatPointMass": FlatPointMass}
 
 
+def register_standins(setattr_=setattr) -> None:
+    """Make ``playground/TestPointMass`` and ``playground/TestFlatPointMass`` load as tasks
+    (``setattr_``: ``monkeypatch.setattr`` in a test, plain ``setattr`` in a worker)."""
+    check, load = pg_family.check, pg_family.load_env
+    setattr_(pg_family, "check", lambda n: None if n in STANDINS else check(n))
+    setattr_(pg_family, "load_env", lambda n: STANDINS[n]() if n in STANDINS else load(n))
+
+
 @pytest.fixture
 def standins(monkeypatch):
-    """``playground/TestPointMass`` and ``playground/TestFlatPointMass`` load as tasks."""
-    check, load = pg_family.check, pg_family.load_env
-    monkeypatch.setattr(pg_family, "check", lambda n: None if n in STANDINS else check(n))
-    monkeypatch.setattr(
-        pg_family, "load_env", lambda n: STANDINS[n]() if n in STANDINS else load(n)
-    )
+    """The stand-ins registered for one test."""
+    register_standins(monkeypatch.setattr)
 
 
 def _first_layer_width(params) -> int:
@@ -211,6 +216,17 @@ def test_ppo_trains_asymmetric_from_the_cli(standins, tmp_path):
     assert _first_layer_width(policy.actor) == 3  # the privileged state, 3 columns
     spec = envs.env_spec("playground/TestPointMass", policy.cfg.obs_keys)
     assert spec.actor_obs == (0, 3) and spec.critic_obs == (3, 4)
+
+
+@pytest.mark.slow  # single and split, SAC and PPO, in a subprocess: ~5 min on 2 busy cores
+def test_split_equals_single_with_asymmetric_keys():
+    """The device split (two fake CPU devices, split_worker.py) runs the sliced networks
+    unchanged: SAC (2 seeds) and PPO end bitwise equal to the single-device run."""
+    found = run_worker("asym", "sac", "ppo", timeout=900)
+    for name in ("sac", "ppo"):
+        assert found[name]["state"]["bitwise"], found[name]["state"]
+        assert found[name]["metrics"]["bitwise"], found[name]["metrics"]
+    assert found["obs_shape"] == [4] and found["actor_obs"] == [0, 1]
 
 
 # ---------------------------------------------------------------- bad input
