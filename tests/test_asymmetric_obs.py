@@ -115,38 +115,44 @@ def test_each_network_reads_only_its_columns(algo, standins):
             algo=algo, env="playground/TestPointMass", critic_obs_key="privileged_state"
         )
     )
-    agent = algos.get(algo).make(cfg.algo_config, spec, cfg).init(jax.random.key(0))
+    algorithm = algos.get(algo).make(cfg.algo_config, spec, cfg)
+    agent = jax.jit(algorithm.init)(jax.random.key(0))
     action_in = 0 if algos.get(algo).on_policy else spec.action_dim  # Q(s, a) reads a too
     assert _first_layer_width(agent.actor.params) == 1
     assert _first_layer_width(agent.critic.params) == 3 + action_in
-    act = algos.get(algo).make(cfg.algo_config, spec, cfg).act
     obs = jax.random.normal(jax.random.key(1), (5, 4))
-    moved = obs.at[:, 1:].set(100.0)  # only the critic's columns change
-    key = jax.random.key(2)
-    np.testing.assert_array_equal(
-        act(agent.actor, obs, key, True), act(agent.actor, moved, key, True)
-    )
-    assert not np.allclose(
-        act(agent.actor, obs, key, True), act(agent.actor, obs.at[:, 0].add(3.0), key, True)
-    )
+    # as is; only the critic's columns moved; the actor's column moved
+    variants = jnp.stack([obs, obs.at[:, 1:].set(100.0), obs.at[:, 0].add(3.0)])
+    # one compiled program run on each (under vmap the rows' rounding could differ)
+    act = jax.jit(lambda o: algorithm.act(agent.actor, o, jax.random.key(2), True))
+    same, critic_moved, actor_moved = (act(o) for o in variants)
+    np.testing.assert_array_equal(same, critic_moved)
+    assert not np.allclose(same, actor_moved)
 
 
 def test_critic_and_discrete_policy_networks_slice_their_columns():
     obs = jax.random.normal(jax.random.key(0), (6, 5))
-    actor_moved = obs.at[:, :2].add(5.0)
-    critic_moved = obs.at[:, 2:].add(5.0)
+    # as is; the actor's columns (0, 2) moved; the critic's (2, 5) moved
+    variants = jnp.stack([obs, obs.at[:, :2].add(5.0), obs.at[:, 2:].add(5.0)])
     action = jnp.zeros((6, 1))
     q = networks.QEnsemble((8,), 2, obs_cols=(2, 5))
     v = networks.ValueNet((8,), obs_cols=(2, 5))
     pi = networks.CategoricalActor((8,), 3, obs_cols=(0, 2))
-    qp, vp = q.init(jax.random.key(1), obs, action), v.init(jax.random.key(2), obs)
-    pp = pi.init(jax.random.key(3), obs)
-    np.testing.assert_array_equal(q.apply(qp, obs, action), q.apply(qp, actor_moved, action))
-    np.testing.assert_array_equal(v.apply(vp, obs), v.apply(vp, actor_moved))
-    np.testing.assert_array_equal(pi.apply(pp, obs), pi.apply(pp, critic_moved))
-    assert not np.allclose(v.apply(vp, obs), v.apply(vp, critic_moved))
-    assert not np.allclose(pi.apply(pp, obs), pi.apply(pp, actor_moved), atol=1e-6)
+    k = jax.random.split(jax.random.key(1), 3)
+    qp, vp, pp = jax.jit(
+        lambda: (q.init(k[0], obs, action), v.init(k[1], obs), pi.init(k[2], obs))
+    )()
+    apply = jax.jit(lambda o: (q.apply(qp, o, action), v.apply(vp, o), pi.apply(pp, o)))
+    (q0, v0, p0), (q_actor, v_actor, p_actor), (q_critic, v_critic, p_critic) = (
+        apply(o) for o in variants
+    )
+    np.testing.assert_array_equal(q0, q_actor)
+    np.testing.assert_array_equal(v0, v_actor)
+    np.testing.assert_array_equal(p0, p_critic)
+    assert not np.allclose(q0, q_critic) and not np.allclose(v0, v_critic)
+    assert not np.allclose(p0, p_actor, atol=1e-6)
     assert _first_layer_width(pp) == 2 and _first_layer_width(vp) == 3
+    assert _first_layer_width(qp) == 3 + 1
 
 
 # ---------------------------------------------------------------- end to end
