@@ -99,7 +99,9 @@ def run_case(name: str, args: list[str], logdir: Path) -> dict:
            "--run-name", name]  # fmt: skip
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise SystemExit(f"{name}: exit {proc.returncode}\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}")
+        raise SystemExit(
+            f"{name}: exit {proc.returncode}\n{proc.stdout[-2000:]}{proc.stderr[-3000:]}"
+        )
     run = logdir / name
     ckpts = sorted(p for p in (run / "checkpoints").iterdir() if not p.name.startswith("."))
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

@@ -25,8 +25,8 @@ import jax
 
 from jaxspreeze import devices, schedules
 from jaxspreeze.config import RunConfig, resolve
-from jaxspreeze.evaluate import make_seed_evaluate
 from jaxspreeze.envs import make_env
+from jaxspreeze.evaluate import make_seed_evaluate
 from jaxspreeze.schedules.base import abstract_on
 
 

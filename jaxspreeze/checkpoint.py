@@ -518,7 +518,9 @@ def evaluate_checkpoint(
     if is_host_env(cfg.env):  # host envs: stepped on the host, seeded from ``seed``
         result = make_host_evaluate(algo.act, cfg.env, episodes, seed)(state.agent.actor)
     else:
-        evaluate = jax.jit(jax.vmap(make_evaluate(algo.act, make_env(cfg.env, episodes))))
+        evaluate = jax.jit(
+            jax.vmap(make_evaluate(algo.act, make_env(cfg.env, episodes, cfg.obs_keys)))
+        )
         keys = jax.random.split(jax.random.key(seed), cfg.num_seeds)
         result = jax.device_get(evaluate(state.agent.actor, keys))
     return {

@@ -27,6 +27,7 @@ from typing import Any, Literal
 from jaxspreeze import algos, envs
 from jaxspreeze.algos.base import RUN_SIZES, AlgoSpec, check_positive
 from jaxspreeze.errors import ConfigError, UnknownEnvError
+from jaxspreeze.types import ObsKeys
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -53,6 +54,14 @@ class _RunFields:
     """Environment, ``gymnax/<Name>``, ``brax/<name>`` or ``playground/<Name>`` (on the
     device), or ``gymnasium/<id>`` or ``envpool/<task>`` (on the host CPU, through sampling
     workers)."""
+    actor_obs_key: str = ""
+    """Dict observations (Playground's locomotion tasks: ``state``, ``privileged_state``):
+    the key the actor (the policy: acting, evaluation, the saved policy) reads; '' = ``state``.
+    Refused for envs that observe one array."""
+    critic_obs_key: str = ""
+    """Dict observations: the key the critic (Q or value network) reads; '' = the actor's
+    key. A different key gives asymmetric actor-critic: the env observes both keys side by
+    side and each network reads only its own."""
     total_steps: int | None = _per_algorithm(
         "Environment steps to train for (summed over envs, per seed)."
     )
@@ -115,6 +124,11 @@ class _RunFields:
     def algo_spec(self) -> AlgoSpec:
         """The chosen algorithm's registry entry (ConfigError for an unknown name)."""
         return algos.get(self.algo)
+
+    @property
+    def obs_keys(self) -> ObsKeys:
+        """The dict-observation keys the actor and the critic read ('' : the default)."""
+        return ObsKeys(self.actor_obs_key, self.critic_obs_key)
 
     @property
     def algo_config(self) -> Any:
@@ -426,7 +440,8 @@ def validate(cfg: RunConfig) -> RunConfig:
     and one whole iteration), every algorithm's section (its
     spec's ``validate``; the chosen algorithm's also checks its run-level limits, the
     others their own fields only) and the types of all sections. Cheap: the last step
-    builds the env spec (no compile) to check that the algorithm fits the env.
+    builds the env spec (no compile) to check that the algorithm fits the env and that
+    the observation keys exist (``actor_obs_key``, ``critic_obs_key``).
     """
     if not isinstance(cfg, RunConfig):
         raise ConfigError("config", f"expected a RunConfig, got {type(cfg).__name__}")
@@ -491,6 +506,7 @@ def validate(cfg: RunConfig) -> RunConfig:
         envs.check_env_name(cfg.env)
     except UnknownEnvError as e:
         raise ConfigError("env", str(e)) from None
+    envs.check_obs_keys(cfg.env, cfg.obs_keys)
     if envs.is_host_env(cfg.env):
         _check_host(cfg)
     if not spec.on_policy:
@@ -500,7 +516,7 @@ def validate(cfg: RunConfig) -> RunConfig:
     for other in algos.all_specs():  # the sections not in use: their own fields only
         if other.name != spec.name:
             other.validate(getattr(cfg, other.name), f"{other.name}.", None)
-    reason = spec.supports(envs.env_spec(cfg.env))
+    reason = spec.supports(envs.env_spec(cfg.env, cfg.obs_keys))  # the keys checked here
     if reason:
         raise ConfigError("algo", f"{cfg.algo} cannot train {cfg.env}: {reason}")
     return cfg

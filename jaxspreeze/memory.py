@@ -67,7 +67,7 @@ def buffer_nbytes(cfg: RunConfig, spec: EnvSpec | None = None) -> int:
     cfg = resolve(cfg)
     if algos.get(cfg.algo).on_policy:
         return 0
-    spec = spec or envs.env_spec(cfg.env)
+    spec = spec or envs.env_spec(cfg.env, cfg.obs_keys)
     return (
         replay.nbytes(replay.example_transition(spec, abstract=True), cfg.buffer_size)
         * cfg.num_seeds
@@ -94,14 +94,14 @@ def estimate_memory(
     """
     cfg = resolve(cfg)
     split = cfg.placement in ("split", "split-data") if split is None else split
-    spec = envs.env_spec(cfg.env)
+    spec = envs.env_spec(cfg.env, cfg.obs_keys)
     s = cfg.num_seeds
     if state is not None:
         agent, env_states = state.agent, state.env
         algo = algos.get(cfg.algo)
     else:
         algo = algos.get(cfg.algo).make(cfg.algo_config, spec, cfg)
-        env = envs.make_env(cfg.env, cfg.num_envs)
+        env = envs.make_env(cfg.env, cfg.num_envs, cfg.obs_keys)
         keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), s))
         agent = jax.eval_shape(jax.vmap(algo.init), keys)
         env_states = jax.eval_shape(jax.vmap(lambda k: rollout.env_init(env, k)), keys)

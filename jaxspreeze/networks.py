@@ -1,4 +1,11 @@
-"""Networks (flax linen): MLP torso, actors and critics. Batch shapes are ``[B, ...]``."""
+"""Networks (flax linen): MLP torso, actors and critics. Batch shapes are ``[B, ...]``.
+
+Every actor and critic flattens its observation to ``[B, D]`` and reads the columns
+``obs_cols`` of it (``(start, stop)``; None: all): with asymmetric observations the env
+observes the actor's part and the critic's part side by side
+(:attr:`~jaxspreeze.types.EnvSpec.actor_obs`, ``critic_obs``) and each network sees only
+its own, so its first layer is as wide as its part.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +14,8 @@ from collections.abc import Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+
+from jaxspreeze.types import Columns
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
@@ -29,8 +38,10 @@ class MLP(nn.Module):
         return x
 
 
-def _flat(obs: jax.Array) -> jax.Array:
-    return obs.reshape(obs.shape[0], -1)
+def _flat(obs: jax.Array, cols: Columns | None) -> jax.Array:
+    """``obs [B, ...] -> [B, D]``, then its columns ``cols`` (all when None)."""
+    x = obs.reshape(obs.shape[0], -1)
+    return x if cols is None else x[:, cols[0] : cols[1]]
 
 
 def action_scale(low: Sequence[float], high: Sequence[float]) -> tuple[jax.Array, jax.Array]:
@@ -44,11 +55,12 @@ class TanhGaussianActor(nn.Module):
 
     hidden: Sequence[int]
     action_dim: int
+    obs_cols: Columns | None = None  # the observation columns it reads
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
         """``obs [B, ...] -> (mean [B, A], log_std [B, A])`` before squashing."""
-        h = MLP(self.hidden)(_flat(obs))
+        h = MLP(self.hidden)(_flat(obs, self.obs_cols))
         mean = nn.Dense(self.action_dim)(h)
         log_std = nn.Dense(self.action_dim)(h)
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (jnp.tanh(log_std) + 1)
@@ -77,11 +89,12 @@ class DeterministicActor(nn.Module):
 
     hidden: Sequence[int]
     action_dim: int
+    obs_cols: Columns | None = None  # the observation columns it reads
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
         """``obs [B, ...] -> action in [-1, 1] [B, A]``."""
-        return jnp.tanh(MLP(self.hidden, self.action_dim)(_flat(obs)))
+        return jnp.tanh(MLP(self.hidden, self.action_dim)(_flat(obs, self.obs_cols)))
 
 
 class QEnsemble(nn.Module):
@@ -89,11 +102,12 @@ class QEnsemble(nn.Module):
 
     hidden: Sequence[int]
     num_qs: int = 2
+    obs_cols: Columns | None = None  # the observation columns it reads
 
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
         """``(obs [B, ...], action [B, A]) -> Q [num_qs, B]``."""
-        x = jnp.concatenate([_flat(obs), action], axis=-1)
+        x = jnp.concatenate([_flat(obs, self.obs_cols), action], axis=-1)
         ensemble = nn.vmap(
             MLP,
             variable_axes={"params": 0},
@@ -109,11 +123,12 @@ class ValueNet(nn.Module):
     """State value V(s): ``[B]``."""
 
     hidden: Sequence[int]
+    obs_cols: Columns | None = None  # the observation columns it reads
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
         """``obs [B, ...] -> V [B]``."""
-        return MLP(self.hidden, 1)(_flat(obs))[..., 0]
+        return MLP(self.hidden, 1)(_flat(obs, self.obs_cols))[..., 0]
 
 
 class CategoricalActor(nn.Module):
@@ -121,11 +136,12 @@ class CategoricalActor(nn.Module):
 
     hidden: Sequence[int]
     num_actions: int
+    obs_cols: Columns | None = None  # the observation columns it reads
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
         """``obs [B, ...] -> logits [B, num_actions]``."""
-        return MLP(self.hidden, self.num_actions, out_scale=0.01)(_flat(obs))
+        return MLP(self.hidden, self.num_actions, out_scale=0.01)(_flat(obs, self.obs_cols))
 
 
 class GaussianActor(nn.Module):
@@ -133,10 +149,11 @@ class GaussianActor(nn.Module):
 
     hidden: Sequence[int]
     action_dim: int
+    obs_cols: Columns | None = None  # the observation columns it reads
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
         """``obs [B, ...] -> (mean [B, A], log_std [A])``."""
-        mean = MLP(self.hidden, self.action_dim, out_scale=0.01)(_flat(obs))
+        mean = MLP(self.hidden, self.action_dim, out_scale=0.01)(_flat(obs, self.obs_cols))
         log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
         return mean, log_std

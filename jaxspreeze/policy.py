@@ -2,6 +2,9 @@
 
 A small, separate format for rendering and evaluating a finished run: the actor side of
 every seed (leaves ``[S, ...]``). Full resumable checkpoints are a different module.
+The policy acts on the observation of the run's env built with the run's observation
+keys (``make_env(cfg.env, n, cfg.obs_keys)``); with asymmetric keys it reads only the
+actor's columns of it.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ def save_policy(run_dir: str | Path, actor: PyTree) -> Path:
 def make_algorithm(cfg: RunConfig) -> Algorithm:
     """The run's algorithm bound to its env spec (no compile)."""
     cfg = config_lib.resolve(cfg)
-    return algos.get(cfg.algo).make(cfg.algo_config, env_spec(cfg.env), cfg)
+    return algos.get(cfg.algo).make(cfg.algo_config, env_spec(cfg.env, cfg.obs_keys), cfg)
 
 
 def load_policy(run_dir: str | Path) -> Policy:

@@ -138,7 +138,7 @@ def rollout_episode(
     Returns (inner env states before each step, stacked ``[T, 1, ...]``; the episode's
     number of steps; its return).
     """
-    env = make_env(policy.cfg.env, 1)
+    env = make_env(policy.cfg.env, 1, policy.cfg.obs_keys)
     steps = max_steps or env.spec.max_episode_steps
     actor = jax.tree.map(jnp.asarray, policy.seed(seed_index))
     act = policy.algo.act
@@ -174,7 +174,7 @@ def gif_frames(policy: Policy, seed_index: int = 0, max_steps: int | None = None
             f"no renderer for {policy.cfg.env}; GIFs are drawn for gymnax/"
             + ", gymnax/".join(DRAWERS)
         )
-    _, params = make_env(policy.cfg.env, 1).render_state
+    _, params = make_env(policy.cfg.env, 1, policy.cfg.obs_keys).render_state
     inner, length, _ = rollout_episode(policy, seed_index, max_steps)
     return [draw(jax.tree.map(lambda x: x[t, 0], inner), params, t) for t in range(max(length, 1))]
 
@@ -192,7 +192,7 @@ def brax_html(policy: Policy, seed_index: int = 0, max_steps: int | None = None)
     # heavy dependency (brax imports in about 3 s): imported only to render a brax task
     from brax.io import html
 
-    brax_env = make_env(policy.cfg.env, 1).render_state
+    brax_env = make_env(policy.cfg.env, 1, policy.cfg.obs_keys).render_state
     inner, length, _ = rollout_episode(policy, seed_index, max_steps)
     states = inner.state.pipeline_state
     frames = [jax.tree.map(lambda x: x[t, 0], states) for t in range(max(length, 1))]

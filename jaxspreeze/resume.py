@@ -5,8 +5,8 @@ their checksums are reported and skipped). The config given for the resumed run 
 compared with the checkpoint's, field by field, and one rule decides every difference:
 
 - **refused** (ConfigError naming every such field, before anything is allocated): a
-  field that shapes the saved state (:func:`shape_fields`: algo, env, num_envs,
-  num_seeds, the off-policy buffer size, the algorithm's own ``shape_fields`` such as the
+  field that shapes the saved state (:func:`shape_fields`: algo, env, the observation
+  keys (what the saved networks read), num_envs, num_seeds, the off-policy buffer size, the algorithm's own ``shape_fields`` such as the
   network sizes, and the split/single placement of an off-policy run), or one that acts
   only when a run starts (:data:`START_FIELDS`: the seed, the off-policy warm-up, and an
   algorithm field that only sets initial values, e.g. ``sac.init_alpha``: found by
@@ -44,8 +44,9 @@ from jaxspreeze.iteration import TrainState
 from jaxspreeze.rundir import RunDir
 from jaxspreeze.types import Placement
 
-# RunConfig fields that shape the state of every run (more per algorithm: shape_fields)
-STATE_FIELDS = ("algo", "env", "num_envs", "num_seeds")
+# RunConfig fields that shape the state of every run (more per algorithm: shape_fields);
+# the observation keys choose what the saved networks read and the buffer holds
+STATE_FIELDS = ("algo", "env", "actor_obs_key", "critic_obs_key", "num_envs", "num_seeds")
 # where a run's files live: a resumed run takes them from the run directory it resumes
 LOCATION_FIELDS = ("logdir", "run_name")
 # RunConfig fields that act only when a run starts (the warm-up: off-policy only)
@@ -277,15 +278,15 @@ def check_compatible(
         listing = ", ".join(f"{name} {old!r} -> {new!r}" for name, old, new in changed)
         raise ConfigError(
             changed[0][0],
-            f"cannot resume: these settings change the shapes of the saved state: {listing}; "
-            "resume with the run's own values (its config.json) or start a new run",
+            "cannot resume: these settings change the shapes or the inputs of the saved "
+            f"state: {listing}; resume with the run's own values (its config.json) or start a new run",
         )
 
 
 def _initial_agent(cfg: RunConfig, algo_cfg: Any) -> dict[str, np.ndarray]:
     """The initial agent state of one seed of ``cfg`` with ``algo_cfg``, by leaf path."""
     spec = algos.get(cfg.algo)
-    algo = spec.make(algo_cfg, envs.env_spec(cfg.env), cfg)
+    algo = spec.make(algo_cfg, envs.env_spec(cfg.env, cfg.obs_keys), cfg)
     agent = algo.init(jax.random.key(0))
     return {
         jax.tree_util.keystr(path): np.asarray(leaf)

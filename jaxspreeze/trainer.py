@@ -650,7 +650,7 @@ def _make_evaluate(cfg: RunConfig, schedule: schedules.Schedule) -> Callable[[An
         return make_host_evaluate(
             schedule.algo.act, cfg.env, cfg.eval_episodes, seed=cfg.seed + 10_000
         )
-    eval_env = make_env(cfg.env, cfg.eval_episodes)
+    eval_env = make_env(cfg.env, cfg.eval_episodes, cfg.obs_keys)
     keys = jax.random.split(jax.random.key(cfg.seed + 10_000), cfg.num_seeds)
     device = schedule.placement.eval
     return make_seed_evaluate(schedule.algo.act, eval_env, jax.device_put(keys, device))

@@ -32,9 +32,18 @@ class ObsOnly(NamedTuple):
     obs: jax.Array
 
 
+Columns = tuple[int, int]  # [start, stop) of an observation flattened to one vector
+
+
 @dataclass(frozen=True)
 class EnvSpec:
-    """Static description of an environment: shapes, action space and time limit."""
+    """Static description of an environment: shapes, action space and time limit.
+
+    ``actor_obs`` / ``critic_obs`` are the columns of the flattened observation that the
+    actor (the policy) and the critic (Q or value network) read; None: all of them. They
+    differ only for asymmetric observations (:class:`ObsKeys`): the observation is then
+    the actor's part followed by the critic's, and the networks slice their own columns.
+    """
 
     name: str
     obs_shape: tuple[int, ...]
@@ -43,11 +52,33 @@ class EnvSpec:
     action_low: tuple[float, ...] = ()
     action_high: tuple[float, ...] = ()
     max_episode_steps: int = 1000
+    actor_obs: Columns | None = None
+    critic_obs: Columns | None = None
 
     @property
     def action_shape(self) -> tuple[int, ...]:
         """Shape of one action: ``()`` for discrete actions, ``(action_dim,)`` otherwise."""
         return () if self.discrete else (self.action_dim,)
+
+
+@dataclass(frozen=True)
+class ObsKeys:
+    """The keys of a dict observation the actor and the critic read; '' leaves the default.
+
+    The default actor key is the family's (Playground: ``state``); the default critic key
+    is the actor's. Only families whose envs observe dicts accept keys.
+    """
+
+    actor: str = ""
+    critic: str = ""
+
+    @property
+    def given(self) -> bool:
+        """True when either key was set."""
+        return bool(self.actor or self.critic)
+
+
+DEFAULT_OBS_KEYS = ObsKeys()  # neither key set: the family's default observation
 
 
 DATA_AXIS = "data"  # the mesh axis a data-parallel placement shards envs and replay over

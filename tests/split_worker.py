@@ -1,7 +1,9 @@
 """Runs in a subprocess with two fake CPU devices (``JAX_NUM_CPU_DEVICES=2``) for test_split.
 
 ``python tests/split_worker.py equal sac ppo`` runs tiny SAC (2 seeds) and PPO configs with the
-single and the split placement from the same seed and prints one JSON line of findings:
+single and the split placement from the same seed and prints one JSON line of findings
+(``asym`` instead of ``equal``: on test_asymmetric_obs's stand-in dict env, the critic
+reading ``privileged_state``):
 where each part of the state lives, whether the two runs agree, the policy lag, how often
 JAX traced and compiled each program (its own ``jax.monitoring`` events) and what
 ``auto`` resolves to. ``learn`` trains SAC on Pendulum with the
@@ -211,8 +213,8 @@ def run(cfg: RunConfig, placement: Placement, check_rule: bool = False):
     }
 
 
-def equal(names: list[str]) -> dict[str, object]:
-    """Single vs split for the named configs."""
+def equal(names: list[str], **changes: object) -> dict[str, object]:
+    """Single vs split for the named configs (with ``changes`` applied)."""
     d = jax.devices()
     out: dict[str, object] = {
         "devices": len(d),
@@ -220,7 +222,7 @@ def equal(names: list[str]) -> dict[str, object]:
         "auto": devices.resolve("auto").describe(),
     }
     for name in names:
-        cfg = configs()[name]
+        cfg = configs()[name].replace(**changes) if changes else configs()[name]
         single = run(cfg, devices.single(d[0]), check_rule=name == "sac")
         split = run(cfg, devices.resolve("split"))
         lag = [np.asarray(m["policy_lag"]).tolist() for m in split["metrics"]]
@@ -275,5 +277,16 @@ def learn() -> dict[str, object]:
 
 if __name__ == "__main__":
     case, names = sys.argv[1], sys.argv[2:]
-    result = equal(names) if case == "equal" else learn()
+    if case == "asym":
+        from test_asymmetric_obs import ASYMMETRIC, register_standins
+
+        from jaxspreeze.envs import env_spec
+
+        register_standins()
+        keys = {"critic_obs_key": ASYMMETRIC.critic}
+        result = equal(names, env="playground/TestPointMass", **keys)
+        spec = env_spec("playground/TestPointMass", ASYMMETRIC)
+        result.update(obs_shape=spec.obs_shape, actor_obs=spec.actor_obs)
+    else:
+        result = equal(names) if case == "equal" else learn()
     print(json.dumps(result, default=str))

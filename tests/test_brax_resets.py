@@ -98,7 +98,7 @@ def test_step_without_resets_goes_on_from_the_last_state():
     for i in (0, 3, 4, 5, 6):  # obs before, reward, terminated, truncated, final obs
         np.testing.assert_array_equal(with_resets[i][:6], without[i][:6])
     np.testing.assert_array_equal(with_resets[1][:5], without[1][:5])
-    obs, _, state, reward, term, trunc, _ = without
+    obs, _, _, _, term, trunc, _ = without
     for i in range(2):
         np.testing.assert_allclose(obs[6:, i, 1], 0.6 + 0.1 * np.arange(6), rtol=1e-5)
     assert term[5:].all() and not term[:5].any() and not trunc.any()
@@ -121,7 +121,7 @@ def test_evaluation_program_draws_no_initial_states():
 
 
 def _rollout_jaxpr_probe(env: VecEnv, key):
-    obs, state = env.reset(key)
+    _, state = env.reset(key)
     return env.step(key, state, jnp.zeros((env.num_envs, 1)))
 
 

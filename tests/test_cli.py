@@ -47,22 +47,47 @@ def test_preset_file_and_flags_override(tmp_path):
     from jaxspreeze.cli.train import parse_train_args
 
     preset = tmp_path / "p.toml"
-    preset.write_text('total_steps = 1234\nnum_envs = 4\n[sac]\nhidden = [64, 64]\n')
+    preset.write_text("total_steps = 1234\nnum_envs = 4\n[sac]\nhidden = [64, 64]\n")
     cfg = parse_train_args(["--config", str(preset), "--num-envs", "2"])
     assert cfg.total_steps == 1234 and cfg.num_envs == 2 and cfg.sac.hidden == (64, 64)
 
 
 def test_train_cli_writes_run_directory(tmp_path):
     out = run_cli(
-        "train", "--total-steps", "600", "--num-envs", "4", "--grad-steps", "1",
-        "--batch-size", "32", "--learning-starts", "200", "--eval-episodes", "2",
-        "--sac.hidden", "32", "32", "--logdir", str(tmp_path), "--run-name", "cli",
+        "train",
+        "--total-steps",
+        "600",
+        "--num-envs",
+        "4",
+        "--grad-steps",
+        "1",
+        "--batch-size",
+        "32",
+        "--learning-starts",
+        "200",
+        "--eval-episodes",
+        "2",
+        "--sac.hidden",
+        "32",
+        "32",
+        "--logdir",
+        str(tmp_path),
+        "--run-name",
+        "cli",
     )
     assert out.returncode == 0, out.stderr
     run = tmp_path / "cli"
     summary = json.loads((run / "summary.json").read_text())
-    for key in ("final_eval_return", "env_steps", "wall_s", "compile_s", "env_steps_per_s",
-                "update_samples_per_s", "grad_steps_per_s", "replay_ratio"):
+    for key in (
+        "final_eval_return",
+        "env_steps",
+        "wall_s",
+        "compile_s",
+        "env_steps_per_s",
+        "update_samples_per_s",
+        "grad_steps_per_s",
+        "replay_ratio",
+    ):
         assert key in summary
     assert summary["env_steps"] >= 600
     assert json.loads((run / "config.json").read_text())["total_steps"] == 600

@@ -29,6 +29,9 @@ NAN, INF = float("nan"), float("inf")
 BAD: list[tuple[dict, str]] = [
     ({"algo": "a2c"}, "algo"),
     ({"env": "gymnax/Nope-v0"}, "env"),
+    ({"actor_obs_key": "state"}, "actor_obs_key"),  # gymnax observes one array: no keys
+    ({"actor_obs_key": 3}, "actor_obs_key"),
+    ({"critic_obs_key": "privileged_state"}, "critic_obs_key"),
     ({"total_steps": 0}, "total_steps"),
     ({"total_steps": 1.5}, "total_steps"),
     ({"num_envs": 0}, "num_envs"),
@@ -233,7 +236,8 @@ def test_runconfig_is_built_from_the_registry():
         assert fields[spec.name].metadata["help"] == f"{spec.label} hyperparameters."
     assert typing.get_args(typing.get_type_hints(RunConfig)["algo"]) == algos.NAMES
     names = [f.name for f in dataclasses.fields(RunConfig)]
-    assert names[:3] == ["algo", "env", "total_steps"]  # hand-written order kept
+    order = ["algo", "env", "actor_obs_key", "critic_obs_key", "total_steps"]
+    assert names[:5] == order  # hand-written order kept
     assert names[-len(algos.NAMES) :] == list(algos.NAMES)
     text = " ".join(_help().split())
     for flag in ("--algo {sac,td3,ddpg,ppo}", "--sac.actor-lr FLOAT", "--td3.policy-delay INT",

@@ -22,11 +22,20 @@ def test_notebook_runs(path, tmp_path):
     env_before = dict(os.environ)
     os.environ["MPLBACKEND"] = "Agg"
     try:
-        NotebookClient(book, timeout=900, kernel_name="python3",
-                       resources={"metadata": {"path": str(tmp_path)}}).execute()
+        NotebookClient(
+            book,
+            timeout=900,
+            kernel_name="python3",
+            resources={"metadata": {"path": str(tmp_path)}},
+        ).execute()
     finally:
         os.environ.clear()
         os.environ.update(env_before)
-    errors = [o for c in book.cells if c.cell_type == "code" for o in c.get("outputs", [])
-              if o.get("output_type") == "error"]
+    errors = [
+        o
+        for c in book.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if o.get("output_type") == "error"
+    ]
     assert not errors

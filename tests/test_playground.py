@@ -21,8 +21,9 @@ from jaxspreeze.cli import main
 from jaxspreeze.cli.train import parse_train_args
 from jaxspreeze.envs import VecEnv, available_envs, check_env_name, env_spec, make_env
 from jaxspreeze.envs import playground as pg_family
-from jaxspreeze.errors import UnknownEnvError
+from jaxspreeze.errors import ConfigError, UnknownEnvError
 from jaxspreeze.trainer import train
+from jaxspreeze.types import ObsKeys
 
 HAVE_PLAYGROUND = importlib.util.find_spec("mujoco_playground") is not None
 needs_playground = pytest.mark.skipif(
@@ -87,12 +88,18 @@ class PointMass:
 
 def test_adapter_reads_dict_observations_at_the_chosen_key():
     parts = pg_family.from_env(PointMass(), "test/PointMass")
-    privileged = pg_family.from_env(PointMass(), "test/PointMass", obs_key="privileged_state")
+    privileged = pg_family.from_env(
+        PointMass(), "test/PointMass", ObsKeys(actor="privileged_state")
+    )
     assert parts.spec.obs_shape == (1,) and privileged.spec.obs_shape == (3,)
     assert parts.spec.max_episode_steps == 20  # 40 physics steps, action repeated twice
     assert parts.spec.action_dim == 1 and parts.spec.action_low == (-1.0,)
-    with pytest.raises(UnknownEnvError, match="privileged_state"):
-        pg_family.from_env(PointMass(), "test/PointMass", obs_key="pixels")
+    # one key for both: every column is the actor's and the critic's (no columns recorded)
+    assert parts.spec.actor_obs is None and parts.spec.critic_obs is None
+    assert privileged.spec.actor_obs is None and privileged.spec.critic_obs is None
+    with pytest.raises(ConfigError, match="privileged_state, state") as e:
+        pg_family.from_env(PointMass(), "test/PointMass", ObsKeys(actor="pixels"))
+    assert e.value.field == "actor_obs_key"
     # the same key draws the same state, seen through either key
     obs_s, _ = VecEnv(parts.spec, 2, parts.reset_one, parts.step_batch).reset(jax.random.key(0))
     obs_p, _ = VecEnv(privileged.spec, 2, privileged.reset_one, privileged.step_batch).reset(
@@ -196,7 +203,7 @@ class DictObsCartpole:
 def test_real_dict_observations_final_obs_on_termination_and_truncation():
     wrapped = DictObsCartpole(pg_family.load_env("CartpoleBalance"))
     parts = pg_family.from_env(wrapped, "test/DictCartpole")
-    privileged = pg_family.from_env(wrapped, "test/DictCartpole", obs_key="privileged_state")
+    privileged = pg_family.from_env(wrapped, "test/DictCartpole", ObsKeys(actor="privileged_state"))
     assert parts.spec.obs_shape == (5,) and privileged.spec.obs_shape == (7,)
     env = VecEnv(parts.spec, 2, parts.reset_one, parts.step_batch)
     # env 0 pushes the cart out (terminated), env 1 does nothing (truncated at 40 steps)

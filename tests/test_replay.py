@@ -14,7 +14,11 @@ from jaxspreeze.types import EnvSpec, Transition
 
 def _example():
     return Transition(
-        jnp.zeros(3), jnp.zeros(1), jnp.zeros(()), jnp.zeros((), bool), jnp.zeros((), bool),
+        jnp.zeros(3),
+        jnp.zeros(1),
+        jnp.zeros(()),
+        jnp.zeros((), bool),
+        jnp.zeros((), bool),
         jnp.zeros(3),
     )
 
@@ -22,7 +26,11 @@ def _example():
 def _batch(start, n):
     ids = jnp.arange(start, start + n, dtype=jnp.float32)
     return Transition(
-        jnp.tile(ids[:, None], (1, 3)), ids[:, None], ids, ids % 2 == 0, ids % 3 == 0,
+        jnp.tile(ids[:, None], (1, 3)),
+        ids[:, None],
+        ids,
+        ids % 2 == 0,
+        ids % 3 == 0,
         jnp.tile(ids[:, None] + 0.5, (1, 3)),
     )
 

@@ -264,7 +264,11 @@ def test_stalled_worker_is_detected_and_reported():
     pool = WorkerPool(
         # 5 s: the policy's first call compiles, and on a loaded machine that alone can take
         # a second or two; the stall must be the env's, "while stepping"
-        _counter(max_steps=50, hang=release), _policy, _slot(), envs_per_worker=1, stall_timeout=5.0
+        _counter(max_steps=50, hang=release),
+        _policy,
+        _slot(),
+        envs_per_worker=1,
+        stall_timeout=5.0,
     )
     pool.start()
     try:

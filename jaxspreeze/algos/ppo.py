@@ -171,11 +171,11 @@ def make(cfg: PPOConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
     batch_size = run.batch_size
     updates_per_phase = cfg.epochs * (rollout_size // batch_size)
     total_updates = max(math.ceil(run.total_steps / rollout_size), 1) * updates_per_phase
-    value_net = networks.ValueNet(cfg.hidden)
+    value_net = networks.ValueNet(cfg.hidden, spec.critic_obs)
     if spec.discrete:
-        policy_net = networks.CategoricalActor(cfg.hidden, spec.action_dim)
+        policy_net = networks.CategoricalActor(cfg.hidden, spec.action_dim, spec.actor_obs)
     else:
-        policy_net = networks.GaussianActor(cfg.hidden, spec.action_dim)
+        policy_net = networks.GaussianActor(cfg.hidden, spec.action_dim, spec.actor_obs)
         scale, bias = networks.action_scale(spec.action_low, spec.action_high)
     tx = common.adam(cfg.lr, cfg.max_grad_norm)
 

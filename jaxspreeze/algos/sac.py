@@ -80,8 +80,8 @@ def validate(cfg: SACConfig, prefix: str, run: Any) -> None:
 def make(cfg: SACConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
     """Bind SAC to its config, env spec and the run's per-iteration update sizes."""
     grad_steps, batch_size = run.grad_steps, run.batch_size
-    actor = networks.TanhGaussianActor(cfg.hidden, spec.action_dim)
-    critic = networks.QEnsemble(cfg.hidden, num_qs=2)
+    actor = networks.TanhGaussianActor(cfg.hidden, spec.action_dim, spec.actor_obs)
+    critic = networks.QEnsemble(cfg.hidden, num_qs=2, obs_cols=spec.critic_obs)
     scale, bias = networks.action_scale(spec.action_low, spec.action_high)
     actor_tx = common.adam(cfg.actor_lr)
     critic_tx = common.adam(cfg.critic_lr)

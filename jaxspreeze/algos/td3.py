@@ -94,8 +94,8 @@ def grad_step_multiple(cfg: TD3Config) -> int:
 def make(cfg: TD3Config, spec: EnvSpec, run: Any) -> base.Algorithm:
     """Bind TD3 to its config, env spec and the run's per-iteration update sizes."""
     grad_steps, batch_size, delay = run.grad_steps, run.batch_size, cfg.policy_delay
-    actor = networks.DeterministicActor(cfg.hidden, spec.action_dim)
-    critic = networks.QEnsemble(cfg.hidden, num_qs=2)
+    actor = networks.DeterministicActor(cfg.hidden, spec.action_dim, spec.actor_obs)
+    critic = networks.QEnsemble(cfg.hidden, num_qs=2, obs_cols=spec.critic_obs)
     scale, bias = networks.action_scale(spec.action_low, spec.action_high)
     actor_tx = common.adam(cfg.actor_lr)
     critic_tx = common.adam(cfg.critic_lr)

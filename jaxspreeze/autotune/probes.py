@@ -88,7 +88,7 @@ class RealProber:
     def __init__(self, cfg: RunConfig, placement: Any, memory_limit: int):
         self.cfg, self.placement, self.memory_limit = cfg, placement, memory_limit
         self.algo_spec = algos.get(cfg.algo)
-        self.spec = envs.env_spec(cfg.env)
+        self.spec = envs.env_spec(cfg.env, cfg.obs_keys)
         self.example = replay.example_transition(self.spec)
         algo = self.algo_spec.make(cfg.algo_config, self.spec, cfg)
         self.on_policy = algo.on_policy
@@ -109,7 +109,7 @@ class RealProber:
 
     def sampling_bytes(self, num_envs: int) -> int:
         """Env state, the rollout ``[T, n]`` and the policy's activations."""
-        env = envs.make_env(self.cfg.env, num_envs)
+        env = envs.make_env(self.cfg.env, num_envs, self.cfg.obs_keys)
         carry = _tree_bytes(jax.eval_shape(env.reset, jax.random.key(0)))
         steps = max(self._probe_steps(num_envs), self.cfg.rollout_steps)
         traj = replay.nbytes(self.example, num_envs * steps)
@@ -181,7 +181,7 @@ class RealProber:
         """env steps/s of ``rollout`` with the algorithm's stochastic policy in the loop."""
         cfg = self.cfg
         steps = self._probe_steps(num_envs)
-        env = envs.make_env(cfg.env, num_envs)
+        env = envs.make_env(cfg.env, num_envs, cfg.obs_keys)
         run = cfg.replace(num_envs=num_envs)
         if self.on_policy:
             run = run.replace(batch_size=num_envs * cfg.rollout_steps)

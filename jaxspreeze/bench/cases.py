@@ -60,7 +60,7 @@ def _compile(fn: Callable, *args: Any, donate: tuple[int, ...] = ()) -> tuple[An
 def _schedule(cfg: RunConfig) -> tuple[Schedule, TrainState, float]:
     """The fused one-device schedule of ``cfg``, a fresh state and the seconds to compile."""
     cfg = resolve(cfg)
-    _check_supported(cfg.algo, env_spec(cfg.env))
+    _check_supported(cfg.algo, env_spec(cfg.env, cfg.obs_keys))
     schedule = schedules.make(cfg, devices.single())
     state = schedule.init()
     t0 = time.perf_counter()
@@ -377,7 +377,9 @@ def end_to_end(cfg: RunConfig, threshold: float, eval_episodes: int = 16) -> Rec
     """
     schedule, state, compile_s = _schedule(cfg)
     cfg = schedule.cfg
-    evaluate = jax.vmap(make_evaluate(schedule.algo.act, make_env(cfg.env, eval_episodes)))
+    evaluate = jax.vmap(
+        make_evaluate(schedule.algo.act, make_env(cfg.env, eval_episodes, cfg.obs_keys))
+    )
     keys = jax.random.split(jax.random.key(cfg.seed + 10_000), cfg.num_seeds)
     ev, ev_compile_s = _compile(evaluate, state.agent.actor, keys)
     compile_s += ev_compile_s

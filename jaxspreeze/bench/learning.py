@@ -101,7 +101,7 @@ class _Run:
         state = self.schedule.init()
         t0 = time.perf_counter()
         self.schedule.compile(state)
-        env = make_env(cfg.env, cfg.eval_episodes)
+        env = make_env(cfg.env, cfg.eval_episodes, cfg.obs_keys)
         keys = jax.random.split(jax.random.key(cfg.seed + 10_000), cfg.num_seeds)
         self._evaluate = make_seed_evaluate(
             self.schedule.algo.act, env, jax.device_put(keys, self.device)

@@ -4,7 +4,9 @@
 ``make_env("playground/CartpoleBalance", n)``: every family is driven through the
 contract of :mod:`jaxspreeze.envs.base`. A family is one module exposing ``PREFIX``,
 ``names()``, ``check(env_name)`` and ``make(env_name) -> EnvParts``; adding one is that
-module plus one line in :data:`FAMILIES`.
+module plus one line in :data:`FAMILIES`. A family whose envs may observe dicts sets
+``OBS_KEYS = True`` and takes the keys to read, ``make(env_name, keys: ObsKeys)``
+(asymmetric actor-critic, see :func:`check_obs_keys`); the others refuse keys.
 
 Host envs (``gymnasium/<id>``, ``envpool/<task>``, :mod:`jaxspreeze.hostenvs`) step on the
 host CPU, through the sampling workers of the host schedule: their names are checked and
@@ -32,8 +34,8 @@ from jaxspreeze.envs.base import (
     VecEnv,
     auto_reset,
 )
-from jaxspreeze.errors import UnknownEnvError
-from jaxspreeze.types import EnvSpec
+from jaxspreeze.errors import ConfigError, UnknownEnvError
+from jaxspreeze.types import DEFAULT_OBS_KEYS, EnvSpec, ObsKeys
 
 __all__ = [
     "FAMILIES",
@@ -46,6 +48,7 @@ __all__ = [
     "auto_reset",
     "available_envs",
     "check_env_name",
+    "check_obs_keys",
     "env_spec",
     "host_placeholder",
     "is_host_env",
@@ -92,29 +95,61 @@ def check_env_name(name: str) -> None:
     family.check(env_name)
 
 
+def _takes_keys(name: str) -> bool:
+    """Whether the family of the env ``name`` reads dict observations at chosen keys."""
+    prefix, sep, _ = name.partition("/")
+    family = FAMILIES.get(prefix) if sep and not is_host_env(name) else None
+    return bool(getattr(family, "OBS_KEYS", False))
+
+
+def check_obs_keys(name: str, keys: ObsKeys) -> None:
+    """ConfigError naming the field when ``keys`` are given for an env family without dicts.
+
+    Whether the keys exist is checked when the env is built (:func:`env_spec`), since only
+    the env knows what it observes.
+    """
+    if not keys.given or _takes_keys(name):
+        return
+    field = "actor_obs_key" if keys.actor else "critic_obs_key"
+    takes = [p for p, f in FAMILIES.items() if getattr(f, "OBS_KEYS", False)]
+    raise ConfigError(
+        field,
+        f"{name} observes one array: observation keys are chosen only for the dict "
+        f"observations of {', '.join(f'{p}/' for p in takes)} tasks; drop "
+        f"--{field.replace('_', '-')}",
+    )
+
+
 @functools.cache
-def _parts(name: str) -> EnvParts:
+def _parts(name: str, keys: ObsKeys = DEFAULT_OBS_KEYS) -> EnvParts:
     check_env_name(name)
+    check_obs_keys(name, keys)
     prefix, _, env_name = name.partition("/")
-    return FAMILIES[prefix].make(env_name)
+    family = FAMILIES[prefix]
+    return family.make(env_name, keys) if keys.given else family.make(env_name)
 
 
 @functools.cache
-def env_spec(name: str) -> EnvSpec:
-    """The :class:`EnvSpec` of a named environment (builds the env once, no jit)."""
+def env_spec(name: str, keys: ObsKeys = DEFAULT_OBS_KEYS) -> EnvSpec:
+    """The :class:`EnvSpec` of a named environment (builds the env once, no jit).
+
+    ``keys`` choose what the actor and the critic observe of a dict observation
+    (:class:`~jaxspreeze.types.ObsKeys`); ConfigError for keys that do not fit the env.
+    """
     if is_host_env(name):
+        check_obs_keys(name, keys)
         return hostenvs.host_env_spec(name)
-    return _parts(name).spec
+    return _parts(name, keys).spec
 
 
-def make_env(name: str, num_envs: int) -> VecEnv:
-    """Build ``num_envs`` vmapped copies of the env ``<family>/<task>``.
+def make_env(name: str, num_envs: int, keys: ObsKeys = DEFAULT_OBS_KEYS) -> VecEnv:
+    """Build ``num_envs`` vmapped copies of the env ``<family>/<task>``, observed at ``keys``.
 
     A host env name gives :func:`host_placeholder` (host envs step on the host).
     """
     if is_host_env(name):
-        return host_placeholder(env_spec(name), num_envs)
-    return VecEnv.from_parts(_parts(name), num_envs)
+        return host_placeholder(env_spec(name, keys), num_envs)
+    return VecEnv.from_parts(_parts(name, keys), num_envs)
 
 
 def host_placeholder(spec: EnvSpec, num_envs: int) -> VecEnv:

@@ -106,9 +106,7 @@ class VecEnv:
         self, step_batch: StepBatch, key: jax.Array, state: EnvState, action: jax.Array
     ) -> StepOut:
         keys = jax.random.split(key, self.num_envs)
-        obs, inner, reward, terminated, truncated, final_obs = step_batch(
-            keys, state.inner, action
-        )
+        obs, inner, reward, terminated, truncated, final_obs = step_batch(keys, state.inner, action)
         reward = reward.astype(jnp.float32)
         terminated = terminated.astype(bool)
         truncated = jnp.logical_and(truncated.astype(bool), ~terminated)

@@ -5,8 +5,13 @@ its locomotion and manipulation tasks clone the MuJoCo Menagerie from GitHub whe
 loaded, so they are refused (before anything is downloaded) unless the models are there.
 Episodes are reset by :func:`~jaxspreeze.envs.base.auto_reset` (freshly drawn initial
 states; the final observation kept; termination apart from the time limit), not by
-Playground's training wrapper, which drops the final observation. Dict
-observations (``{"state", "privileged_state"}``) are read at one key, ``state`` by default.
+Playground's training wrapper, which drops the final observation.
+
+Dict observations (the locomotion tasks' ``{"state", "privileged_state"}``) are read at
+the keys of :class:`~jaxspreeze.types.ObsKeys` (asymmetric actor-critic): the actor's,
+``state`` by default, and the critic's, the actor's by default. When the two differ the
+env's observation is both, flattened and concatenated (the actor's first), and the spec's
+``actor_obs`` / ``critic_obs`` columns tell each network which part it reads.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import difflib
 import functools
 import importlib.util
 import io
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,12 +30,13 @@ import jax
 import jax.numpy as jnp
 
 from jaxspreeze.envs.base import EnvParts, auto_reset
-from jaxspreeze.errors import UnknownEnvError
-from jaxspreeze.types import EnvSpec
+from jaxspreeze.errors import ConfigError, UnknownEnvError
+from jaxspreeze.types import DEFAULT_OBS_KEYS, EnvSpec, ObsKeys
 
 PREFIX = "playground"
 INSTALL = 'pip install "jaxspreeze[playground]"'
-OBS_KEY = "state"  # the key read from dict observations (the actor's input in Playground)
+OBS_KEY = "state"  # the actor's default key of dict observations (Playground's policy input)
+OBS_KEYS = True  # make() takes ObsKeys: the tasks may observe dicts (see envs.check_obs_keys)
 CONFIG_OVERRIDES = {"impl": "jax"}  # pure-JAX MJX: runs without warp, on any JAX backend
 
 
@@ -127,33 +134,74 @@ def load_env(env_name: str) -> Any:
     return _playground().registry.load(env_name, config_overrides=dict(CONFIG_OVERRIDES))
 
 
-def make(env_name: str) -> EnvParts:
+def make(env_name: str, keys: ObsKeys = DEFAULT_OBS_KEYS) -> EnvParts:
     """The spec and per-env functions of ``playground/<env_name>`` (pure-JAX MJX)."""
-    return from_env(load_env(env_name), f"{PREFIX}/{env_name}")
+    return from_env(load_env(env_name), f"{PREFIX}/{env_name}", keys)
 
 
-def from_env(env: Any, name: str, obs_key: str = OBS_KEY) -> EnvParts:
+def _shape(size: Any) -> tuple[int, ...]:
+    return (size,) if isinstance(size, int) else tuple(size)
+
+
+def _read_keys(size: Any, name: str, keys: ObsKeys) -> tuple[str, ...]:
+    """The dict keys to observe, actor's first (one key when both read the same).
+
+    ConfigError naming the field for a key the env does not observe, or for keys given
+    to an env that observes one array.
+    """
+    if not isinstance(size, Mapping):
+        if keys.given:
+            field = "actor_obs_key" if keys.actor else "critic_obs_key"
+            raise ConfigError(
+                field,
+                f"{name} observes one array, not a dict: there is no key to choose; drop "
+                f"--{field.replace('_', '-')} (dict observations come from Playground's "
+                "locomotion tasks)",
+            )
+        return ()
+    actor = keys.actor or OBS_KEY
+    critic = keys.critic or actor
+    for field, key in (("actor_obs_key", actor), ("critic_obs_key", critic)):
+        if key not in size:
+            raise ConfigError(
+                field,
+                f"{name} observes a dict with keys {', '.join(sorted(size))}; there is no "
+                f"key {key!r}: choose one of those",
+            )
+    return (actor,) if critic == actor else (actor, critic)
+
+
+def from_env(env: Any, name: str, keys: ObsKeys = DEFAULT_OBS_KEYS) -> EnvParts:
     """Adapt a Playground ``MjxEnv`` (any object with its ``reset``/``step``/``_config``).
 
-    Dict observations are read at ``obs_key``; the time limit is the config's
-    ``episode_length`` in env steps, each repeating the action ``action_repeat`` times.
+    Dict observations are read at ``keys`` (the module docstring); the time limit is the
+    config's ``episode_length`` in env steps, each repeating the action ``action_repeat``
+    times. ConfigError (``actor_obs_key`` / ``critic_obs_key``) for keys that do not fit.
     """
     config = getattr(env, "_config", None) or {}
     repeat = int(config.get("action_repeat", 1))
     max_steps = int(config.get("episode_length", 1000)) // repeat
     size = env.observation_size
-    if isinstance(size, Mapping):
-        if obs_key not in size:
-            raise UnknownEnvError(
-                f"{name} observes a dict with keys {sorted(size)}; no key {obs_key!r}"
-            )
-        size = size[obs_key]
-    obs_shape = (size,) if isinstance(size, int) else tuple(size)
+    read = _read_keys(size, name, keys)
+    columns: dict[str, Any] = {}
+    if len(read) == 2:  # asymmetric: both flattened, side by side
+        actor_width, critic_width = (math.prod(_shape(size[k])) for k in read)
+        obs_shape: tuple[int, ...] = (actor_width + critic_width,)
+        columns = {
+            "actor_obs": (0, actor_width),
+            "critic_obs": (actor_width, actor_width + critic_width),
+        }
+    else:
+        obs_shape = _shape(size[read[0]] if read else size)
     n = int(env.action_size)
-    spec = EnvSpec(name, obs_shape, False, n, (-1.0,) * n, (1.0,) * n, max_steps)
+    spec = EnvSpec(name, obs_shape, False, n, (-1.0,) * n, (1.0,) * n, max_steps, **columns)
 
     def observe(obs: Any) -> jax.Array:
-        return (obs[obs_key] if isinstance(obs, Mapping) else obs).astype(jnp.float32)
+        if not isinstance(obs, Mapping):
+            return obs.astype(jnp.float32)
+        if len(read) == 2:
+            return jnp.concatenate([obs[k].reshape(-1).astype(jnp.float32) for k in read])
+        return obs[read[0] if read else OBS_KEY].astype(jnp.float32)
 
     def reset(key: jax.Array):
         state = env.reset(key)

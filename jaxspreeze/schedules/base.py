@@ -83,7 +83,7 @@ class Schedule(ABC):
         cfg = self.cfg
         if not getattr(cfg, "resolved", True):
             raise ValueError("a schedule needs a resolved config: config.resolve(cfg) first")
-        self.env = make_env(cfg.env, cfg.num_envs)
+        self.env = make_env(cfg.env, cfg.num_envs, cfg.obs_keys)
         if self.algo is None:
             self.algo = algos.get(cfg.algo).make(cfg.algo_config, self.env.spec, cfg)
         self.per_seed = Iteration.from_config(cfg, self.algo, self.env, obs_buffer=self.split)

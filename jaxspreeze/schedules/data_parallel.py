@@ -91,7 +91,7 @@ def bind_shard(cfg: Any, shards: int, algo: Algorithm | None) -> tuple[Any, VecE
     """
     spec = algos.get(cfg.algo)
     shard_cfg = shard_config(cfg, shards)
-    env = make_env(cfg.env, shard_cfg.num_envs)  # one shard's envs
+    env = make_env(cfg.env, shard_cfg.num_envs, cfg.obs_keys)  # one shard's envs
     if algo is None:
         try:
             spec.validate(cfg.algo_config, f"{spec.name}.", shard_cfg)
