@@ -102,3 +102,49 @@ def test_the_memory_estimate_never_traces_the_env(tiny_cfg, monkeypatch):
     assert calls == {"step": 0, "reset": 1} and log.spans == []  # nothing traced
     assert est == memory.estimate_memory(cfg)  # the same figures as tracing its own
     assert calls["step"] == 0
+
+
+def _compile_threads(schedule, monkeypatch, fail_warmup: bool = False) -> dict[str, str]:
+    """Run ``schedule.compile`` recording the thread each of its two programs compiled on."""
+    import threading
+
+    threads: dict[str, str] = {}
+    for part in ("_compile_warmup", "_compile_chunk"):
+        real = getattr(schedule, part)
+
+        def recorded(state, _real=real, _part=part):
+            threads[_part] = threading.current_thread().name
+            if _part == "_compile_warmup" and fail_warmup:
+                raise RuntimeError("warm-up compile failed")
+            return _real(state)
+
+        monkeypatch.setattr(schedule, part, recorded)
+    schedule.compile(schedule.init())
+    return threads
+
+
+def test_the_warmup_compiles_beside_the_chunk(tiny_cfg, monkeypatch):
+    """The warm-up's program compiles on its own thread while the chunk's compiles on the
+    caller's; both are ready when compile returns (running them compiles nothing more)."""
+    import threading
+
+    from jaxspreeze import devices, schedules
+    from jaxspreeze.config import resolve
+
+    schedule = schedules.make(resolve(tiny_cfg), devices.single())
+    threads = _compile_threads(schedule, monkeypatch)
+    assert threads["_compile_chunk"] == threading.current_thread().name
+    assert threads["_compile_warmup"] not in (threads["_compile_chunk"], None)
+    with CompileLog() as log:
+        state = jax.block_until_ready(schedule.warmup(schedule.init()))
+        jax.block_until_ready(schedule.chunk(state))
+    assert not [name for _, name, _, _ in log.spans if "warmup" in name or "chunk" in name]
+
+
+def test_a_failed_warmup_compile_is_raised_by_compile(tiny_cfg, monkeypatch):
+    from jaxspreeze import devices, schedules
+    from jaxspreeze.config import resolve
+
+    schedule = schedules.make(resolve(tiny_cfg), devices.single())
+    with pytest.raises(RuntimeError, match="warm-up compile failed"):
+        _compile_threads(schedule, monkeypatch, fail_warmup=True)
