@@ -42,13 +42,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from jaxspreeze import algos, config
 from jaxspreeze.config import RunConfig
 from jaxspreeze.errors import ConfigError
+from jaxspreeze.types import Record
 
 TUNED = ("num_envs", "batch_size", "grad_steps", "chunk_iterations")
 HOST_TUNED = (*TUNED, "host_workers")  # host envs: the sampling workers too
@@ -302,47 +303,85 @@ def choose(
             + (f"; {rejected[0]}" if rejected else ""),
         )
     # the largest free batch that fits with some n, then n by predicted wall time
+    near = lambda c: (abs(math.log(c["num_envs"] / n0)), c["num_envs"])
+    pick = _pick(eligible, tolerance, near)
+    base = {"num_envs": n0, "batch_size": b0, "grad_steps": cfg.grad_steps}
+    return _choice(
+        cfg, pick, candidates, base, ("num_envs", "batch_size", "grad_steps"), pinned,
+        order=("num_envs", "batch_size"), u=u, tolerance=tolerance, batch_tolerance=batch_tolerance, free=free,
+        s_points=s_points, u_points=u_points, base_step_s=t_base,
+        extra={"overlap": overlap}, predicted_extra=(),
+    )  # fmt: skip
+
+
+def _pick(eligible: list[Record], tolerance: float, near: Callable[[Record], Any]) -> Record:
+    """The largest feasible batch; among its candidates within ``tolerance`` of the
+    fastest predicted wall time, the one ``near`` ranks first (nearest the defaults)."""
     b_pick = max(c["batch_size"] for c in eligible)
     row = [c for c in eligible if c["batch_size"] == b_pick]
     fastest = min(c["wall_s"] for c in row)
-    good = [c for c in row if c["wall_s"] <= (1 + tolerance) * fastest]
-    pick = min(good, key=lambda c: (abs(math.log(c["num_envs"] / n0)), c["num_envs"]))
+    return min((c for c in row if c["wall_s"] <= (1 + tolerance) * fastest), key=near)
+
+
+def _choice(
+    cfg: RunConfig,
+    pick: Record,
+    candidates: list[Record],
+    base: Record,
+    sizes: tuple[str, ...],
+    pinned: set[str],
+    *,
+    order: tuple[str, ...],
+    u: float,
+    tolerance: float,
+    batch_tolerance: float,
+    free: Sequence[int],
+    s_points: Sequence[Point],
+    u_points: Sequence[Point],
+    base_step_s: float,
+    extra: Record,
+    predicted_extra: tuple[str, ...],
+) -> Record:
+    """The choice record of :func:`choose` and :func:`choose_host`: the picked ``sizes``,
+    the chunk length, the ratios, what it was measured against and its predictions.
+
+    ``base`` holds the defaults of ``sizes``; the candidate with those sizes (``order``,
+    which also sorts the candidates) gives the predicted wall time of the defaults. ``extra`` adds keys; ``predicted_extra`` names
+    more of the pick's rates to report as predicted.
+    """
     if "chunk_iterations" in pinned:
         k = cfg.chunk_iterations
     else:
         k = int(min(max(round(TARGET_CHUNK_S / pick["iteration_s"]), 1), MAX_CHUNK_ITERATIONS))
+    default = next((c for c in candidates if all(c[s] == base[s] for s in order)), None)
     best_s = max(p.rate for p in s_points)
     best_u = max(p.rate for p in u_points)
-    base = {"num_envs": n0, "batch_size": b0, "grad_steps": cfg.grad_steps}
-    base["total_steps"] = cfg.total_steps
-    default = next((c for c in candidates if (c["num_envs"], c["batch_size"]) == (n0, b0)), None)
+    rates = ("env_steps_per_s", "update_samples_per_s", *predicted_extra, "iteration_s")
     return {
-        **{key: pick[key] for key in ("num_envs", "batch_size", "grad_steps")},
+        **{key: pick[key] for key in sizes},
         "chunk_iterations": k,
         "grad_steps_per_env_step": pick["grad_steps_per_env_step"],
         "update_ratio_target": u,
         "replay_ratio": pick["replay_ratio"],
-        "replay_ratio_target": u * b0,
-        "base": base,
+        "replay_ratio_target": u * base["batch_size"],
+        "base": {**base, "total_steps": cfg.total_steps},
         "tolerance": tolerance,
         "batch_tolerance": batch_tolerance,
-        "overlap": overlap,
+        **extra,
         "pinned": sorted(pinned),
         "predicted": {
-            "env_steps_per_s": pick["env_steps_per_s"],
-            "update_samples_per_s": pick["update_samples_per_s"],
-            "iteration_s": pick["iteration_s"],
+            **{r: pick[r] for r in rates},
             "chunk_s": k * pick["iteration_s"],
             "wall_s": pick["wall_s"],
             "base_wall_s": default["wall_s"] if default else None,
             "bytes": pick["bytes"],
         },
         "free_batch": max(free),
-        "base_step_s": t_base,
+        "base_step_s": base_step_s,
         # the plain per-axis knees, for reference: where each rate alone saturates
         "sampling_knee": min(p.value for p in s_points if p.rate >= (1 - tolerance) * best_s),
         "update_knee": min(p.value for p in u_points if p.rate >= (1 - tolerance) * best_u),
-        "candidates": sorted(candidates, key=lambda c: (c["num_envs"], c["batch_size"])),
+        "candidates": sorted(candidates, key=lambda c: tuple(c[s] for s in order)),
     }
 
 
@@ -476,62 +515,13 @@ def choose_host(
             "no measured workers x num_envs x batch size is feasible"
             + (f"; {rejected[0]}" if rejected else ""),
         )
-    b_pick = max(c["batch_size"] for c in eligible)
-    row = [c for c in eligible if c["batch_size"] == b_pick]
-    fastest = min(c["wall_s"] for c in row)
-    good = [c for c in row if c["wall_s"] <= (1 + tolerance) * fastest]
     near = lambda c: abs(math.log(c["num_envs"] / n0)) + abs(math.log(c["host_workers"] / w0))
-    pick = min(good, key=lambda c: (near(c), c["host_workers"], c["num_envs"]))
-    if "chunk_iterations" in pinned:
-        k = cfg.chunk_iterations
-    else:
-        k = int(min(max(round(TARGET_CHUNK_S / pick["iteration_s"]), 1), MAX_CHUNK_ITERATIONS))
-    best_s = max(p.rate for p in s_points)
-    best_u = max(p.rate for p in u_points)
-    base = {
-        "num_envs": n0,
-        "host_workers": w0,
-        "batch_size": b0,
-        "grad_steps": cfg.grad_steps,
-        "total_steps": cfg.total_steps,
-    }
-    default = next(
-        (
-            c
-            for c in candidates
-            if (c["num_envs"], c["host_workers"], c["batch_size"]) == (n0, w0, b0)
-        ),
-        None,
-    )
-    return {
-        **{key: pick[key] for key in ("num_envs", "host_workers", "batch_size", "grad_steps")},
-        "chunk_iterations": k,
-        "grad_steps_per_env_step": pick["grad_steps_per_env_step"],
-        "update_ratio_target": u,
-        "replay_ratio": pick["replay_ratio"],
-        "replay_ratio_target": u * b0,
-        "base": base,
-        "tolerance": tolerance,
-        "batch_tolerance": batch_tolerance,
-        "overlap": True,
-        "bound": pick["bound"],
-        "pinned": sorted(pinned),
-        "predicted": {
-            "env_steps_per_s": pick["env_steps_per_s"],
-            "update_samples_per_s": pick["update_samples_per_s"],
-            "sampling_env_steps_per_s": pick["sampling_env_steps_per_s"],
-            "learner_env_steps_per_s": pick["learner_env_steps_per_s"],
-            "iteration_s": pick["iteration_s"],
-            "chunk_s": k * pick["iteration_s"],
-            "wall_s": pick["wall_s"],
-            "base_wall_s": default["wall_s"] if default else None,
-            "bytes": pick["bytes"],
-        },
-        "free_batch": max(free),
-        "base_step_s": step_time(u_points[0]),
-        "sampling_knee": min(p.value for p in s_points if p.rate >= (1 - tolerance) * best_s),
-        "update_knee": min(p.value for p in u_points if p.rate >= (1 - tolerance) * best_u),
-        "candidates": sorted(
-            candidates, key=lambda c: (c["host_workers"], c["num_envs"], c["batch_size"])
-        ),
-    }
+    pick = _pick(eligible, tolerance, lambda c: (near(c), c["host_workers"], c["num_envs"]))
+    base = {"num_envs": n0, "host_workers": w0, "batch_size": b0, "grad_steps": cfg.grad_steps}
+    return _choice(
+        cfg, pick, candidates, base, ("num_envs", "host_workers", "batch_size", "grad_steps"),
+        pinned, order=("host_workers", "num_envs", "batch_size"), u=u, tolerance=tolerance, batch_tolerance=batch_tolerance, free=free,
+        s_points=s_points, u_points=u_points, base_step_s=step_time(u_points[0]),
+        extra={"overlap": True, "bound": pick["bound"]},
+        predicted_extra=("sampling_env_steps_per_s", "learner_env_steps_per_s"),
+    )  # fmt: skip
