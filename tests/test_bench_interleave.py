@@ -135,3 +135,12 @@ def test_brax_drives_the_playground_task_as_jaxspreeze_loads_it():
     assert env.observation_size == spec.obs_shape[0] and env.action_size == spec.action_dim
     with pytest.raises(ValueError, match="gymnax/Pendulum-v1"):
         references.brax_environment("gymnax/Pendulum-v1")
+
+
+def test_the_playground_row_is_skipped_without_playground(monkeypatch):
+    monkeypatch.setattr(suite.playground, "installed", lambda: False)
+    case = suite.Case(
+        "trainer", {"algo": "ppo", "env": "playground/CartpoleBalance", "scale": "cpu"}
+    )
+    rec = suite.measure(case, refs=None)
+    assert "not installed" in rec["skipped"]
