@@ -5,7 +5,8 @@
   transitions jaxspreeze's collect emits;
 - :func:`sac_update` : a minimal flax/optax SAC update (twin Q, tanh-Gaussian actor,
   entropy temperature, Polyak target) on uniform batches from an on-device buffer;
-- :func:`brax_trainer` : brax's own ``brax.training.agents.sac`` / ``ppo`` trainers.
+- :func:`brax_trainer` : brax's own ``brax.training.agents.sac`` / ``ppo`` trainers, on a
+  brax task or on a Playground task through Playground's brax training wrapper.
 
 They return the library's :class:`~jaxspreeze.bench.record.Workload` / record so that
 both sides are timed and reported the same way, but they use none of jaxspreeze's
