@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import types
 
 import pytest
@@ -32,9 +33,20 @@ def workload(events: list[str], env_steps: int = 1000) -> Workload:
     return Workload("chunk", lambda: events.append("ours"), env_steps=env_steps)
 
 
-@pytest.mark.parametrize("algo", ["sac", "ppo"])
-def test_trainer_config_one_epoch_is_one_chunk(algo):
-    cfg, kw = suite.trainer_config(algo, "brax/ant", "cpu", rounds=3)
+HAVE_PLAYGROUND = importlib.util.find_spec("mujoco_playground") is not None
+needs_playground = pytest.mark.skipif(not HAVE_PLAYGROUND, reason="MuJoCo Playground missing")
+
+
+@pytest.mark.parametrize(
+    ("algo", "env"),
+    [
+        pytest.param(a, e, marks=needs_playground if e.startswith("playground/") else ())
+        for a, e in suite.TRAINER_ROWS
+    ],
+)
+def test_trainer_config_one_epoch_is_one_chunk(algo, env):
+    cfg, kw = suite.trainer_config(algo, env, "cpu", rounds=3)
+    assert cfg.env == kw["env_name"] == env
     chunk_steps = cfg.chunk_iterations * cfg.steps_per_iteration
     prefill = kw["num_envs"] if algo == "sac" else 0
     assert kw["num_timesteps"] == prefill + 5 * chunk_steps  # rounds + the compiling epochs
@@ -98,3 +110,37 @@ def test_our_failure_is_ours_and_brax_failure_is_a_record():
         workload(events, 10), fake_refs([10, 10], events, fail=True), kw
     )
     assert "brax broke" in ref["error"] and len(times) == 1
+
+
+def test_the_playground_row_is_a_full_case_of_its_own():
+    ids = [c.id for c in suite.selection(full=True, scale="cpu")]
+    picked = [i for i in ids if "trainer-ppo-playground" in i]  # what --only selects
+    assert picked == ["trainer-ppo-playground/CartpoleBalance-cpu"]
+    assert not any("trainer" in i for i in (c.id for c in suite.selection(scale="cpu")))
+
+
+@needs_playground
+def test_brax_drives_the_playground_task_as_jaxspreeze_loads_it():
+    from mujoco_playground import wrapper
+
+    from jaxspreeze.bench import references
+    from jaxspreeze.envs import env_spec, playground
+
+    args = references.brax_environment("playground/CartpoleBalance")
+    env = args["environment"]
+    assert env._config.impl == playground.CONFIG_OVERRIDES["impl"] == "jax"  # not warp
+    assert args["wrap_env_fn"] is wrapper.wrap_for_brax_training
+    spec = env_spec("playground/CartpoleBalance")
+    assert args["episode_length"] // args["action_repeat"] == spec.max_episode_steps
+    assert env.observation_size == spec.obs_shape[0] and env.action_size == spec.action_dim
+    with pytest.raises(ValueError, match="gymnax/Pendulum-v1"):
+        references.brax_environment("gymnax/Pendulum-v1")
+
+
+def test_the_playground_row_is_skipped_without_playground(monkeypatch):
+    monkeypatch.setattr(suite.playground, "installed", lambda: False)
+    case = suite.Case(
+        "trainer", {"algo": "ppo", "env": "playground/CartpoleBalance", "scale": "cpu"}
+    )
+    rec = suite.measure(case, refs=None)
+    assert "not installed" in rec["skipped"]

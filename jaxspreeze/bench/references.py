@@ -5,7 +5,8 @@
   transitions jaxspreeze's collect emits;
 - :func:`sac_update` : a minimal flax/optax SAC update (twin Q, tanh-Gaussian actor,
   entropy temperature, Polyak target) on uniform batches from an on-device buffer;
-- :func:`brax_trainer` : brax's own ``brax.training.agents.sac`` / ``ppo`` trainers.
+- :func:`brax_trainer` : brax's own ``brax.training.agents.sac`` / ``ppo`` trainers, on a
+  brax task or on a Playground task through Playground's brax training wrapper.
 
 They return the library's :class:`~jaxspreeze.bench.record.Workload` / record so that
 both sides are timed and reported the same way, but they use none of jaxspreeze's
@@ -324,12 +325,45 @@ def _brax_ppo(
             ppo_networks.make_ppo_networks,
             policy_hidden_layer_sizes=hidden,
             value_hidden_layer_sizes=hidden,
+            # jaxspreeze's MLPs use ReLU; brax's PPO networks default to SiLU (swish),
+            # dearer on a CPU (an exp per unit): the same layers on both sides
+            activation=jax.nn.relu,
         ),
     )
     return float(epochs)
 
 
 BRAX_TRAINERS = {"sac": _brax_sac, "ppo": _brax_ppo}  # brax's own trainers, by brax's name
+
+
+def brax_environment(env_name: str) -> dict[str, Any]:
+    """The env arguments of brax's trainers for ``brax/<name>`` or ``playground/<Name>``.
+
+    A brax task is brax's own env under brax's training wrappers (1000-step episodes); a
+    Playground task is Playground's ``MjxEnv`` loaded with the config jaxspreeze loads it
+    with (pure-JAX MJX, ``impl="jax"``), wrapped by Playground's own
+    ``wrap_for_brax_training`` (the recipe of Playground's brax training notebooks) with
+    the config's episode length and action repeat.
+    """
+    lib, _, name = env_name.partition("/")
+    if lib == "brax":
+        from brax import envs as brax_envs  # heavy (mujoco): imported for brax's trainers only
+
+        return dict(environment=brax_envs.get_environment(name), episode_length=1000)
+    if lib == "playground":
+        from jaxspreeze.envs import playground  # Playground's own env and its overrides
+
+        env = playground.load_env(name)
+        from mujoco_playground import wrapper  # loaded (quietly) by load_env
+
+        config = env._config
+        return dict(
+            environment=env,
+            episode_length=int(config.episode_length),
+            action_repeat=int(config.get("action_repeat", 1)),
+            wrap_env_fn=wrapper.wrap_for_brax_training,
+        )
+    raise ValueError(f"brax's trainers run brax/ and playground/ tasks, not {env_name!r}")
 
 
 def brax_trainer(
@@ -364,9 +398,7 @@ def brax_trainer(
     two sides alternate epoch by epoch in one process.
     """
     brax_compat.install()
-    from brax import envs as brax_envs  # heavy (mujoco): imported for brax's trainers only
-
-    env = brax_envs.get_environment(env_name.partition("/")[2])
+    env_args = brax_environment(env_name)
     log: list[tuple[int, float, dict]] = []
     compiles = [0, 0]  # XLA compiles so far, and at the end of the last progress report
     compiled: list[bool] = []  # per epoch: did brax compile during it (or its evaluation)?
@@ -386,9 +418,8 @@ def brax_trainer(
         compiles[1] = compiles[0]
 
     common = dict(
-        environment=env,
+        **env_args,
         num_timesteps=num_timesteps,
-        episode_length=1000,
         num_envs=num_envs,
         num_evals=num_evals,
         num_eval_envs=1,

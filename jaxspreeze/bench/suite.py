@@ -32,11 +32,19 @@ from jaxspreeze.bench.record import (
 )
 from jaxspreeze.bench.report import row
 from jaxspreeze.config import RunConfig
+from jaxspreeze.envs import playground
 
 SAMPLING_ENVS = ("gymnax/Pendulum-v1", "gymnax/CartPole-v1", "brax/ant")
 UPDATE_ALGOS = ("sac", "td3", "ppo")
 CHUNK_ENVS = ("gymnax/Pendulum-v1", "gymnax/CartPole-v1")  # off-policy, on-policy
 WARMUP_EPOCHS = 2  # brax trainer epochs that compile before the timed ones
+# brax's trainers vs jaxspreeze's chunk: (algo, env) rows of the full selection; the
+# Playground task is driven on brax's side through Playground's brax training wrapper
+TRAINER_ROWS = (
+    ("sac", "brax/ant"),
+    ("ppo", "brax/ant"),
+    ("ppo", "playground/CartpoleBalance"),
+)
 
 # sizes per scale: "cpu" fits 2 cores, "gpu" goes to 65,536 envs and samples per batch
 SIZES: dict[str, dict[str, Any]] = {
@@ -125,9 +133,7 @@ def selection(full: bool = False, scale: str | None = None) -> list[Case]:
         Case("chunk", {"algo": "ppo", "scale": scale}),
     ]
     if full:
-        out += [
-            Case("trainer", {"algo": a, "env": "brax/ant", "scale": scale}) for a in ("sac", "ppo")
-        ]
+        out += [Case("trainer", {"algo": a, "env": e, "scale": scale}) for a, e in TRAINER_ROWS]
         out += [Case("end_to_end", {"algo": a}) for a in ("sac", "ppo")]
         out += [Case("learning", {"task": name}) for name in learning.TASKS]
     return out
@@ -214,6 +220,8 @@ def prepare(case: Case) -> Workload:
     if case.kind == "chunk":
         return cases.chunk(_chunk_config(a["algo"], a["scale"]))
     if case.kind == "trainer":
+        if a["env"].startswith("playground/") and not playground.installed():
+            raise cases.Unavailable(f"{a['env']}: MuJoCo Playground is not installed")
         w = cases.chunk(trainer_config(a["algo"], a["env"], a["scale"])[0])
         w.params["kind"] = "trainer"  # a chunk, compared with brax's trainer
         return w
