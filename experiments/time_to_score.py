@@ -39,6 +39,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--scale", choices=["cpu", "gpu"], default="cpu")
     p.add_argument("--note", default="")
     p.add_argument("--list", action="store_true", help="list the tasks and exit")
+    p.add_argument(
+        "--readme", action="store_true", help="print OUT.json's side-by-side table and exit"
+    )
     args = p.parse_args(argv)
     tasks = [t for n, t in score.TASKS.items() if not args.only or any(s in n for s in args.only)]
     if args.list:
@@ -47,6 +50,9 @@ def main(argv: list[str]) -> int:
         return 0
     out = Path(args.out)
     path = out.with_suffix(".json")
+    if args.readme:
+        print(score.side_by_side(json.loads(path.read_text())), end="")
+        return 0
     doc = json.loads(path.read_text()) if path.exists() else {"rows": []}
     doc.update(
         hardware=describe_hardware(),
@@ -82,9 +88,9 @@ def main(argv: list[str]) -> int:
                 date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                 scale=args.scale,
             )
-            doc["rows"] = [
-                r for r in doc["rows"] if (r["side"], r["task"]) != (side, task.name)
-            ] + [row]
+            # read again: another call may have written rows meanwhile
+            rows = json.loads(path.read_text())["rows"] if path.exists() else []
+            doc["rows"] = [r for r in rows if (r["side"], r["task"]) != (side, task.name)] + [row]
             doc["rows"].sort(
                 key=lambda r: (list(score.TASKS).index(r["task"]), r["side"] != "jaxspreeze")
             )

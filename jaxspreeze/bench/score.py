@@ -478,3 +478,36 @@ def markdown(doc: dict[str, Any]) -> str:
     if notes:
         lines += ["", "brax rows: " + " | ".join(notes)]
     return "\n".join(lines) + "\n"
+
+
+def side_by_side(doc: dict[str, Any]) -> str:
+    """One line per task, jaxspreeze's row beside brax's (the README's table)."""
+
+    def cell(r: Record | None) -> str:
+        if r is None:
+            return "not run | | "
+        if r.get("error"):
+            return "failed | | "
+        to = (
+            f"{r['env_steps_to_threshold']:,} | {r['wall_to_threshold_s']:.0f} | "
+            if r["reached"]
+            else "not reached | - | "
+        )
+        return to + f"{r['final_return']:.1f}"
+
+    rows = {(r["task"], r["side"]): r for r in doc["rows"]}
+    lines = [
+        "| preset | env | threshold | steps to thr. | wall to thr. s | final return "
+        "| brax: steps to thr. | wall to thr. s | final return | jaxspreeze compile s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, task in TASKS.items():
+        ours = rows.get((name, "jaxspreeze"))
+        if ours is None and (name, "brax") not in rows:
+            continue
+        compile_s = _fmt(ours.get("compile_s"), ".0f") if ours else "-"
+        lines.append(
+            f"| {task.preset} | {task.env} | {task.threshold:g} | {cell(ours)} | "
+            f"{cell(rows.get((name, 'brax')))} | {compile_s} |"
+        )
+    return "\n".join(lines) + "\n"
