@@ -382,7 +382,10 @@ def _brax_notes(task: ScoreTask) -> str:
     else:
         notes.append("brax's training wrappers (AutoReset to the first state of each env)")
     if task.algo == "ppo":
-        notes.append("minibatches of whole env rows (brax) vs shuffled samples (jaxspreeze)")
+        notes.append(
+            "PPO: minibatches of whole env rows (brax) vs shuffled samples (jaxspreeze); "
+            "brax's learning rate constant, jaxspreeze's annealed when anneal_lr"
+        )
     return "; ".join(notes)
 
 
