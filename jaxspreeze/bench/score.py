@@ -95,7 +95,7 @@ TASKS: dict[str, ScoreTask] = {
     for t in (
         ScoreTask("sac", "playground/CartpoleBalance", "sac_cartpole_balance", 800.0, 2_000),
         ScoreTask("ppo", "playground/CartpoleBalance", "ppo_cartpole_balance", 800.0, 16_384),
-        ScoreTask("sac", "playground/CheetahRun", "sac_cheetah_run", 100.0, 2_000, 4),
+        ScoreTask("sac", "playground/CheetahRun", "sac_cheetah_run", 100.0, 4_000, 4),
         ScoreTask("ppo", "playground/CheetahRun", "ppo_cheetah_run", 100.0, 16_384, 4),
         ScoreTask("sac", "brax/inverted_pendulum", "sac_inverted_pendulum", 900.0, 2_000),
         ScoreTask("ppo", "brax/inverted_pendulum", "ppo_inverted_pendulum", 900.0, 16_384),
