@@ -500,17 +500,18 @@ def side_by_side(doc: dict[str, Any]) -> str:
 
     rows = {(r["task"], r["side"]): r for r in doc["rows"]}
     lines = [
-        "| preset | env | threshold | steps to thr. | wall to thr. s | final return "
+        "| preset | env | threshold | env steps | steps to thr. | wall to thr. s | final return "
         "| brax: steps to thr. | wall to thr. s | final return | jaxspreeze compile s |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, task in TASKS.items():
         ours = rows.get((name, "jaxspreeze"))
         if ours is None and (name, "brax") not in rows:
             continue
         compile_s = _fmt(ours.get("compile_s"), ".0f") if ours else "-"
+        budget = _fmt(ours.get("env_steps")) if ours else "-"
         lines.append(
-            f"| {task.preset} | {task.env} | {task.threshold:g} | {cell(ours)} | "
+            f"| {task.preset} | {task.env} | {task.threshold:g} | {budget} | {cell(ours)} | "
             f"{cell(rows.get((name, 'brax')))} | {compile_s} |"
         )
     return "\n".join(lines) + "\n"
