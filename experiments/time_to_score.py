@@ -60,13 +60,11 @@ def main(argv: list[str]) -> int:
         scale=args.scale,
         thresholds=score.THRESHOLDS,
     )
-    doc.setdefault("commands", []).append(
-        {
-            "command": shlex.join(["python", "experiments/time_to_score.py", *argv]),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            "note": args.note,
-        }
-    )
+    command = {
+        "command": shlex.join(["python", "experiments/time_to_score.py", *argv]),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "note": args.note,
+    }
     status = 0
     runners = {"jaxspreeze": score.run_jaxspreeze, "brax": score.run_brax}
     for task in tasks:
@@ -82,6 +80,7 @@ def main(argv: list[str]) -> int:
                 row = score.failed_row(side, task, f"{type(e).__name__}: {e}")
                 status = 1
             row.update(
+                command=command,
                 load_start=load[0],
                 load_end=os.getloadavg()[0],
                 process_s=time.perf_counter() - t0,
@@ -91,6 +90,11 @@ def main(argv: list[str]) -> int:
             # read again: another call may have written rows meanwhile
             rows = json.loads(path.read_text())["rows"] if path.exists() else []
             doc["rows"] = [r for r in rows if (r["side"], r["task"]) != (side, task.name)] + [row]
+            # the commands that made the rows kept (calls may run side by side)
+            unique = {
+                json.dumps(r["command"], sort_keys=True) for r in doc["rows"] if "command" in r
+            }
+            doc["commands"] = sorted(map(json.loads, unique), key=lambda c: c["date"])
             doc["rows"].sort(
                 key=lambda r: (list(score.TASKS).index(r["task"]), r["side"] != "jaxspreeze")
             )
