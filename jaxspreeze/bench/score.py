@@ -477,9 +477,13 @@ def markdown(doc: dict[str, Any]) -> str:
             f"{_fmt(r['env_steps'])} | {_fmt(r.get('wall_s'), '.0f')} | "
             f"{_fmt(r.get('compile_s'), '.0f')} | {r.get('load_start', 0):.1f}-{r.get('load_end', 0):.1f} |"
         )
-    notes = sorted({r["notes"] for r in doc["rows"] if r.get("notes")})
+    done = {(r["task"], r["side"]) for r in doc["rows"]}
+    missing = [f"{s} {n}" for n in TASKS for s in ("jaxspreeze", "brax") if (n, s) not in done]
+    if missing:
+        lines += ["", "Not run: " + ", ".join(missing) + "."]
+    notes = sorted({n for r in doc["rows"] if r.get("notes") for n in r["notes"].split("; ")})
     if notes:
-        lines += ["", "brax rows: " + " | ".join(notes)]
+        lines += ["", "brax rows:", *(f"- {n}" for n in notes)]
     return "\n".join(lines) + "\n"
 
 
