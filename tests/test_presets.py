@@ -146,9 +146,9 @@ def test_gpu_sizes_validate_and_keep_the_update_ratio(name):
 
 def test_the_readme_table_puts_brax_beside_jaxspreeze():
     task = score.TASKS["ppo-inverted_pendulum"]
-    ours = score._row("jaxspreeze", task, _curve(100.0, 1000.0), compile_s=30.0)
-    theirs = score._row("brax", task, _curve(50.0, 200.0))
+    ours = score._row("jaxspreeze", task, _curve(100.0, 1000.0), compile_s=30.0, wall_s=5.0)
+    theirs = score._row("brax", task, _curve(50.0, 200.0), wall_s=7.0)
     table = score.side_by_side({"rows": [ours, theirs]})
     line = next(x for x in table.splitlines() if x.startswith("| ppo_inverted_pendulum"))
-    assert "| 2,000 | 4 | 1000.0 | not reached | - | 200.0 | 30 |" in line
+    assert "| 2,000 | 4 | 1000.0 | 5 | not reached | - | 200.0 | 7 | 30 |" in line
     assert "sac_inverted_pendulum" not in table  # rows not run are left out

@@ -492,21 +492,22 @@ def side_by_side(doc: dict[str, Any]) -> str:
 
     def cell(r: Record | None) -> str:
         if r is None:
-            return "not run | | "
+            return "not run | | | "
         if r.get("error"):
-            return "failed | | "
+            return "failed | | | "
         to = (
             f"{r['env_steps_to_threshold']:,} | {r['wall_to_threshold_s']:.0f} | "
             if r["reached"]
             else "not reached | - | "
         )
-        return to + f"{r['final_return']:.1f}"
+        return to + f"{r['final_return']:.1f} | {_fmt(r.get('wall_s'), '.0f')}"
 
     rows = {(r["task"], r["side"]): r for r in doc["rows"]}
     lines = [
         "| preset | env | threshold | env steps | steps to thr. | wall to thr. s | final return "
-        "| brax: steps to thr. | wall to thr. s | final return | jaxspreeze compile s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| wall s | brax: steps to thr. | wall to thr. s | final return | wall s "
+        "| jaxspreeze compile s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, task in TASKS.items():
         ours = rows.get((name, "jaxspreeze"))
