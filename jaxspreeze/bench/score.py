@@ -79,8 +79,8 @@ class ScoreTask:
 
 # Thresholds, per env (the same for both algorithms): CartpoleBalance 800 of 1000 (a
 # random policy scores ~ 200-400); inverted_pendulum 900 (steps balanced, max 1000);
-# reacher -80 over 1000 steps (a zero action scores about -200; SAC's 20k-step runs end
-# near -70 to -90); CheetahRun 100 of 1000 (random ~ 5-25); brax halfcheetah 500 (random
+# reacher -80 over 1000 steps (a zero action scores -180 on average, -81 to -253 over 8
+# targets; SAC's 20k-step runs end near -70 to -90); CheetahRun 100 of 1000 (random ~ 5-25); brax halfcheetah 500 (random
 # about -300; forward speed minus control cost).
 THRESHOLDS = {
     "playground/CartpoleBalance": 800.0,
