@@ -27,7 +27,9 @@
 #             CheetahRun, brax inverted_pendulum, reacher and halfcheetah) with 16x their
 #             CPU envs, budget and batch (SAC: gradient steps), jaxspreeze beside brax's own
 #             trainers -> RESULTS_DIR/score/time_to_score.{json,md} (saved after every
-#             row), score.log. Needs mujoco_playground (pip install playground==0.2.0;
+#             row; each jaxspreeze row has env_steps_per_s: MuJoCo Playground reports
+#             CheetahRun on one A100 at ~435k env steps/s with PPO, ~19k with SAC),
+#             score.log. Needs mujoco_playground (pip install playground==0.2.0;
 #             without it the Playground rows are reported as failed and the rest run)
 #   scaling   (only when named) data parallelism, 1 device vs every device, the same
 #             sizes per device -> RESULTS_DIR/scaling/scaling.md (env steps/s and update
