@@ -10,8 +10,8 @@
 #
 # Needs python3 with jax[cuda], flax, optax, chex, numpy, scipy, matplotlib, seaborn,
 # orbax-checkpoint, rich, pytest-benchmark (the lent H200 image has them). gymnax, brax,
-# mujoco(-mjx) and their few missing dependencies are installed from .whl/ when they do
-# not import (or from PyPI when .whl/ is absent and the network works).
+# mujoco(-mjx), MuJoCo Playground and their few missing dependencies are installed from
+# .whl/ when they do not import (or from PyPI when .whl/ is absent and the network works).
 # STAGES (default "autotune learning bench", any subset, in that order):
 #   autotune  `jaxspreeze autotune` for SAC on gymnax/Pendulum-v1 with a 10M-step budget
 #             and a 1M buffer (so the learning guards let the grids reach 65,536 envs and
@@ -22,6 +22,15 @@
 #             autotune-<task>.png, bench.log
 #   bench     the rest of the full benchmark at GPU sizes -> RESULTS_DIR/bench.{json,md},
 #             bench.log (saved after every case)
+#   score     (only when named) time to score at GPU sizes: experiments/time_to_score.py
+#             --scale gpu, the 10 presets (SAC and PPO on Playground CartpoleBalance and
+#             CheetahRun, brax inverted_pendulum, reacher and halfcheetah) with 16x their
+#             CPU envs, budget and batch (SAC: gradient steps), jaxspreeze beside brax's own
+#             trainers -> RESULTS_DIR/score/time_to_score.{json,md} (saved after every
+#             row; each jaxspreeze row has env_steps_per_s: MuJoCo Playground reports
+#             CheetahRun on one A100 at ~435k env steps/s with PPO, ~19k with SAC),
+#             score.log. Needs mujoco_playground (pip install playground==0.2.0;
+#             without it the Playground rows are reported as failed and the rest run)
 #   scaling   (only when named) data parallelism, 1 device vs every device, the same
 #             sizes per device -> RESULTS_DIR/scaling/scaling.md (env steps/s and update
 #             samples/s, in all and per device), devices-<d>/ runs and logs; with an even
@@ -29,7 +38,7 @@
 #             sizes per actor/critic pair) -> split-data-<N>/
 # and RESULTS_DIR/nvidia-smi.txt. Env: PYTHON (default python3); AUTOTUNE_BUDGET_S (the
 # autotune stage's probe budget, default 90; JAXSPREEZE_AUTOTUNE_BUDGET_S overrides the
-# learning tasks' own), LEARNING_TIMEOUT_S (default 420), BENCH_BUDGET_S (start no case
+# learning tasks' own), LEARNING_TIMEOUT_S (default 420), SCORE_TIMEOUT_S (default 1800), BENCH_BUDGET_S (start no case
 # after this, default 330), BENCH_TIMEOUT_S (hard stop, default 450). All three stages
 # need about 15 minutes on an H200; run them as separate calls where a call is shorter.
 set -euo pipefail
@@ -41,7 +50,8 @@ WHEELS=(gymnax==1.0.1 gymnasium==1.3.0 farama-notifications==0.0.6 brax==0.14.2
         mujoco==4.0.0 mujoco-core==4.0.0 mujoco-studio==4.0.0 mujoco-mjx==3.17.0
         jaxopt==0.8.5 ml-collections==1.1.0 tensorboardx==2.6.5 trimesh==5.2.0
         flask==3.1.3 flask-cors==6.0.5 glfw==2.11.0 pyopengl==3.1.10 blinker==1.9.0
-        itsdangerous==2.2.0 websockets==17.4)
+        itsdangerous==2.2.0 websockets==17.4
+        playground==0.2.0 lxml==6.1.3 mediapy==1.2.7 tqdm==4.70.1)  # score: Playground
 
 if [[ "${1:-}" == "--fetch-wheels" ]]; then
     mkdir -p "$REPO/.whl"
@@ -65,7 +75,7 @@ OUT="$(cd "$OUT" && pwd)"
 cd "$REPO"
 
 # dependencies: gymnax and brax (with mujoco-mjx) are not in a bare CUDA jax image
-if ! "$PY" -c "import gymnax, brax.envs, mujoco.mjx" >/dev/null 2>&1; then
+if ! "$PY" -c "import gymnax, brax.envs, mujoco.mjx, mujoco_playground" >/dev/null 2>&1; then
     if compgen -G ".whl/*.whl" >/dev/null; then
         "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
             --upgrade --target /tmp/jaxspreeze-site .whl/*.whl
@@ -112,6 +122,17 @@ if has bench; then
         --note "experiments/gpu_bench.sh; GPU sizes" 2>&1 | tee "$OUT/bench.log"
     rc=${PIPESTATUS[0]}; [[ $rc != 0 ]] && status=$rc
     [[ $rc == 124 ]] && echo "hard time limit reached: $OUT/bench.json holds the cases that finished"
+fi
+if has score; then
+    # time to score: env steps and wall (compile apart) to each preset's threshold,
+    # jaxspreeze then brax's trainer per row, at 16x the CPU sizes
+    mkdir -p "$OUT/score"
+    timeout "${SCORE_TIMEOUT_S:-1800}" "$PY" experiments/time_to_score.py --scale gpu \
+        --out "$OUT/score/time_to_score" --note "experiments/gpu_bench.sh; GPU sizes" 2>&1 \
+        | tee "$OUT/score/score.log"
+    rc=${PIPESTATUS[0]}; [[ $rc != 0 ]] && status=$rc
+    [[ $rc == 124 ]] && echo "score: time limit reached; $OUT/score/time_to_score.json" \
+        "holds the rows that finished"
 fi
 if has scaling; then
     # data parallelism, weak scaling: the same per-device sizes (SAC Pendulum, 4096 envs,

@@ -1,0 +1,522 @@
+"""Time to score: env steps and wall time to a return threshold, jaxspreeze beside brax.
+
+For each :data:`TASKS` entry (an env, an algorithm, a preset under
+``experiments/presets`` and a return threshold), :func:`run_jaxspreeze` trains the
+preset with the trainer's own programs (``schedules.make``: warm-up and fused chunks)
+and evaluates after every ``eval_every`` env steps (``evaluate.make_seed_evaluate``:
+the deterministic policy, ``eval_episodes`` fresh episodes). It records, at the first
+evaluation whose mean return reaches the threshold, the env steps and two wall times
+counted from the end of compilation: ``wall_to_threshold_s`` (warm-up, chunks and the
+evaluations before it) and ``train_to_threshold_s`` (warm-up and chunks only), and at the
+end the final return. The run goes on to its whole budget (the final return is part of
+the row). Compile time (chunk, warm-up and evaluator programs) is reported apart.
+
+:func:`run_brax` trains brax's own trainer (``brax.training.agents.sac`` / ``ppo``) on the
+same env, matched to the preset: the same hidden sizes, num_envs, batch (SAC: batch size,
+gradient steps per env step, warm-up and buffer; PPO: rollout length, minibatch size,
+epochs), learning rate, discount, episode length 1000, evaluation every ``eval_every`` env
+steps on ``eval_episodes`` envs with the deterministic policy. brax envs are used
+natively; Playground tasks through ``mujoco_playground.wrapper.wrap_for_brax_training``
+(``impl="jax"``, as ``envs/playground.py`` loads them). brax's ``progress_fn`` records
+(env steps, eval return, wall); the seconds JAX spent tracing, lowering and compiling
+(its ``jax.monitoring`` compile events) are subtracted from the wall, so both sides
+count from compilation's end. brax's evaluations are inside its wall, as ours are in
+``wall_to_threshold_s``.
+
+What differs and cannot be matched is said in each row's ``notes`` (e.g. brax's PPO
+normalises observations with its own running statistics; brax's SAC and PPO use their
+own initialisations and action squashing).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxspreeze import config, devices, schedules
+from jaxspreeze.bench import brax_compat
+from jaxspreeze.bench.record import Record
+from jaxspreeze.compiles import BACKEND, LOWER, TRACE
+from jaxspreeze.config import RunConfig
+from jaxspreeze.envs import make_env
+from jaxspreeze.evaluate import make_seed_evaluate
+from jaxspreeze.trainer import enable_compile_cache
+
+PRESETS = Path(__file__).resolve().parents[2] / "experiments" / "presets"
+EPISODE_LENGTH = 1000  # jaxspreeze's time limit on brax and Playground envs
+COMPILE_EVENTS = (TRACE, LOWER, BACKEND)
+
+
+@dataclass(frozen=True)
+class ScoreTask:
+    """One row of the table: a preset, its threshold and how often it is evaluated."""
+
+    algo: str
+    env: str
+    preset: str  # experiments/presets/<preset>.toml
+    threshold: float
+    eval_every: int
+    eval_episodes: int = 8
+
+    @property
+    def name(self) -> str:
+        """``sac-CartpoleBalance``."""
+        return f"{self.algo}-{self.env.split('/')[-1]}"
+
+    @property
+    def path(self) -> Path:
+        """The preset's TOML file."""
+        return PRESETS / f"{self.preset}.toml"
+
+
+# Thresholds, per env (the same for both algorithms): CartpoleBalance 800 of 1000 (brax's
+# untrained policies scored 187 and 210 at step 0); inverted_pendulum 900 (steps balanced,
+# max 1000); reacher -80 over 1000 steps (a zero action scores -180 on average, -81 to -253
+# over 8 targets; SAC's 20k-step runs end near -70 to -90); CheetahRun 100 of 1000 and brax
+# halfcheetah 500 (forward speed minus control cost): modest marks for CPU budgets.
+THRESHOLDS = {
+    "playground/CartpoleBalance": 800.0,
+    "playground/CheetahRun": 100.0,
+    "brax/inverted_pendulum": 900.0,
+    "brax/reacher": -80.0,
+    "brax/halfcheetah": 500.0,
+}
+
+TASKS: dict[str, ScoreTask] = {
+    t.name: t
+    for t in (
+        ScoreTask("sac", "playground/CartpoleBalance", "sac_cartpole_balance", 800.0, 2_000),
+        ScoreTask("ppo", "playground/CartpoleBalance", "ppo_cartpole_balance", 800.0, 16_384),
+        ScoreTask("sac", "playground/CheetahRun", "sac_cheetah_run", 100.0, 4_000, 4),
+        ScoreTask("ppo", "playground/CheetahRun", "ppo_cheetah_run", 100.0, 16_384, 4),
+        ScoreTask("sac", "brax/inverted_pendulum", "sac_inverted_pendulum", 900.0, 2_000),
+        ScoreTask("ppo", "brax/inverted_pendulum", "ppo_inverted_pendulum", 900.0, 16_384),
+        ScoreTask("sac", "brax/reacher", "sac_reacher", -80.0, 2_000),
+        ScoreTask("ppo", "brax/reacher", "ppo_reacher", -80.0, 16_384),
+        ScoreTask("sac", "brax/halfcheetah", "sac_brax_halfcheetah", 500.0, 2_000, 4),
+        ScoreTask("ppo", "brax/halfcheetah", "ppo_brax_halfcheetah", 500.0, 16_384, 4),
+    )
+}
+
+
+def preset_config(task: ScoreTask, **fields: Any) -> RunConfig:
+    """The task's preset, one seed, evaluated every ``eval_every``, chunks aligned to it."""
+    cfg = config.load(task.path).replace(
+        num_seeds=1, eval_every=task.eval_every, eval_episodes=task.eval_episodes, **fields
+    )
+    cfg = config.resolve(cfg)
+    k = max(1, task.eval_every // cfg.steps_per_iteration)
+    return config.validate(cfg.replace(chunk_iterations=k))
+
+
+def first_reaching(curve: list[dict[str, Any]], threshold: float) -> dict[str, Any] | None:
+    """The first point of ``curve`` whose ``return`` is at least ``threshold`` (or None)."""
+    return next((p for p in curve if p["return"] >= threshold), None)
+
+
+def _row(side: str, task: ScoreTask, curve: list[dict[str, Any]], **fields: Any) -> Record:
+    hit = first_reaching(curve, task.threshold)
+    final = curve[-1]["return"] if curve else math.nan
+    return {
+        "kind": "time_to_score",
+        "side": side,
+        "task": task.name,
+        "algo": task.algo,
+        "env": task.env,
+        "preset": task.preset,
+        "threshold": task.threshold,
+        "reached": hit is not None,
+        "env_steps_to_threshold": hit["env_steps"] if hit else None,
+        "wall_to_threshold_s": hit["wall_s"] if hit else None,
+        "train_to_threshold_s": hit.get("train_s") if hit else None,
+        "final_return": final,
+        "best_return": max((p["return"] for p in curve), default=math.nan),
+        "env_steps": curve[-1]["env_steps"] if curve else 0,
+        "curve": curve,
+        **fields,
+    }
+
+
+# ----------------------------------------------------------------------------- jaxspreeze
+def run_jaxspreeze(
+    task: ScoreTask, say: Callable[[str], None] = lambda *a: None, **fields: Any
+) -> Record:
+    """Train ``task``'s preset, evaluating every ``eval_every`` env steps; its row."""
+    cfg = preset_config(task, **fields)
+    enable_compile_cache(cfg.compile_cache)
+    placement = devices.single()
+    schedule = schedules.make(cfg, placement)
+    state = schedule.init()
+    t0 = time.perf_counter()
+    schedule.compile(state)
+    env = make_env(cfg.env, cfg.eval_episodes)
+    keys = jax.random.split(jax.random.key(cfg.seed + 10_000), cfg.num_seeds)
+    evaluate = make_seed_evaluate(schedule.algo.act, env, jax.device_put(keys, placement.eval))
+    jax.block_until_ready(evaluate(state.agent.actor))  # compiles it
+    compile_s = time.perf_counter() - t0
+
+    t_start = time.perf_counter()
+    state = jax.block_until_ready(schedule.warmup(state))
+    train_s = time.perf_counter() - t_start
+    eval_s = 0.0
+    curve: list[dict[str, Any]] = []
+    for _ in range(schedule.num_chunks):
+        t = time.perf_counter()
+        state, _ = schedule.chunk(state)
+        jax.block_until_ready(state)
+        train_s += time.perf_counter() - t
+        t = time.perf_counter()
+        result = jax.device_get(evaluate(state.agent.actor))
+        eval_s += time.perf_counter() - t
+        point = {
+            "env_steps": int(np.asarray(state.env_steps).reshape(-1)[0]),
+            "return": float(np.mean(result.return_mean)),
+            "wall_s": time.perf_counter() - t_start,
+            "train_s": train_s,
+        }
+        curve.append(point)
+        say(
+            f"  jaxspreeze {task.name:24s} {point['env_steps']:>9,} steps "
+            f"{point['wall_s']:7.1f}s  return {point['return']:9.1f}"
+        )
+    wall = time.perf_counter() - t_start
+    return _row(
+        "jaxspreeze",
+        task,
+        curve,
+        compile_s=compile_s,
+        wall_s=wall,
+        train_s=train_s,
+        eval_s=eval_s,
+        env_steps_per_s=curve[-1]["env_steps"] / train_s if curve else None,
+        config={
+            k: getattr(cfg, k)
+            for k in (
+                "total_steps",
+                "num_envs",
+                "rollout_steps",
+                "grad_steps",
+                "batch_size",
+                "buffer_size",
+                "learning_starts",
+                "chunk_iterations",
+                "eval_every",
+                "eval_episodes",
+                "seed",
+            )
+        },
+        algo_config=_plain(cfg.algo_config),
+    )
+
+
+def _plain(algo_config: Any) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(algo_config).items()}
+
+
+# ----------------------------------------------------------------------------- brax
+def brax_env(env_name: str) -> tuple[Any, Callable[..., Any] | None]:
+    """brax's env for ``env_name`` and the ``wrap_env_fn`` its trainers need (or None)."""
+    family, _, name = env_name.partition("/")
+    if family == "brax":
+        from brax import envs as brax_envs  # heavy (mujoco): imported for brax's trainers
+
+        return brax_envs.get_environment(name), None
+    if family == "playground":
+        from jaxspreeze.envs import playground
+
+        env = playground.load_env(name)
+        import mujoco_playground  # optional extra, already loaded by load_env
+
+        return env, mujoco_playground.wrapper.wrap_for_brax_training
+    raise ValueError(f"brax's trainers do not run {env_name!r} here")
+
+
+def brax_kwargs(cfg: RunConfig, task: ScoreTask) -> dict[str, Any]:
+    """brax trainer arguments matched to ``cfg`` (jaxspreeze's resolved preset)."""
+    a = cfg.algo_config
+    evals = max(2, cfg.total_steps // task.eval_every + 1)
+    common = dict(
+        num_timesteps=cfg.total_steps,
+        episode_length=EPISODE_LENGTH,
+        num_envs=cfg.num_envs,
+        num_evals=evals,
+        num_eval_envs=task.eval_episodes,
+        deterministic_eval=True,
+        seed=cfg.seed,
+    )
+    if task.algo == "sac":
+        return dict(
+            common,
+            learning_rate=a.critic_lr,
+            discounting=a.gamma,
+            tau=a.tau,
+            batch_size=cfg.batch_size,
+            grad_updates_per_step=cfg.grad_steps // cfg.rollout_steps,
+            min_replay_size=cfg.learning_starts,
+            max_replay_size=cfg.buffer_size,
+            normalize_observations=False,
+            reward_scaling=1.0,
+            hidden=tuple(a.hidden),
+        )
+    if task.algo == "ppo":
+        samples = cfg.num_envs * cfg.rollout_steps
+        minibatches = max(1, samples // cfg.batch_size)
+        return dict(
+            common,
+            learning_rate=a.lr,
+            discounting=a.gamma,
+            gae_lambda=a.gae_lambda,
+            clipping_epsilon=a.clip_eps,
+            entropy_cost=a.ent_coef,
+            vf_loss_coefficient=a.vf_coef,
+            max_grad_norm=a.max_grad_norm,
+            normalize_advantage=a.normalize_advantages,
+            normalize_observations=a.normalize_obs,
+            unroll_length=cfg.rollout_steps,
+            num_minibatches=minibatches,
+            batch_size=cfg.num_envs // minibatches,
+            num_updates_per_batch=a.epochs,
+            reward_scaling=1.0,
+            bootstrap_on_timeout=True,
+            hidden=tuple(a.hidden),
+        )
+    raise ValueError(f"brax has no trainer {task.algo!r} here")
+
+
+def run_brax(
+    task: ScoreTask, say: Callable[[str], None] = lambda *a: None, **fields: Any
+) -> Record:
+    """brax's own trainer on ``task``'s env, matched to its preset; its row."""
+    cfg = preset_config(task, **fields)
+    enable_compile_cache(cfg.compile_cache)
+    brax_compat.install()
+    env, wrap_fn = brax_env(task.env)
+    kw = brax_kwargs(cfg, task)
+    hidden = kw.pop("hidden")
+    compile_s = [0.0]
+
+    def on_event(event: str, duration: float, **_: Any) -> None:
+        if event in COMPILE_EVENTS:
+            compile_s[0] += duration
+
+    curve: list[dict[str, Any]] = []
+    t0 = [0.0]
+
+    def progress(step: int, metrics: dict) -> None:
+        if "eval/episode_reward" not in metrics:
+            return
+        now = time.perf_counter()
+        point = {
+            "env_steps": int(step),
+            "return": float(metrics["eval/episode_reward"]),
+            "wall_s": now - t0[0] - compile_s[0],
+            "compile_s": compile_s[0],
+        }
+        curve.append(point)
+        say(
+            f"  brax       {task.name:24s} {point['env_steps']:>9,} steps "
+            f"{point['wall_s']:7.1f}s  return {point['return']:9.1f}  "
+            f"(compiled {compile_s[0]:.0f}s)"
+        )
+
+    if task.algo == "sac":
+        from brax.training.agents.sac import networks as nets  # heavy: benchmark only
+        from brax.training.agents.sac import train as trainer
+
+        factory = functools.partial(nets.make_sac_networks, hidden_layer_sizes=hidden)
+    else:
+        from brax.training.agents.ppo import networks as nets  # heavy: benchmark only
+        from brax.training.agents.ppo import train as trainer
+
+        factory = functools.partial(
+            nets.make_ppo_networks,
+            policy_hidden_layer_sizes=hidden,
+            value_hidden_layer_sizes=hidden,
+        )
+    jax.monitoring.register_event_duration_secs_listener(on_event)
+    t0[0] = time.perf_counter()
+    try:
+        trainer.train(
+            environment=env,
+            wrap_env_fn=wrap_fn,
+            network_factory=factory,
+            progress_fn=progress,
+            **kw,
+        )
+    finally:
+        jax.monitoring.unregister_event_duration_listener(on_event)
+    total = time.perf_counter() - t0[0]
+    # brax evaluates once before training (env steps 0): the clock starts at its end
+    start = curve[0]["wall_s"] if curve and curve[0]["env_steps"] == 0 else 0.0
+    for p in curve:
+        p["wall_s"] -= start
+    trained = [p for p in curve if p["env_steps"] > 0]
+    return _row(
+        "brax",
+        task,
+        trained,
+        compile_s=compile_s[0],
+        wall_s=total - compile_s[0] - start,
+        trainer=f"brax.training.agents.{task.algo}.train",
+        config={k: v for k, v in kw.items()} | {"hidden": list(hidden)},
+        notes=_brax_notes(task),
+    )
+
+
+def _brax_notes(task: ScoreTask) -> str:
+    notes = [
+        "wall = brax's train() minus JAX trace/lower/compile events, from after its step-0 eval"
+    ]
+    if task.env.startswith("playground/"):
+        notes.append("Playground via wrap_for_brax_training (drops the final observation)")
+    else:
+        notes.append("brax's training wrappers (AutoReset to the first state of each env)")
+    if task.algo == "ppo":
+        notes.append(
+            "PPO: minibatches of whole env rows (brax) vs shuffled samples (jaxspreeze); "
+            "brax's learning rate constant, jaxspreeze's annealed when anneal_lr"
+        )
+    return "; ".join(notes)
+
+
+# ----------------------------------------------------------------------------- report
+GPU_ENVS = 16  # --scale gpu: num_envs (and the budget) times this
+
+
+def gpu_fields(task: ScoreTask) -> dict[str, Any]:
+    """Preset changes for a GPU: ``GPU_ENVS`` x the envs, the budget and the batch.
+
+    SAC keeps its gradient steps per env step (grad_steps x ``GPU_ENVS``); PPO keeps
+    its minibatch count (batch x ``GPU_ENVS``).
+    """
+    cfg = config.resolve(config.load(task.path))
+    f = GPU_ENVS
+    fields: dict[str, Any] = dict(
+        num_envs=cfg.num_envs * f,
+        total_steps=cfg.total_steps * f,
+        batch_size=cfg.batch_size * f if task.algo == "ppo" else cfg.batch_size,
+    )
+    if task.algo == "sac":
+        fields.update(
+            grad_steps=cfg.grad_steps * f,
+            buffer_size=cfg.buffer_size * f,
+            learning_starts=cfg.learning_starts * f,
+        )
+    return fields
+
+
+def failed_row(side: str, task: ScoreTask, error: str) -> Record:
+    """The row of a run that raised: ``error`` says why."""
+    return _row(side, task, [], error=error)
+
+
+def _fmt(x: Any, spec: str = ",.0f") -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def summary_line(row: Record) -> str:
+    """One line: side, task, steps and wall to the threshold, final return."""
+    if row.get("error"):
+        return f"{row['side']} {row['task']}: FAILED {row['error']}"
+    to = (
+        f"{row['env_steps_to_threshold']:,} steps, {row['wall_to_threshold_s']:.1f}s"
+        if row["reached"]
+        else "not reached"
+    )
+    return (
+        f"{row['side']} {row['task']}: threshold {row['threshold']:g} {to}; final "
+        f"{row['final_return']:.1f} at {row['env_steps']:,} steps; compile {row['compile_s']:.0f}s"
+    )
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """The table of ``doc["rows"]`` with its commands, machine and notes."""
+    lines = ["# Time to score", ""]
+    for c in doc.get("commands", []):
+        note = f" ({c['note']})" if c.get("note") else ""
+        lines.append(f"- {c['date']}: `{c['command']}`{note}")
+    hw = doc.get("hardware", {})
+    lines += [
+        "",
+        f"Machine: {hw}. Versions: {doc.get('versions')}.",
+        "",
+        "One seed (0) per row. `steps to thr.` and `wall to thr.` are read at the first "
+        "evaluation whose mean return (deterministic policy) reaches the threshold; wall "
+        "counts from the end of compilation (jaxspreeze: warm-up, chunks and the evaluations "
+        "before it; `train` leaves the evaluations out; brax: its train() minus JAX's "
+        "trace/lower/compile events, its evaluations in). The run continues to its budget: "
+        "`final` is the last evaluation. `load` is the 1-minute load average at the start "
+        "and end of the row (2 cores shared).",
+        "",
+        "| env | algo | side | threshold | reached | steps to thr. | wall to thr. s | "
+        "train to thr. s | final return | best | env steps | wall s | compile s | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in doc["rows"]:
+        if r.get("error"):
+            lines.append(
+                f"| {r['env']} | {r['algo']} | {r['side']} | {r['threshold']:g} | failed: "
+                f"{r['error'][:120]} | | | | | | | | | |"
+            )
+            continue
+        lines.append(
+            f"| {r['env']} | {r['algo']} | {r['side']} | {r['threshold']:g} | "
+            f"{'yes' if r['reached'] else 'no'} | {_fmt(r['env_steps_to_threshold'])} | "
+            f"{_fmt(r['wall_to_threshold_s'], '.1f')} | {_fmt(r.get('train_to_threshold_s'), '.1f')} | "
+            f"{_fmt(r['final_return'], '.1f')} | {_fmt(r['best_return'], '.1f')} | "
+            f"{_fmt(r['env_steps'])} | {_fmt(r.get('wall_s'), '.0f')} | "
+            f"{_fmt(r.get('compile_s'), '.0f')} | {r.get('load_start', 0):.1f}-{r.get('load_end', 0):.1f} |"
+        )
+    done = {(r["task"], r["side"]) for r in doc["rows"]}
+    missing = [f"{s} {n}" for n in TASKS for s in ("jaxspreeze", "brax") if (n, s) not in done]
+    if missing:
+        lines += ["", "Not run: " + ", ".join(missing) + "."]
+    notes = sorted({n for r in doc["rows"] if r.get("notes") for n in r["notes"].split("; ")})
+    if notes:
+        lines += ["", "brax rows:", *(f"- {n}" for n in notes)]
+    return "\n".join(lines) + "\n"
+
+
+def side_by_side(doc: dict[str, Any]) -> str:
+    """One line per task, jaxspreeze's row beside brax's (the README's table)."""
+
+    def cell(r: Record | None) -> str:
+        if r is None:
+            return "not run | | | "
+        if r.get("error"):
+            return "failed | | | "
+        to = (
+            f"{r['env_steps_to_threshold']:,} | {r['wall_to_threshold_s']:.0f} | "
+            if r["reached"]
+            else "not reached | - | "
+        )
+        return to + f"{r['final_return']:.1f} | {_fmt(r.get('wall_s'), '.0f')}"
+
+    rows = {(r["task"], r["side"]): r for r in doc["rows"]}
+    lines = [
+        "| preset | env | threshold | env steps | steps to thr. | wall to thr. s | final return "
+        "| wall s | brax: steps to thr. | wall to thr. s | final return | wall s "
+        "| jaxspreeze compile s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, task in TASKS.items():
+        ours = rows.get((name, "jaxspreeze"))
+        if ours is None and (name, "brax") not in rows:
+            continue
+        compile_s = _fmt(ours.get("compile_s"), ".0f") if ours else "-"
+        budget = _fmt(ours.get("env_steps")) if ours else "-"
+        lines.append(
+            f"| {task.preset} | {task.env} | {task.threshold:g} | {budget} | {cell(ours)} | "
+            f"{cell(rows.get((name, 'brax')))} | {compile_s} |"
+        )
+    return "\n".join(lines) + "\n"

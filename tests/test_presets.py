@@ -1,0 +1,154 @@
+"""Every preset under experiments/presets validates; the time-to-score table's plumbing.
+
+Cheap: configs are loaded, resolved and validated (which builds each env's spec, no
+compile); nothing trains.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from jaxspreeze import config
+from jaxspreeze.bench import score
+from jaxspreeze.errors import ConfigError
+
+PRESETS = Path(__file__).resolve().parent.parent / "experiments" / "presets"
+HAVE_PLAYGROUND = importlib.util.find_spec("mujoco_playground") is not None
+HAVE_BRAX = importlib.util.find_spec("brax") is not None
+ALL = sorted(PRESETS.glob("*.toml"))
+
+
+def _needs(path: Path) -> str | None:
+    text = path.read_text()
+    if 'env = "playground/' in text and not HAVE_PLAYGROUND:
+        return "MuJoCo Playground not installed"
+    if 'env = "brax/' in text and not HAVE_BRAX:
+        return "brax not installed"
+    return None
+
+
+def test_the_presets_folder_is_found():
+    assert len(ALL) >= 20
+
+
+@pytest.mark.parametrize("path", ALL, ids=[p.stem for p in ALL])
+def test_every_preset_validates(path):
+    if reason := _needs(path):
+        pytest.skip(reason)
+    cfg = config.validate(config.load(path))
+    assert path.stem.startswith(cfg.algo + "_"), "a preset is named <algo>_<task>"
+    assert f"--config experiments/presets/{path.name}" in path.read_text(), (
+        "a preset's header gives the command that runs it"
+    )
+
+
+def test_a_broken_preset_is_refused(tmp_path):
+    bad = tmp_path / "sac_bad.toml"
+    bad.write_text('algo = "sac"\nenv = "gymnax/Pendulum-v1"\nnum_envs = 0\n')
+    with pytest.raises(ConfigError):
+        config.validate(config.load(bad))
+
+
+def test_every_time_to_score_task_has_its_preset_and_threshold():
+    assert len(score.TASKS) == 10
+    assert {t.algo for t in score.TASKS.values()} == {"sac", "ppo"}
+    for task in score.TASKS.values():
+        assert task.path.exists(), task.path
+        cfg = config.load(task.path)
+        assert (cfg.algo, cfg.env) == (task.algo, task.env), task.name
+        assert task.threshold == score.THRESHOLDS[task.env]
+
+
+@pytest.mark.parametrize("name", list(score.TASKS))
+def test_time_to_score_configs_align_chunks_to_evaluations(name):
+    task = score.TASKS[name]
+    if reason := _needs(task.path):
+        pytest.skip(reason)
+    cfg = score.preset_config(task)
+    assert cfg.num_seeds == 1 and cfg.eval_episodes == task.eval_episodes
+    chunk_steps = cfg.chunk_iterations * cfg.steps_per_iteration
+    assert 0 < chunk_steps <= task.eval_every
+    assert task.eval_every - chunk_steps < cfg.steps_per_iteration
+
+
+@pytest.mark.parametrize("name", list(score.TASKS))
+def test_brax_arguments_match_the_preset(name):
+    task = score.TASKS[name]
+    if reason := _needs(task.path):
+        pytest.skip(reason)
+    cfg = score.preset_config(task)
+    kw = score.brax_kwargs(cfg, task)
+    assert kw["num_envs"] == cfg.num_envs and kw["num_timesteps"] == cfg.total_steps
+    assert kw["hidden"] == tuple(cfg.algo_config.hidden)
+    assert kw["num_eval_envs"] == task.eval_episodes and kw["deterministic_eval"]
+    if task.algo == "ppo":
+        # brax collects batch_size x num_minibatches rows of unroll_length steps per
+        # update: one row per env, the same samples per minibatch as jaxspreeze
+        assert kw["batch_size"] * kw["num_minibatches"] == cfg.num_envs
+        assert kw["unroll_length"] == cfg.rollout_steps
+        assert kw["batch_size"] * kw["unroll_length"] == cfg.batch_size
+        assert kw["num_updates_per_batch"] == cfg.algo_config.epochs
+    else:
+        assert kw["batch_size"] == cfg.batch_size
+        assert kw["grad_updates_per_step"] * cfg.num_envs == cfg.grad_steps * cfg.num_envs
+        assert kw["max_replay_size"] == cfg.buffer_size
+
+
+def _curve(*returns: float) -> list[dict]:
+    return [
+        {
+            "env_steps": 1000 * (i + 1),
+            "return": r,
+            "wall_s": 2.0 * (i + 1),
+            "train_s": 1.5 * (i + 1),
+        }
+        for i, r in enumerate(returns)
+    ]
+
+
+def test_the_first_evaluation_at_the_threshold_is_read_and_the_last_is_final():
+    task = score.TASKS["sac-inverted_pendulum"]
+    row = score._row("jaxspreeze", task, _curve(10.0, 950.0, 400.0, 1000.0), compile_s=3.0)
+    assert row["reached"]
+    assert row["env_steps_to_threshold"] == 2000
+    assert row["wall_to_threshold_s"] == 4.0 and row["train_to_threshold_s"] == 3.0
+    assert row["final_return"] == 1000.0 and row["best_return"] == 1000.0
+    assert "| yes | 2,000 |" in score.markdown({"rows": [row]})
+
+
+def test_an_unreached_threshold_reports_the_final_return():
+    task = score.TASKS["sac-reacher"]
+    row = score._row("brax", task, _curve(-200.0, -120.0, -95.0), compile_s=1.0)
+    assert not row["reached"] and row["env_steps_to_threshold"] is None
+    assert row["final_return"] == -95.0
+    table = score.markdown({"rows": [row, score.failed_row("jaxspreeze", task, "boom")]})
+    assert "| no | - |" in table and "failed: boom" in table
+
+
+@pytest.mark.parametrize("name", list(score.TASKS))
+def test_gpu_sizes_validate_and_keep_the_update_ratio(name):
+    task = score.TASKS[name]
+    if reason := _needs(task.path):
+        pytest.skip(reason)
+    cpu = score.preset_config(task)
+    gpu = score.preset_config(task, **score.gpu_fields(task))
+    assert gpu.num_envs == cpu.num_envs * score.GPU_ENVS
+    ratio = lambda c: c.grad_steps * c.batch_size / c.steps_per_iteration
+    if task.algo == "sac":
+        assert ratio(gpu) == ratio(cpu)
+    else:
+        per_update = lambda c: c.num_envs * c.rollout_steps // c.batch_size
+        assert per_update(gpu) == per_update(cpu)
+
+
+def test_the_readme_table_puts_brax_beside_jaxspreeze():
+    task = score.TASKS["ppo-inverted_pendulum"]
+    ours = score._row("jaxspreeze", task, _curve(100.0, 1000.0), compile_s=30.0, wall_s=5.0)
+    theirs = score._row("brax", task, _curve(50.0, 200.0), wall_s=7.0)
+    table = score.side_by_side({"rows": [ours, theirs]})
+    line = next(x for x in table.splitlines() if x.startswith("| ppo_inverted_pendulum"))
+    assert "| 2,000 | 4 | 1000.0 | 5 | not reached | - | 200.0 | 7 | 30 |" in line
+    assert "sac_inverted_pendulum" not in table  # rows not run are left out
