@@ -41,7 +41,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxspreeze import config, devices, schedules
+from jaxspreeze import algos, config, devices, schedules
 from jaxspreeze.bench import brax_compat
 from jaxspreeze.bench.record import Record
 from jaxspreeze.compiles import BACKEND, LOWER, TRACE
@@ -254,43 +254,52 @@ def brax_kwargs(cfg: RunConfig, task: ScoreTask) -> dict[str, Any]:
         deterministic_eval=True,
         seed=cfg.seed,
     )
-    if task.algo == "sac":
-        return dict(
-            common,
-            learning_rate=a.critic_lr,
-            discounting=a.gamma,
-            tau=a.tau,
-            batch_size=cfg.batch_size,
-            grad_updates_per_step=cfg.grad_steps // cfg.rollout_steps,
-            min_replay_size=cfg.learning_starts,
-            max_replay_size=cfg.buffer_size,
-            normalize_observations=False,
-            reward_scaling=1.0,
-            hidden=tuple(a.hidden),
-        )
-    if task.algo == "ppo":
-        samples = cfg.num_envs * cfg.rollout_steps
-        minibatches = max(1, samples // cfg.batch_size)
-        return dict(
-            common,
-            learning_rate=a.lr,
-            discounting=a.gamma,
-            gae_lambda=a.gae_lambda,
-            clipping_epsilon=a.clip_eps,
-            entropy_cost=a.ent_coef,
-            vf_loss_coefficient=a.vf_coef,
-            max_grad_norm=a.max_grad_norm,
-            normalize_advantage=a.normalize_advantages,
-            normalize_observations=a.normalize_obs,
-            unroll_length=cfg.rollout_steps,
-            num_minibatches=minibatches,
-            batch_size=cfg.num_envs // minibatches,
-            num_updates_per_batch=a.epochs,
-            reward_scaling=1.0,
-            bootstrap_on_timeout=True,
-            hidden=tuple(a.hidden),
-        )
-    raise ValueError(f"brax has no trainer {task.algo!r} here")
+    if task.algo not in BRAX_KWARGS:
+        raise ValueError(f"brax has no trainer {task.algo!r} here")
+    return BRAX_KWARGS[task.algo](cfg, a, common)
+
+
+def _brax_sac_kwargs(cfg: RunConfig, a: Any, common: dict[str, Any]) -> dict[str, Any]:
+    return dict(
+        common,
+        learning_rate=a.critic_lr,
+        discounting=a.gamma,
+        tau=a.tau,
+        batch_size=cfg.batch_size,
+        grad_updates_per_step=cfg.grad_steps // cfg.rollout_steps,
+        min_replay_size=cfg.learning_starts,
+        max_replay_size=cfg.buffer_size,
+        normalize_observations=False,
+        reward_scaling=1.0,
+        hidden=tuple(a.hidden),
+    )
+
+
+def _brax_ppo_kwargs(cfg: RunConfig, a: Any, common: dict[str, Any]) -> dict[str, Any]:
+    samples = cfg.num_envs * cfg.rollout_steps
+    minibatches = max(1, samples // cfg.batch_size)
+    return dict(
+        common,
+        learning_rate=a.lr,
+        discounting=a.gamma,
+        gae_lambda=a.gae_lambda,
+        clipping_epsilon=a.clip_eps,
+        entropy_cost=a.ent_coef,
+        vf_loss_coefficient=a.vf_coef,
+        max_grad_norm=a.max_grad_norm,
+        normalize_advantage=a.normalize_advantages,
+        normalize_observations=a.normalize_obs,
+        unroll_length=cfg.rollout_steps,
+        num_minibatches=minibatches,
+        batch_size=cfg.num_envs // minibatches,
+        num_updates_per_batch=a.epochs,
+        reward_scaling=1.0,
+        bootstrap_on_timeout=True,
+        hidden=tuple(a.hidden),
+    )
+
+
+BRAX_KWARGS = {"sac": _brax_sac_kwargs, "ppo": _brax_ppo_kwargs}  # by brax's trainer name
 
 
 def run_brax(
@@ -329,20 +338,7 @@ def run_brax(
             f"(compiled {compile_s[0]:.0f}s)"
         )
 
-    if task.algo == "sac":
-        from brax.training.agents.sac import networks as nets  # heavy: benchmark only
-        from brax.training.agents.sac import train as trainer
-
-        factory = functools.partial(nets.make_sac_networks, hidden_layer_sizes=hidden)
-    else:
-        from brax.training.agents.ppo import networks as nets  # heavy: benchmark only
-        from brax.training.agents.ppo import train as trainer
-
-        factory = functools.partial(
-            nets.make_ppo_networks,
-            policy_hidden_layer_sizes=hidden,
-            value_hidden_layer_sizes=hidden,
-        )
+    trainer, factory = _brax_trainer(task.algo, hidden)
     jax.monitoring.register_event_duration_secs_listener(on_event)
     t0[0] = time.perf_counter()
     try:
@@ -373,6 +369,28 @@ def run_brax(
     )
 
 
+def _brax_trainer(algo: str, hidden: tuple[int, ...]) -> tuple[Any, Callable[..., Any]]:
+    """brax's ``train`` function for ``algo`` (brax's name) and its network factory."""
+    from brax.training.agents.ppo import networks as ppo_nets  # heavy: benchmark only
+    from brax.training.agents.ppo import train as ppo
+    from brax.training.agents.sac import networks as sac_nets
+    from brax.training.agents.sac import train as sac
+
+    factories = {
+        "sac": (sac, functools.partial(sac_nets.make_sac_networks, hidden_layer_sizes=hidden)),
+        "ppo": (
+            ppo,
+            functools.partial(
+                ppo_nets.make_ppo_networks,
+                policy_hidden_layer_sizes=hidden,
+                value_hidden_layer_sizes=hidden,
+            ),
+        ),
+    }
+    train, factory = factories[algo]
+    return train.train, factory
+
+
 def _brax_notes(task: ScoreTask) -> str:
     notes = [
         "wall = brax's train() minus JAX trace/lower/compile events, from after its step-0 eval"
@@ -381,7 +399,7 @@ def _brax_notes(task: ScoreTask) -> str:
         notes.append("Playground via wrap_for_brax_training (drops the final observation)")
     else:
         notes.append("brax's training wrappers (AutoReset to the first state of each env)")
-    if task.algo == "ppo":
+    if algos.get(task.algo).on_policy:
         notes.append(
             "PPO: minibatches of whole env rows (brax) vs shuffled samples (jaxspreeze); "
             "brax's learning rate constant, jaxspreeze's annealed when anneal_lr"
@@ -401,12 +419,13 @@ def gpu_fields(task: ScoreTask) -> dict[str, Any]:
     """
     cfg = config.resolve(config.load(task.path))
     f = GPU_ENVS
+    on_policy = algos.get(task.algo).on_policy
     fields: dict[str, Any] = dict(
         num_envs=cfg.num_envs * f,
         total_steps=cfg.total_steps * f,
-        batch_size=cfg.batch_size * f if task.algo == "ppo" else cfg.batch_size,
+        batch_size=cfg.batch_size * f if on_policy else cfg.batch_size,
     )
-    if task.algo == "sac":
+    if not on_policy:
         fields.update(
             grad_steps=cfg.grad_steps * f,
             buffer_size=cfg.buffer_size * f,
