@@ -42,6 +42,7 @@ import jax
 import numpy as np
 
 from jaxspreeze import algos, config, devices, schedules
+from jaxspreeze.algos.base import RUN_SIZES
 from jaxspreeze.bench import brax_compat
 from jaxspreeze.bench.record import Record
 from jaxspreeze.compiles import BACKEND, LOWER, TRACE
@@ -197,22 +198,7 @@ def run_jaxspreeze(
         train_s=train_s,
         eval_s=eval_s,
         env_steps_per_s=curve[-1]["env_steps"] / train_s if curve else None,
-        config={
-            k: getattr(cfg, k)
-            for k in (
-                "total_steps",
-                "num_envs",
-                "rollout_steps",
-                "grad_steps",
-                "batch_size",
-                "buffer_size",
-                "learning_starts",
-                "chunk_iterations",
-                "eval_every",
-                "eval_episodes",
-                "seed",
-            )
-        },
+        config={k: getattr(cfg, k) for k in (*RUN_SIZES, "eval_every", "eval_episodes", "seed")},
         algo_config=_plain(cfg.algo_config),
     )
 
