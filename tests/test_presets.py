@@ -152,3 +152,31 @@ def test_the_readme_table_puts_brax_beside_jaxspreeze():
     line = next(x for x in table.splitlines() if x.startswith("| ppo_inverted_pendulum"))
     assert "| 2,000 | 4 | 1000.0 | 5 | not reached | - | 200.0 | 7 | 30 |" in line
     assert "sac_inverted_pendulum" not in table  # rows not run are left out
+
+
+
+@pytest.mark.skipif(not HAVE_BRAX, reason="brax is not installed")
+@pytest.mark.parametrize("algo", ["sac", "ppo"])
+def test_run_brax_calls_brax_train_with_the_preset(algo, monkeypatch):
+    """The brax side calls brax's own ``train`` function (looked up by brax's trainer name)
+    with the preset's arguments, and reads its evaluations into a row."""
+    train_fn, factory = score._brax_trainer(algo, (32, 32))
+    assert train_fn.__module__ == f"brax.training.agents.{algo}.train" and callable(factory)
+    calls = []
+
+    def fake_train(**kwargs):
+        calls.append(kwargs)
+        kwargs["progress_fn"](0, {"eval/episode_reward": 1.0})
+        kwargs["progress_fn"](kwargs["num_timesteps"], {"eval/episode_reward": 950.0})
+
+    monkeypatch.setattr(score, "_brax_trainer", lambda a, hidden: (fake_train, factory))
+    task = next(
+        t for t in score.TASKS.values() if t.env == "brax/inverted_pendulum" and t.algo == algo
+    )
+    row = score.run_brax(task, compile_cache="off")
+    (kwargs,) = calls
+    assert kwargs["num_timesteps"] == score.brax_kwargs(score.preset_config(task), task)[
+        "num_timesteps"
+    ]
+    assert kwargs["network_factory"] is factory and kwargs["environment"] is not None
+    assert row["side"] == "brax" and row["final_return"] == 950.0

@@ -324,11 +324,11 @@ def run_brax(
             f"(compiled {compile_s[0]:.0f}s)"
         )
 
-    trainer, factory = _brax_trainer(task.algo, hidden)
+    train_fn, factory = _brax_trainer(task.algo, hidden)
     jax.monitoring.register_event_duration_secs_listener(on_event)
     t0[0] = time.perf_counter()
     try:
-        trainer.train(
+        train_fn(
             environment=env,
             wrap_env_fn=wrap_fn,
             network_factory=factory,
