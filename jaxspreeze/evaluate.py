@@ -19,6 +19,7 @@ import numpy as np
 from jaxspreeze.envs import VecEnv
 from jaxspreeze.hostenvs import make_host_env
 from jaxspreeze.metrics import Report, warn
+from jaxspreeze.programs import ProgramCache
 from jaxspreeze.types import PyTree
 
 _STOP = object()
@@ -77,14 +78,18 @@ class SeedEvaluate:
     """
 
     def __init__(self, act: ActFn, env: VecEnv, keys: jax.Array):
-        self._jit = jax.jit(jax.vmap(make_evaluate(act, env)))
+        self._fn = jax.vmap(make_evaluate(act, env))
+        self._jit = jax.jit(self._fn)
         self._keys = keys
         self._compiled: jax.stages.Compiled | None = None
 
-    def compile(self, actor_like: PyTree) -> SeedEvaluate:
+    def compile(self, actor_like: PyTree, programs: ProgramCache | None = None) -> SeedEvaluate:
         """Lower and compile for actors shaped (and placed) like ``actor_like`` (arrays or
-        ``jax.ShapeDtypeStruct``\\ s with shardings); returns self."""
-        self._compiled = self._jit.lower(actor_like, self._keys).compile()
+        ``jax.ShapeDtypeStruct``\\ s with shardings), or load the program ``programs`` kept
+        for them; returns self."""
+        programs = programs if programs is not None else ProgramCache.off()
+        jitted = programs.jit("evaluate", self._fn) if programs.on else self._jit
+        self._compiled = programs.compile("evaluate", jitted, actor_like, self._keys)
         return self
 
     @property

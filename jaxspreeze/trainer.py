@@ -65,6 +65,7 @@ from jaxspreeze.guards import Tripwire, checkpoint_note, nonfinite_message
 from jaxspreeze.iteration import TrainState
 from jaxspreeze.metrics import MetricsThread, Report
 from jaxspreeze.policy import save_policy
+from jaxspreeze.programs import ProgramCache, object_fingerprint
 from jaxspreeze.records import RecordBuilder, Work
 from jaxspreeze.schedules.base import abstract_on
 from jaxspreeze.sinks import Sink, make_sinks
@@ -331,7 +332,7 @@ def _run(
             "train_s": train_s,
             "compile_s": start.compile_s,
         },
-        compiles=_compiles(compile_log, first_dispatch_s, before_train_s),
+        compiles=_compiles(compile_log, first_dispatch_s, before_train_s, schedule.programs),
         work=work,
         chunks=chunks_run,
         schedule=schedule,
@@ -365,13 +366,18 @@ def _host_env_note(latest: Path | None, run_dir: Path) -> str:
 
 
 def _compiles(
-    log: CompileLog | None, first_dispatch_s: float | None, before_train_s: float | None = None
+    log: CompileLog | None,
+    first_dispatch_s: float | None,
+    before_train_s: float | None = None,
+    kept: ProgramCache | None = None,
 ) -> Record | None:
     """The summary's compile accounting: all of it, per program, and the time to start.
 
     ``first_chunk_dispatched_s`` counts from the call of :func:`train`,
     ``command_to_first_chunk_s`` from the start of the process (the command: interpreter,
-    imports and argument parsing included), ``command_to_train_s`` the difference.
+    imports and argument parsing included), ``command_to_train_s`` the difference;
+    ``programs_loaded`` / ``programs_compiled`` name the programs the program cache gave
+    and those traced and compiled (:mod:`jaxspreeze.programs`).
     """
     if log is None:
         return None
@@ -384,18 +390,62 @@ def _compiles(
         "first_chunk_dispatched_s": first_dispatch_s,
         "command_to_first_chunk_s": from_command,
         "command_to_train_s": before_train_s,
+        **(kept or ProgramCache.off()).report(),
     }
+
+
+# config fields that reach no program: a run differing only in these loads the same ones
+PROGRAM_FREE_FIELDS = (
+    "logdir",
+    "run_name",
+    "sinks",
+    "checkpoint_every",
+    "keep_checkpoints",
+    "compile_cache",
+    "autotune_budget_s",
+    "host_stall_timeout_s",
+)
+
+
+def program_cache(
+    directory: str | None, cfg: RunConfig, schedule: schedules.Schedule
+) -> ProgramCache:
+    """The run's :class:`~jaxspreeze.programs.ProgramCache`, in ``<directory>/programs``
+    (off without a compile cache, and for runs of several processes).
+
+    Its key holds the config's fields that reach a program, the schedule and placement,
+    and the classes of the env object the family built (:mod:`jaxspreeze.programs`).
+    """
+    if directory is None or distributed.process_count() > 1:
+        return ProgramCache.off()
+    return ProgramCache(Path(directory) / "programs", program_run(cfg, schedule))
+
+
+def program_run(cfg: RunConfig, schedule: schedules.Schedule) -> tuple[Any, ...]:
+    """What a run's programs are made of beyond the code (the program cache's ``run``)."""
+    fields = config_lib.to_dict(cfg)
+    fields = {k: v for k, v in fields.items() if k not in PROGRAM_FREE_FIELDS}
+    env = schedule.env.render_state
+    env_objects = env if isinstance(env, (tuple, list)) else (env,)
+    return (
+        fields,
+        type(schedule).__name__,
+        repr(schedule.placement),
+        object_fingerprint(env_objects),
+    )
 
 
 def _start_times_line(summary: Record) -> str:
     """One console line: the command's start to the first chunk, and compiling in all."""
     first = summary.get("command_to_first_chunk_s")
+    loaded = len(summary.get("programs_loaded") or ())
+    kept = f"; {loaded} programs loaded from the program cache" if loaded else ""
     if first is None:
-        return f"  compiling in all {summary.get('compile_all_s') or 0:.1f}s"
+        return f"  compiling in all {summary.get('compile_all_s') or 0:.1f}s{kept}"
     return (
         f"  first chunk dispatched {first:.1f}s after the command started "
         f"({summary['command_to_train_s']:.1f}s before train()); compiling in all "
-        f"{summary['compile_all_s']:.1f}s (every program: see summary.json)"
+        f"{summary['compile_all_s']:.1f}s{kept} (every program: see summary.json)"
     )
 
 
@@ -452,7 +502,7 @@ def _set_up(cfg: RunConfig, resume: str | Path | None, overwrite: bool) -> _Setu
     others with a ProcessError naming it).
     """
     # first: a brax env built by the validation reuses the cache's directory
-    enable_compile_cache(cfg.compile_cache)
+    cache_dir = enable_compile_cache(cfg.compile_cache)
     cfg = config_lib.validate(cfg)
     if distributed.process_count() > 1:  # refuse processes started with different flags
         request = {
@@ -483,6 +533,7 @@ def _set_up(cfg: RunConfig, resume: str | Path | None, overwrite: bool) -> _Setu
                 cfg = dataclasses.replace(cfg, run_name=run.path.name)
             cfg = config_lib.resolve(cfg)
             schedule = schedules.make(cfg, placement)
+            schedule.programs = program_cache(cache_dir, cfg, schedule)
             # the memory estimate reads the shapes of the init program's own trace (which
             # init reuses); a data-parallel estimate is a shard's, traced apart
             abstract = None if placement.data_parallel else schedule.init_abstract()
@@ -596,7 +647,7 @@ def _evaluate_ahead(setup: _Setup, state: TrainState) -> Future:
 
     def work() -> None:
         try:
-            compile_ahead(actor_like)
+            compile_ahead(actor_like, setup.schedule.programs)
         except Exception as e:
             metrics.warn(
                 f"evaluation not compiled ahead ({type(e).__name__}: {e}); it compiles when "

@@ -7,6 +7,10 @@ import os
 import pytest
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# compiled programs are not kept across tests (nor the CLI runs they start): tests patch
+# module-level functions that a kept program would not see; tests/test_programs.py turns
+# the program cache on where it is the subject
+os.environ["JAXSPREEZE_PROGRAM_CACHE"] = "off"
 
 
 @pytest.fixture

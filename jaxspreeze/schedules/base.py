@@ -21,6 +21,7 @@ from jaxspreeze import algos
 from jaxspreeze.algos.base import AgentState, Algorithm
 from jaxspreeze.envs import VecEnv, make_env
 from jaxspreeze.iteration import Iteration, Metrics, TrainState
+from jaxspreeze.programs import ProgramCache
 from jaxspreeze.types import Placement, PyTree
 
 if TYPE_CHECKING:
@@ -65,7 +66,9 @@ class Schedule(ABC):
     """The jitted pieces of training for one (resolved) config and placement.
 
     ``algo`` defaults to ``algos.get(cfg.algo).make(...)``; pass one to train a custom
-    :class:`~jaxspreeze.algos.base.Algorithm`.
+    :class:`~jaxspreeze.algos.base.Algorithm`. ``programs`` keeps the compiled programs
+    across processes (:class:`~jaxspreeze.programs.ProgramCache`; the trainer sets it for
+    its run): off by default, every program is traced and compiled.
     """
 
     split: ClassVar[bool] = False  # True: the host dispatches the two-device schedule
@@ -78,6 +81,7 @@ class Schedule(ABC):
     per_seed: Iteration = field(init=False)
     iterations_per_chunk: int = field(init=False)
     num_chunks: int = field(init=False)
+    programs: ProgramCache = field(init=False)
 
     def __post_init__(self) -> None:
         cfg = self.cfg
@@ -88,7 +92,9 @@ class Schedule(ABC):
             self.algo = algos.get(cfg.algo).make(cfg.algo_config, self.env.spec, cfg)
         self.per_seed = Iteration.from_config(cfg, self.algo, self.env, obs_buffer=self.split)
         self.iterations_per_chunk, self.num_chunks = chunking(cfg)
-        self._init = jax.jit(jax.vmap(self.per_seed.init))  # one program, however often called
+        self._init_jit: Any = None  # one program, however often called (see _init)
+        self._init_program: jax.stages.Compiled | None = None
+        self.programs = ProgramCache.off()
 
     @property
     def policy_lag(self) -> int:
@@ -101,15 +107,37 @@ class Schedule(ABC):
 
     def init(self, seed: int | None = None) -> TrainState:
         """A fresh state for all seeds (seed i uses ``cfg.seed + i``), placed on devices."""
-        return self.place(self._init(self._keys(seed)))
+        keys = self._keys(seed)
+        if self._init_program is None:
+            self._init_program = self.programs.compile("init", self._init(), self._init_keys())
+        return self.place(self._init_program(keys))
+
+    def _init(self) -> Any:
+        """The init program, jitted once: the memory estimate's trace is its compile's."""
+        if self._init_jit is None:
+            self._init_jit = self.programs.jit("init", jax.vmap(self.per_seed.init))
+        return self._init_jit
+
+    def _init_keys(self) -> jax.ShapeDtypeStruct:
+        """The init program's argument: the seeds' keys, abstract, on the default device."""
+        keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), self.cfg.num_seeds))
+        device = jax.config.jax_default_device
+        if not isinstance(device, jax.Device):
+            device = jax.local_devices()[0]
+        return abstract_on(keys, device)
 
     def init_abstract(self) -> TrainState:
         """The shapes and dtypes of :meth:`init`'s state; nothing is allocated.
 
-        The init program's own trace: its first call reuses it (one trace of the reset and
-        the networks' init, shared with the memory estimate)."""
-        keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), self.cfg.num_seeds))
-        return self._init.eval_shape(keys)
+        The init program's kept executable's outputs when :attr:`programs` has it (no
+        trace), else the init program's own trace: its compile reuses it (one trace of the
+        reset and the networks' init, shared with the memory estimate)."""
+        keys = self._init_keys()
+        if self._init_program is None:
+            self._init_program = self.programs.load("init", keys)
+        if self._init_program is not None:
+            return self._init_program.out_info
+        return self._init().eval_shape(keys)
 
     def place(self, state: TrainState) -> TrainState:
         """Commit each part of ``state`` to its device."""

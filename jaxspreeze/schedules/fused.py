@@ -32,8 +32,8 @@ class Fused(DeviceSchedule):
         return jax.lax.scan(step, s, None, length=self.iterations_per_chunk)
 
     def _compile_warmup(self, state: TrainState) -> None:
-        fn = jax.jit(jax.vmap(self.per_seed.warmup), donate_argnums=0)
-        self._warmup = fn.lower(state).compile()
+        fn = self.programs.jit("warmup", jax.vmap(self.per_seed.warmup), donate=(0,))
+        self._warmup = self.programs.compile("warmup", fn, state)
 
     def warmup(self, state: TrainState) -> TrainState:
         """Random-action warm-up (off-policy; a no-op otherwise), one donating program."""
@@ -44,7 +44,8 @@ class Fused(DeviceSchedule):
         return self._warmup(state)
 
     def _compile_chunk(self, state: TrainState) -> None:
-        self._chunk = jax.jit(self.fused_chunk, donate_argnums=0).lower(state).compile()
+        fn = self.programs.jit("fused_chunk", self.fused_chunk, donate=(0,))
+        self._chunk = self.programs.compile("fused_chunk", fn, state)
 
     def chunk(self, state: TrainState) -> tuple[TrainState, Metrics]:
         """Run one chunk of K iterations; returns the new state and the metrics ``[K, S]``.

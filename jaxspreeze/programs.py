@@ -1,0 +1,405 @@
+"""Compiled programs kept across processes: a second run of the same config skips tracing.
+
+JAX's persistent compilation cache (``--compile-cache``) skips XLA's compile on a second
+run, not the Python trace and the lowering of each program, which are most of what is left
+of a warm start (brax/inverted_pendulum TD3 on a 2-core CPU: about 12 of 24 seconds from
+the command to the first chunk). A :class:`ProgramCache` keeps each compiled program
+itself (``jax.experimental.serialize_executable``) in ``<compile cache>/programs/`` and
+loads it back in a later process instead of tracing, lowering and compiling it again.
+
+A program is found again only when everything that went into its trace is the same. Its
+key holds:
+
+- the run: the config's fields that reach a program (the run's name, directory, sinks,
+  checkpointing and cache directory do not), the placement, the env object's classes
+  (their source files' contents) and anything the caller adds;
+- the code: the contents of jaxspreeze's own source files, the versions of the
+  distributions that trace (jax, jaxlib, flax, optax, chex, numpy, brax, mujoco,
+  mujoco-mjx, playground, gymnax) and the size and modification time of every Python
+  file of the packages that trace (an edited library, an editable install);
+- the machine: the backend, its version, the devices, ``XLA_FLAGS`` and JAX's settings
+  (those not about caches, logs or dumps);
+- the program: its name and the shapes, dtypes, weak types and placements of its
+  arguments, with their tree structure.
+
+Anything else is not seen: a program whose trace depends on a module-level value changed
+at run time (a monkeypatched function, a registry edited in place) is found again as it
+was. Such code sets ``JAXSPREEZE_PROGRAM_CACHE=off`` (the test suite does); a config with
+``--compile-cache off`` keeps nothing either. Only programs on one device are kept (a
+multi-device executable must be loaded onto its devices in their mesh order, which the
+serialized form does not carry): the data-parallel programs are traced every run.
+
+Entries are pickles, like JAX's own cache: load them only from a directory you own.
+An entry that fails to load is compiled again and replaced; the cache never fails a run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.metadata
+import inspect
+import os
+import pickle
+import re
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import jax
+
+ENV_VAR = "JAXSPREEZE_PROGRAM_CACHE"  # "off": trace every program, keep none
+FORMAT = "jaxspreeze-programs-1"
+SUFFIX = ".jaxexe"
+# distributions whose code or build shapes a traced program
+DISTRIBUTIONS = (
+    "jax",
+    "jaxlib",
+    "flax",
+    "optax",
+    "chex",
+    "numpy",
+    "ml_dtypes",
+    "brax",
+    "mujoco",
+    "mujoco-mjx",
+    "playground",
+    "gymnax",
+)
+# packages whose Python files are fingerprinted by size and time (besides the env's)
+TRACED_PACKAGES = ("jax", "flax", "optax", "chex")
+_UNKEYED_SETTINGS = ("cache", "log", "dump", "traceback", "pprint", "explain", "timeout")
+
+
+def enabled() -> bool:
+    """False when ``JAXSPREEZE_PROGRAM_CACHE=off``."""
+    return os.environ.get(ENV_VAR, "").strip().lower() not in ("off", "0", "false", "no")
+
+
+def _digest(*parts: Any) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(repr(part).encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "-"
+
+
+def _package_dir(name: str) -> Path | None:
+    module = sys.modules.get(name)
+    files = getattr(module, "__path__", None) if module is not None else None
+    return Path(next(iter(files))) if files else None
+
+
+def _contents(directory: Path) -> str:
+    """A digest of the contents of every Python file under ``directory``."""
+    h = hashlib.sha256()
+    for path in sorted(directory.rglob("*.py")):
+        h.update(str(path.relative_to(directory)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def _stats(directory: Path) -> str:
+    """A digest of the path, size and modification time of every Python file under it."""
+    h = hashlib.sha256()
+    for root, dirs, files in os.walk(directory):
+        dirs.sort()
+        for name in sorted(files):
+            if name.endswith(".py"):
+                st = os.stat(os.path.join(root, name))
+                h.update(f"{root}/{name}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()
+
+
+_CODE: str | None = None
+_CODE_LOCK = threading.Lock()
+# XLA's executable (de)serialization is not safe from several threads at once (the CPU
+# client crashes); the trainer loads the evaluation beside the chunk and the warm-up
+_SERIALIZE_LOCK = threading.Lock()
+
+
+def code_fingerprint() -> str:
+    """jaxspreeze's own sources, the tracing distributions' versions and files, the machine."""
+    global _CODE
+    with _CODE_LOCK:
+        if _CODE is None:
+            own = Path(__file__).resolve().parent
+            packages = {p: _stats(d) for p in TRACED_PACKAGES if (d := _package_dir(p))}
+            settings = {
+                k: repr(v)
+                for k, v in sorted(jax.config.values.items())
+                if not any(word in k for word in _UNKEYED_SETTINGS)
+            }
+            backend = jax.devices()[0].client
+            machine = (
+                jax.default_backend(),
+                backend.platform_version,
+                [(d.id, d.device_kind, d.process_index) for d in jax.devices()],
+                jax.process_count(),
+                jax.process_index(),
+                os.environ.get("XLA_FLAGS", ""),
+            )
+            versions = {d: _version(d) for d in DISTRIBUTIONS}
+            _CODE = _digest(FORMAT, _contents(own), versions, packages, settings, machine)
+        return _CODE
+
+
+def object_fingerprint(objects: Iterable[Any]) -> str:
+    """The classes of ``objects`` (e.g. the env a family built): every class of each one's
+    MRO, by name and the contents of its module's file, and the files of their packages by
+    size and time. An object of a builtin type adds its type's name only."""
+    parts: list[Any] = []
+    packages: set[str] = set()
+    for obj in objects:
+        for cls in type(obj).__mro__:
+            module = sys.modules.get(cls.__module__)
+            try:
+                source = inspect.getsourcefile(module) if module is not None else None
+            except TypeError:  # a builtin module
+                source = None
+            text = Path(source).read_bytes() if source and os.path.exists(source) else b""
+            parts.append((cls.__module__, cls.__qualname__, hashlib.sha256(text).hexdigest()))
+            packages.add(cls.__module__.partition(".")[0])
+    trees = {p: _stats(d) for p in sorted(packages) if (d := _package_dir(p))}
+    return _digest(parts, trees)
+
+
+def signature(args: tuple[Any, ...]) -> str:
+    """The tree structure and each leaf's shape, dtype, weak type and placement."""
+    leaves, tree = jax.tree.flatten(args)
+    rows = [str(tree)]
+    for x in leaves:
+        rows.append(
+            (
+                tuple(getattr(x, "shape", ())),
+                str(getattr(x, "dtype", type(x).__name__)),
+                bool(getattr(x, "weak_type", False)),
+                repr(getattr(x, "sharding", None)),
+            )
+        )
+    return _digest(rows)
+
+
+def _device_ids(compiled: jax.stages.Compiled) -> list[int]:
+    ids: set[int] = set()
+    shardings = (compiled.input_shardings, compiled.output_shardings)
+    for sharding in jax.tree.leaves(shardings):
+        ids |= {d.id for d in sharding.device_set}
+    return sorted(ids)
+
+
+class ProgramCache:
+    """Compiled programs of one run, kept in ``directory`` (None: kept nowhere).
+
+    ``run`` says what the run's programs are made of beyond the code (see the module's
+    docstring); two caches with the same ``run`` share entries. :meth:`jit` names a
+    program, :meth:`compile` lowers and compiles it, or loads the program a previous
+    process kept for the same key. ``loaded`` and ``compiled`` name the programs of each
+    kind; ``load_s`` is the seconds spent loading.
+
+    A kept program is named ``<name>_<namespace>``, the namespace a digest of the code
+    and the run: the module's name is part of JAX's persistent-cache key, so a program
+    compiled for a new namespace is compiled by XLA, not read from JAX's cache (XLA's CPU
+    client cannot serialize again an executable it read from that cache). A compile that
+    is answered by JAX's cache all the same is used and not kept.
+    """
+
+    def __init__(self, directory: str | Path | None, run: Any = ()) -> None:
+        self.directory = Path(directory) if directory is not None and enabled() else None
+        self._run = run
+        self._namespace: str | None = None
+        self.loaded: list[str] = []
+        self.compiled: list[str] = []
+        self.load_s = 0.0
+        self._lock = threading.Lock()
+
+    @classmethod
+    def off(cls) -> ProgramCache:
+        """A cache that keeps nothing: every program is traced and compiled."""
+        return cls(None)
+
+    @property
+    def on(self) -> bool:
+        """True when programs are kept."""
+        return self.directory is not None
+
+    @property
+    def namespace(self) -> str:
+        """The digest of the code and the run that every key of this cache starts from."""
+        if self._namespace is None:
+            self._namespace = _digest(code_fingerprint(), self._run)
+        return self._namespace
+
+    def jit(self, name: str, fn: Callable[..., Any], donate: tuple[int, ...] = ()) -> Any:
+        """``jax.jit(fn, donate_argnums=donate)`` as the program ``name`` (with this
+        cache's namespace when it keeps programs: see the class docstring)."""
+        label = f"{name}_{self.namespace[:12]}" if self.on else name
+
+        def program(*args: Any) -> Any:
+            return fn(*args)
+
+        program.__name__ = program.__qualname__ = label
+        return jax.jit(program, donate_argnums=donate)
+
+    def _path(self, name: str, args: tuple[Any, ...]) -> Path:
+        assert self.directory is not None
+        key = _digest(self.namespace, name, signature(args))[:40]
+        return self.directory / f"{name}-{key}{SUFFIX}"
+
+    def load(self, name: str, *args: Any) -> jax.stages.Compiled | None:
+        """The program kept for ``name`` called on ``args`` (arrays or abstract), or None."""
+        if self.directory is None:
+            return None
+        path = self._path(name, args)
+        start = time.perf_counter()
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+            program = _deserialize(data)
+        except FileNotFoundError:
+            return None
+        except Exception:  # damaged, or from another build: compiled again and replaced
+            return None
+        with self._lock:
+            self.loaded.append(name)
+            self.load_s += time.perf_counter() - start
+        return program
+
+    def store(self, name: str, args: tuple[Any, ...], program: jax.stages.Compiled) -> bool:
+        """Keep ``program`` for ``name`` on ``args``; False when it is not kept (off, a
+        multi-device program, one that does not serialize, an unwritable directory)."""
+        if self.directory is None:
+            return False
+        ids = _device_ids(program)
+        if len(ids) != 1:
+            return False
+        try:
+            from jax.experimental import serialize_executable
+
+            with _SERIALIZE_LOCK:
+                serialized, in_tree, out_tree = serialize_executable.serialize(program)
+                data = pickle.dumps((serialized, in_tree, out_tree, ids))
+            path = self._path(name, args)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=SUFFIX)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                os.replace(tmp, path)
+            except BaseException:
+                os.unlink(tmp)
+                raise
+        except Exception:
+            return False
+        return True
+
+    def compile(self, name: str, jitted: Any, *args: Any) -> jax.stages.Compiled:
+        """``jitted.lower(*args).compile()`` (``jitted`` from :meth:`jit` with the same
+        ``name``), or the program kept for it; a program XLA compiled is then kept."""
+        program = self.load(name, *args)
+        if program is not None:
+            return program
+        lowered = jitted.lower(*args)
+        with _persistent_cache_hits() as hits:
+            program = lowered.compile()
+        with self._lock:
+            self.compiled.append(name)
+        if self.on and not hits and loadable(lowered.as_text()):
+            self.store(name, args, program)
+        return program
+
+    def report(self) -> dict[str, Any]:
+        """What the summary records: where, and which programs were loaded or compiled."""
+        with self._lock:
+            return {
+                "program_cache": str(self.directory) if self.directory is not None else None,
+                "programs_loaded": sorted(self.loaded),
+                "programs_compiled": sorted(self.compiled),
+                "programs_load_s": self.load_s,
+            }
+
+
+# custom calls a kept program may hold: XLA's own and those whose kernels exist as soon
+# as jax is imported, or that _deserialize readies (LAPACK's, set up lazily when a
+# program using them is first lowered: a program loaded before that crashes). Host
+# callbacks never: their functions live in the process that compiled them.
+_LOADABLE_CALLS = ("lapack_", "Sharding", "SPMDFullToShardShape", "SPMDShardToFullShape",
+                   "annotate_device_placement", "cu_threefry2x32")  # fmt: skip
+_CUSTOM_CALL = re.compile(r'custom_call\s*@([\w.$-]+)|call_target_name\s*=\s*"([^"]+)"')
+
+
+def custom_calls(module_text: str) -> set[str]:
+    """The custom-call targets of a lowered module (``Lowered.as_text()``)."""
+    return {a or b for a, b in _CUSTOM_CALL.findall(module_text)}
+
+
+def loadable(module_text: str) -> bool:
+    """True when a program lowered to ``module_text`` can be loaded in another process:
+    every custom call it makes is one :data:`_LOADABLE_CALLS` allows."""
+    return all(
+        target.startswith(_LOADABLE_CALLS) and "callback" not in target
+        for target in custom_calls(module_text)
+    )
+
+
+_HITS = threading.local()  # this thread's count of JAX persistent-cache hits, when counting
+_LISTENING = False
+
+
+def _on_event(event: str, **kwargs: Any) -> None:
+    if event == "/jax/compilation_cache/cache_hits" and getattr(_HITS, "count", None) is not None:
+        _HITS.count += 1
+
+
+@contextlib.contextmanager
+def _persistent_cache_hits() -> Iterator[list[int]]:
+    """Counts this thread's JAX persistent-cache hits inside the block: the list holds one
+    entry per hit when the block ends (JAX reports each hit on the compiling thread)."""
+    global _LISTENING
+    with _CODE_LOCK:
+        if not _LISTENING:
+            jax.monitoring.register_event_listener(_on_event)
+            _LISTENING = True
+    hits: list[int] = []
+    _HITS.count = 0
+    try:
+        yield hits
+    finally:
+        hits.extend([1] * _HITS.count)
+        _HITS.count = None
+
+
+def _deserialize(data: bytes) -> jax.stages.Compiled:
+    """A kept program, loaded onto the devices it was compiled for (one thread at a time:
+    unpickling its trees beside another thread's executable load crashes as well)."""
+    from jax.experimental import serialize_executable
+
+    with _SERIALIZE_LOCK:
+        _ready_kernels()
+        serialized, in_tree, out_tree, ids = pickle.loads(data)
+        by_id = {d.id: d for d in jax.devices()}
+        return serialize_executable.deserialize_and_load(
+            serialized, in_tree, out_tree, execution_devices=[by_id[i] for i in ids]
+        )
+
+
+def _ready_kernels() -> None:
+    """Set up the LAPACK kernels a loaded CPU program may call (JAX does it when it lowers
+    a program that uses them, which a loaded program skips)."""
+    try:
+        from jax._src.lax import linalg
+
+        linalg.initialize_lapack()
+    except Exception:  # another JAX: programs with LAPACK calls then fail to load
+        pass
