@@ -38,7 +38,8 @@
 #             sizes per actor/critic pair) -> split-data-<N>/
 # and RESULTS_DIR/nvidia-smi.txt. Env: PYTHON (default python3); AUTOTUNE_BUDGET_S (the
 # autotune stage's probe budget, default 90; JAXSPREEZE_AUTOTUNE_BUDGET_S overrides the
-# learning tasks' own), LEARNING_TIMEOUT_S (default 420), SCORE_TIMEOUT_S (default 1800), BENCH_BUDGET_S (start no case
+# learning tasks' own), LEARNING_TIMEOUT_S (default 420), SCORE_TIMEOUT_S (default 540: one
+# 10-minute device call; the rows saved by then come back), BENCH_BUDGET_S (start no case
 # after this, default 330), BENCH_TIMEOUT_S (hard stop, default 450). All three stages
 # need about 15 minutes on an H200; run them as separate calls where a call is shorter.
 set -euo pipefail
@@ -127,7 +128,7 @@ if has score; then
     # time to score: env steps and wall (compile apart) to each preset's threshold,
     # jaxspreeze then brax's trainer per row, at 16x the CPU sizes
     mkdir -p "$OUT/score"
-    timeout "${SCORE_TIMEOUT_S:-1800}" "$PY" experiments/time_to_score.py --scale gpu \
+    timeout "${SCORE_TIMEOUT_S:-540}" "$PY" experiments/time_to_score.py --scale gpu \
         --out "$OUT/score/time_to_score" --note "experiments/gpu_bench.sh; GPU sizes" 2>&1 \
         | tee "$OUT/score/score.log"
     rc=${PIPESTATUS[0]}; [[ $rc != 0 ]] && status=$rc

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import jax
 import pytest
 
 from jaxspreeze import config
@@ -180,3 +181,15 @@ def test_run_brax_calls_brax_train_with_the_preset(algo, monkeypatch):
     ]
     assert kwargs["network_factory"] is factory and kwargs["environment"] is not None
     assert row["side"] == "brax" and row["final_return"] == 950.0
+
+
+@pytest.mark.skipif(not HAVE_BRAX, reason="brax is not installed")
+def test_brax_ppo_keeps_terminations_on_inverted_pendulum():
+    """brax's inverted_pendulum marks every fall ``time_out``: brax's PPO must not bootstrap
+    there (``bootstrap_on_timeout``), or falling costs nothing and it cannot learn."""
+    from brax import envs as brax_envs
+
+    task = score.TASKS["ppo-inverted_pendulum"]
+    assert score.brax_kwargs(score.preset_config(task), task)["bootstrap_on_timeout"] is False
+    env = brax_envs.get_environment("inverted_pendulum")
+    assert "time_out" in env.reset(jax.random.key(0)).info  # the reason, still there

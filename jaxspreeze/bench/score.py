@@ -280,7 +280,10 @@ def _brax_ppo_kwargs(cfg: RunConfig, a: Any, common: dict[str, Any]) -> dict[str
         batch_size=cfg.num_envs // minibatches,
         num_updates_per_batch=a.epochs,
         reward_scaling=1.0,
-        bootstrap_on_timeout=True,
+        # brax's default: its GAE masks truncated steps itself. True would add
+        # gamma * V(s) wherever an env sets info["time_out"], and brax's inverted_pendulum
+        # sets it on every fall (its termination): no fall would cost anything
+        bootstrap_on_timeout=False,
         hidden=tuple(a.hidden),
     )
 
