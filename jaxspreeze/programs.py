@@ -310,7 +310,13 @@ class ProgramCache:
         program = self.load(name, *args)
         if program is not None:
             return program
-        lowered = jitted.lower(*args)
+        return self.compile_lowered(name, jitted.lower(*args), args)
+
+    def compile_lowered(
+        self, name: str, lowered: jax.stages.Lowered, args: tuple[Any, ...]
+    ) -> jax.stages.Compiled:
+        """Compile ``lowered`` (the program ``name`` lowered for ``args``) and keep it when
+        XLA compiled it (not JAX's cache) and another process can load it."""
         with _persistent_cache_hits() as hits:
             program = lowered.compile()
         with self._lock:
@@ -351,6 +357,32 @@ def loadable(module_text: str) -> bool:
         target.startswith(_LOADABLE_CALLS) and "callback" not in target
         for target in custom_calls(module_text)
     )
+
+
+class Piece:
+    """One program for ``args``, from the cache or lowered: ``out_info`` (its outputs'
+    shapes, to lower what follows it) before ``compile()`` either way."""
+
+    def __init__(
+        self,
+        programs: ProgramCache,
+        name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        donate: tuple[int, ...] = (),
+    ) -> None:
+        self._programs, self._name, self._args = programs, name, args
+        self._program = programs.load(name, *args)
+        self._lowered = None
+        if self._program is None:
+            self._lowered = programs.jit(name, fn, donate).lower(*args)
+        self.out_info = (self._program or self._lowered).out_info
+
+    def compile(self) -> jax.stages.Compiled:
+        """The compiled program (compiled and kept at the first call when not loaded)."""
+        if self._program is None:
+            self._program = self._programs.compile_lowered(self._name, self._lowered, self._args)
+        return self._program
 
 
 _HITS = threading.local()  # this thread's count of JAX persistent-cache hits, when counting

@@ -395,7 +395,10 @@ def _compiles(
 
 
 # config fields that reach no program: a run differing only in these loads the same ones
+# (the seeds reach them as arguments, the keys, never as constants: a test checks it)
 PROGRAM_FREE_FIELDS = (
+    "seed",
+    "eval_every",
     "logdir",
     "run_name",
     "sinks",

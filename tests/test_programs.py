@@ -31,12 +31,12 @@ def cache_on(monkeypatch):
     monkeypatch.setenv("JAXSPREEZE_PROGRAM_CACHE", "on")
 
 
-def _schedule(cfg, directory, unique):
+def _schedule(cfg, directory, unique, dispatched=None):
     """A schedule for ``cfg`` whose program cache is keyed as the trainer keys it, plus
     ``unique`` (a test's own namespace: JAX's persistent cache, on in the test process
-    after any run, never answers its compiles)."""
+    after any run, never answers its compiles); ``dispatched``: the split's pieces."""
     cfg = config.resolve(cfg)
-    schedule = schedules.make(cfg, devices.single())
+    schedule = schedules.make(cfg, devices.single(), dispatched=dispatched)
     schedule.programs = ProgramCache(directory, (program_run(cfg, schedule), unique))
     return schedule
 
@@ -76,6 +76,36 @@ def test_a_kept_program_is_loaded_and_computes_the_same(tiny_cfg, tmp_path, cach
         np.testing.assert_array_equal(a, b)
 
 
+SPLIT_PIECES = [
+    "split_actor",
+    "split_collect",
+    "split_critic",
+    "split_critic_view",
+    "stack_metrics",
+    "stack_metrics",
+    "store",
+    "store_obs",
+    "warmup_collect",
+]
+
+
+def test_the_split_pieces_are_kept_and_compute_the_same(tiny_cfg, tmp_path, cache_on):
+    """The split's pieces (here on one device, the fused program cut at its seams) are
+    kept and loaded like the fused chunk; their outputs' shapes come from the kept ones."""
+    directory, unique = tmp_path / "programs", str(tmp_path)
+    outs = []
+    for _ in range(2):
+        schedule = _schedule(tiny_cfg, directory, unique, dispatched=True)
+        state = schedule.init()
+        schedule.compile(state)
+        outs.append((schedule.programs, _leaves(schedule.chunk(schedule.warmup(state)))))
+    (first, out1), (second, out2) = outs
+    assert sorted(first.compiled) == sorted(["init", *SPLIT_PIECES]) and first.loaded == []
+    assert sorted(second.loaded) == sorted(["init", *SPLIT_PIECES]) and second.compiled == []
+    for a, b in zip(out1, out2, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_another_config_loads_nothing(tiny_cfg, tmp_path, cache_on):
     """A field that leaves every argument's shape as it was (the batch size) still names
     other programs: the config is part of the key."""
@@ -91,6 +121,27 @@ def test_another_config_loads_nothing(tiny_cfg, tmp_path, cache_on):
     renamed = _schedule(tiny_cfg.replace(run_name="other", sinks=("csv",)), directory, unique)
     renamed.compile(renamed.init())  # fields that reach no program: the same programs
     assert sorted(renamed.programs.loaded) == ["fused_chunk", "init", "warmup"]
+
+
+def test_another_seed_loads_the_programs_and_trains_its_own_seed(tiny_cfg, tmp_path, cache_on):
+    """The seed is no part of the key (the seeds reach the programs as keys, arguments): a
+    run with another seed loads them and computes what that seed's traced programs do."""
+    directory, unique = tmp_path / "programs", str(tmp_path)
+    first = _schedule(tiny_cfg, directory, unique)
+    first.compile(first.init())
+    other_seed = tiny_cfg.replace(seed=7)
+    kept = _schedule(other_seed, directory, unique)
+    traced = schedules.make(config.resolve(other_seed), devices.single())  # no cache
+    outs = []
+    for schedule in (kept, traced):
+        state = schedule.init()
+        schedule.compile(state)
+        outs.append(_leaves(schedule.chunk(schedule.warmup(state))))
+    assert sorted(kept.programs.loaded) == ["fused_chunk", "init", "warmup"]
+    for a, b in zip(*outs, strict=True):
+        np.testing.assert_array_equal(a, b)
+    pairs = zip(_leaves(first.init()), _leaves(kept.init()), strict=True)
+    assert any(not np.array_equal(a, b) for a, b in pairs)  # seed 7 is not seed 0
 
 
 def test_the_key_holds_each_argument_shape_dtype_and_placement():
@@ -189,17 +240,17 @@ def test_a_program_with_lapack_calls_runs_in_a_fresh_process(tmp_path):
     np.testing.assert_allclose(loaded, expected, atol=1e-4)
 
 
-def _train(tmp_path, name):
+def _train(tmp_path, name, *extra, env=None):
     args = [
         sys.executable, "-m", "jaxspreeze", "train", "--algo", "sac",
         "--env", "gymnax/Pendulum-v1", "--total-steps", "600", "--num-envs", "4",
         "--batch-size", "32", "--buffer-size", "2000", "--learning-starts", "200",
         "--chunk-iterations", "50", "--eval-episodes", "2", "--sac.hidden", "32", "32",
         "--sinks", "jsonl", "--logdir", str(tmp_path), "--run-name", name,
-        "--compile-cache", str(tmp_path / "cache"),
+        "--compile-cache", str(tmp_path / "cache"), *extra,
     ]  # fmt: skip
     out = subprocess.run(
-        args, capture_output=True, text=True, env={**os.environ, **ON}, timeout=900
+        args, capture_output=True, text=True, env={**os.environ, **ON, **(env or {})}, timeout=900
     )
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads((tmp_path / name / "summary.json").read_text())
@@ -219,4 +270,20 @@ def test_a_second_run_of_a_config_loads_every_program_and_trains_the_same(tmp_pa
         {k: v for k, v in r.items() if k in ("actor_loss", "critic_loss", "q_mean", "eval_return")}
         for r in rows
     ]
+    assert learned(rows1) == learned(rows2) and any(learned(rows1))
+
+
+@pytest.mark.slow
+def test_a_second_split_run_on_two_devices_loads_every_piece(tmp_path):
+    """Actor and critic on two (fake CPU) devices: every piece, on either device, is kept
+    and loaded onto the device it was compiled for."""
+    two = {"JAX_NUM_CPU_DEVICES": "2"}
+    _, first, rows1 = _train(tmp_path, "first", "--placement", "split", env=two)
+    _, second, rows2 = _train(tmp_path, "second", "--placement", "split", env=two)
+    everything = sorted(["evaluate", "init", *SPLIT_PIECES])
+    assert first["programs_compiled"] == everything
+    assert second["programs_loaded"] == everything and second["programs_compiled"] == []
+    assert second["final_eval_return"] == first["final_eval_return"]
+    keys = ("actor_loss", "critic_loss", "q_mean", "eval_return")
+    learned = lambda rows: [{k: v for k, v in r.items() if k in keys} for r in rows]
     assert learned(rows1) == learned(rows2) and any(learned(rows1))

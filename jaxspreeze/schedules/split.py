@@ -15,6 +15,7 @@ seams, for measuring the pieces. Compile logs and profiles name the pieces
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
@@ -25,6 +26,7 @@ import jax.numpy as jnp
 from jaxspreeze import replay, transfer
 from jaxspreeze.algos.base import AgentState
 from jaxspreeze.iteration import Metrics, TrainState
+from jaxspreeze.programs import Piece
 from jaxspreeze.rollout import EnvCarry
 from jaxspreeze.schedules.base import DeviceSchedule, abstract_on
 from jaxspreeze.types import PyTree
@@ -85,9 +87,14 @@ class Split(DeviceSchedule):
 
     def _split_init(self) -> None:
         """The split's own attributes (after ``per_seed`` is set)."""
-        self.packers = self._make_packers()
         self._warmup: Warmup | None = None
         self._pieces: SplitFns | None = None
+
+    @functools.cached_property
+    def packers(self) -> Packers:
+        """How the pieces pack what crosses between the devices (from shapes: traced only
+        when a piece is, not when every piece comes from the program cache)."""
+        return self._make_packers()
 
     @property
     def pieces(self) -> SplitFns:
@@ -205,8 +212,9 @@ class Split(DeviceSchedule):
         args: tuple[PyTree, ...],
         outs: Any,
         donate: tuple[int, ...] = (),
-    ) -> jax.stages.Lowered:
-        """``fn`` (one seed) vmapped over the seeds, lowered for ``args`` on ``side``.
+    ) -> Piece:
+        """``fn`` (one seed) vmapped over the seeds, lowered for ``args`` on ``side`` (or
+        the program :attr:`programs` kept for them): ``out_info`` and ``compile()``.
 
         ``outs`` says what each output is (read by the data-parallel split, where the
         outputs are laid out over a mesh): an argument's index (laid out like that
@@ -215,8 +223,9 @@ class Split(DeviceSchedule):
         ``fn`` returns a single value.
         """
         del outs  # one device: nothing to lay out
-        jitted = jax.jit(jax.vmap(fn), donate_argnums=donate)
-        return jitted.lower(*(self._abstract(a, side) for a in args))
+        name = getattr(fn, "__name__", "piece")
+        args = tuple(self._abstract(a, side) for a in args)
+        return Piece(self.programs, name, jax.vmap(fn), args, donate)
 
     def _to_critic(self, tree: PyTree) -> PyTree:
         """``tree`` (on the actor side) copied to the critic side."""
@@ -245,15 +254,19 @@ class Split(DeviceSchedule):
             (0, 1, 4, METRICS), donate=(1,),
         )  # fmt: skip
         k = self.iterations_per_chunk
-        stack = jax.jit(_stack_metrics)
         m_actor = {**m_env, **actor.out_info[3]}
+
+        def stack(metrics: list[Metrics], side: str) -> jax.stages.Compiled:
+            args = (self._abstract([metrics] * k, side),)
+            return Piece(self.programs, "stack_metrics", _stack_metrics, args).compile()
+
         self._pieces = SplitFns(
             collect=collect.compile(),
             critic=critic.compile(),
             actor=actor.compile(),
             critic_view=view.compile(),
-            stack_actor=stack.lower(self._abstract([m_actor] * k, ACTOR)).compile(),
-            stack_critic=stack.lower(self._abstract([critic.out_info[3]] * k, CRITIC)).compile(),
+            stack_actor=stack(m_actor, ACTOR),
+            stack_critic=stack(critic.out_info[3], CRITIC),
         )
 
     def chunk(self, state: TrainState) -> tuple[TrainState, Metrics]:
