@@ -10,9 +10,11 @@ loads it back in a later process instead of tracing, lowering and compiling it a
 A program is found again only when everything that went into its trace is the same. Its
 key holds:
 
-- the run: the config's fields that reach a program (the run's name, directory, sinks,
-  checkpointing and cache directory do not), the placement, the env object's classes
-  (their source files' contents) and anything the caller adds;
+- the run (the caller's ``run``; the trainer's ``program_run``): the config's fields that
+  reach a program (not the seed, which programs take as keys, nor the run's name,
+  directory, sinks, checkpointing and cache directory), the schedule, the placement, and
+  the env object's classes (their source files' contents, their packages' files by size
+  and time);
 - the code: the contents of jaxspreeze's own source files, the versions of the
   distributions that trace (jax, jaxlib, flax, optax, chex, numpy, brax, mujoco,
   mujoco-mjx, playground, gymnax) and the size and modification time of every Python
@@ -27,7 +29,13 @@ at run time (a monkeypatched function, a registry edited in place) is found agai
 was. Such code sets ``JAXSPREEZE_PROGRAM_CACHE=off`` (the test suite does); a config with
 ``--compile-cache off`` keeps nothing either. Only programs on one device are kept (a
 multi-device executable must be loaded onto its devices in their mesh order, which the
-serialized form does not carry): the data-parallel programs are traced every run.
+serialized form does not carry): the data-parallel programs are traced every run. Nor are
+programs whose custom calls another process may not have (host callbacks: their Python
+functions live in the process that compiled them); LAPACK's CPU kernels, which JAX sets
+up only when it lowers a program that calls them, are set up before such a program loads.
+A program that JAX's persistent cache gave is used and not kept: XLA's CPU client cannot
+serialize it again (its kernels are missing from the copy), hence the names of
+:meth:`ProgramCache.jit`.
 
 Entries are pickles, like JAX's own cache: load them only from a directory you own.
 An entry that fails to load is compiled again and replaced; the cache never fails a run.
@@ -122,37 +130,33 @@ def _stats(directory: Path) -> str:
     return h.hexdigest()
 
 
-_CODE: str | None = None
-_CODE_LOCK = threading.Lock()
+_LOCK = threading.Lock()
 # XLA's executable (de)serialization is not safe from several threads at once (the CPU
 # client crashes); the trainer loads the evaluation beside the chunk and the warm-up
 _SERIALIZE_LOCK = threading.Lock()
 
 
 def code_fingerprint() -> str:
-    """jaxspreeze's own sources, the tracing distributions' versions and files, the machine."""
-    global _CODE
-    with _CODE_LOCK:
-        if _CODE is None:
-            own = Path(__file__).resolve().parent
-            packages = {p: _stats(d) for p in TRACED_PACKAGES if (d := _package_dir(p))}
-            settings = {
-                k: repr(v)
-                for k, v in sorted(jax.config.values.items())
-                if not any(word in k for word in _UNKEYED_SETTINGS)
-            }
-            backend = jax.devices()[0].client
-            machine = (
-                jax.default_backend(),
-                backend.platform_version,
-                [(d.id, d.device_kind, d.process_index) for d in jax.devices()],
-                jax.process_count(),
-                jax.process_index(),
-                os.environ.get("XLA_FLAGS", ""),
-            )
-            versions = {d: _version(d) for d in DISTRIBUTIONS}
-            _CODE = _digest(FORMAT, _contents(own), versions, packages, settings, machine)
-        return _CODE
+    """jaxspreeze's own sources, the tracing distributions' versions and files, the machine
+    and JAX's settings, as they are now (about 50 ms: read once per run)."""
+    own = Path(__file__).resolve().parent
+    packages = {p: _stats(d) for p in TRACED_PACKAGES if (d := _package_dir(p))}
+    settings = {
+        k: repr(v)
+        for k, v in sorted(jax.config.values.items())
+        if not any(word in k for word in _UNKEYED_SETTINGS)
+    }
+    backend = jax.devices()[0].client
+    machine = (
+        jax.default_backend(),
+        backend.platform_version,
+        [(d.id, d.device_kind, d.process_index) for d in jax.devices()],
+        jax.process_count(),
+        jax.process_index(),
+        os.environ.get("XLA_FLAGS", ""),
+    )
+    versions = {d: _version(d) for d in DISTRIBUTIONS}
+    return _digest(FORMAT, _contents(own), versions, packages, settings, machine)
 
 
 def object_fingerprint(objects: Iterable[Any]) -> str:
@@ -276,9 +280,12 @@ class ProgramCache:
             self.load_s += time.perf_counter() - start
         return program
 
-    def store(self, name: str, args: tuple[Any, ...], program: jax.stages.Compiled) -> bool:
-        """Keep ``program`` for ``name`` on ``args``; False when it is not kept (off, a
-        multi-device program, one that does not serialize, an unwritable directory)."""
+    def store(
+        self, name: str, args: tuple[Any, ...], program: jax.stages.Compiled, lapack: bool = False
+    ) -> bool:
+        """Keep ``program`` for ``name`` on ``args`` (``lapack``: it calls LAPACK's kernels);
+        False when it is not kept (off, a multi-device program, one that does not
+        serialize, an unwritable directory)."""
         if self.directory is None:
             return False
         ids = _device_ids(program)
@@ -289,7 +296,7 @@ class ProgramCache:
 
             with _SERIALIZE_LOCK:
                 serialized, in_tree, out_tree = serialize_executable.serialize(program)
-                data = pickle.dumps((serialized, in_tree, out_tree, ids))
+                data = pickle.dumps((serialized, in_tree, out_tree, ids, lapack))
             path = self._path(name, args)
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=SUFFIX)
@@ -321,8 +328,10 @@ class ProgramCache:
             program = lowered.compile()
         with self._lock:
             self.compiled.append(name)
-        if self.on and not hits and loadable(lowered.as_text()):
-            self.store(name, args, program)
+        if self.on and not hits:
+            calls = custom_calls(lowered.as_text())
+            if loadable(calls):
+                self.store(name, args, program, lapack=any(c.startswith("lapack_") for c in calls))
         return program
 
     def report(self) -> dict[str, Any]:
@@ -350,13 +359,10 @@ def custom_calls(module_text: str) -> set[str]:
     return {a or b for a, b in _CUSTOM_CALL.findall(module_text)}
 
 
-def loadable(module_text: str) -> bool:
-    """True when a program lowered to ``module_text`` can be loaded in another process:
-    every custom call it makes is one :data:`_LOADABLE_CALLS` allows."""
-    return all(
-        target.startswith(_LOADABLE_CALLS) and "callback" not in target
-        for target in custom_calls(module_text)
-    )
+def loadable(calls: set[str]) -> bool:
+    """True when a program making the custom ``calls`` (:func:`custom_calls`) can be loaded
+    in another process: every one is a call :data:`_LOADABLE_CALLS` allows."""
+    return all(c.startswith(_LOADABLE_CALLS) and "callback" not in c for c in calls)
 
 
 class Piece:
@@ -399,7 +405,7 @@ def _persistent_cache_hits() -> Iterator[list[int]]:
     """Counts this thread's JAX persistent-cache hits inside the block: the list holds one
     entry per hit when the block ends (JAX reports each hit on the compiling thread)."""
     global _LISTENING
-    with _CODE_LOCK:
+    with _LOCK:
         if not _LISTENING:
             jax.monitoring.register_event_listener(_on_event)
             _LISTENING = True
@@ -418,20 +424,23 @@ def _deserialize(data: bytes) -> jax.stages.Compiled:
     from jax.experimental import serialize_executable
 
     with _SERIALIZE_LOCK:
-        _ready_kernels()
-        serialized, in_tree, out_tree, ids = pickle.loads(data)
+        serialized, in_tree, out_tree, ids, lapack = pickle.loads(data)
+        if lapack and not _ready_lapack():
+            raise RuntimeError("LAPACK's kernels cannot be set up here: compile instead")
         by_id = {d.id: d for d in jax.devices()}
         return serialize_executable.deserialize_and_load(
             serialized, in_tree, out_tree, execution_devices=[by_id[i] for i in ids]
         )
 
 
-def _ready_kernels() -> None:
-    """Set up the LAPACK kernels a loaded CPU program may call (JAX does it when it lowers
-    a program that uses them, which a loaded program skips)."""
+def _ready_lapack() -> bool:
+    """Set up the LAPACK kernels a loaded program calls (JAX does it when it lowers a
+    program that uses them, which a loaded program skips; without it the call crashes).
+    False where this JAX has no such set-up: the program is compiled instead."""
     try:
         from jax._src.lax import linalg
 
         linalg.initialize_lapack()
-    except Exception:  # another JAX: programs with LAPACK calls then fail to load
-        pass
+    except Exception:
+        return False
+    return True
