@@ -65,7 +65,9 @@ CASES: dict[str, list[str]] = {
 }  # fmt: skip
 
 # fields of a record or the summary that depend on the clock, the host or the path
-VOLATILE = ("wall", "_s", "per_s", "created", "hardware", "load", "checkpoint", "run_dir")
+# (and on what the program cache held: programs_loaded, programs_compiled, program_cache)
+VOLATILE = ("wall", "_s", "per_s", "created", "hardware", "load", "checkpoint", "run_dir",
+            "program")  # fmt: skip
 
 
 def _stable(record: dict) -> dict:
