@@ -81,7 +81,7 @@ class Schedule(ABC):
     per_seed: Iteration = field(init=False)
     iterations_per_chunk: int = field(init=False)
     num_chunks: int = field(init=False)
-    programs: ProgramCache = field(init=False)
+    programs: ProgramCache = field(init=False, default_factory=ProgramCache.off)
 
     def __post_init__(self) -> None:
         cfg = self.cfg
@@ -94,7 +94,6 @@ class Schedule(ABC):
         self.iterations_per_chunk, self.num_chunks = chunking(cfg)
         self._init_jit: Any = None  # one program, however often called (see _init)
         self._init_program: jax.stages.Compiled | None = None
-        self.programs = ProgramCache.off()
 
     @property
     def policy_lag(self) -> int:
