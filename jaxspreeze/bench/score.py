@@ -45,7 +45,7 @@ from jaxspreeze import algos, config, devices, schedules
 from jaxspreeze.algos.base import RUN_SIZES
 from jaxspreeze.bench import brax_compat
 from jaxspreeze.bench.record import Record
-from jaxspreeze.compiles import BACKEND, LOWER, TRACE
+from jaxspreeze.compiles import CompileLog
 from jaxspreeze.config import RunConfig
 from jaxspreeze.envs import make_env
 from jaxspreeze.evaluate import make_seed_evaluate
@@ -53,7 +53,6 @@ from jaxspreeze.trainer import enable_compile_cache
 
 PRESETS = Path(__file__).resolve().parents[2] / "experiments" / "presets"
 EPISODE_LENGTH = 1000  # jaxspreeze's time limit on brax and Playground envs
-COMPILE_EVENTS = (TRACE, LOWER, BACKEND)
 
 
 @dataclass(frozen=True)
@@ -301,19 +300,19 @@ def run_brax(
     env, wrap_fn = brax_env(task.env)
     kw = brax_kwargs(cfg, task)
     hidden = kw.pop("hidden")
+    # the wall time JAX spent tracing, lowering and compiling: the union of the events'
+    # intervals (traces nest: a jitted function traced inside another's trace is its own
+    # event, so summing the durations would count it twice)
+    log = CompileLog()
     compile_s = [0.0]
-
-    def on_event(event: str, duration: float, **_: Any) -> None:
-        if event in COMPILE_EVENTS:
-            compile_s[0] += duration
-
     curve: list[dict[str, Any]] = []
     t0 = [0.0]
 
     def progress(step: int, metrics: dict) -> None:
         if "eval/episode_reward" not in metrics:
             return
-        now = time.perf_counter()
+        now = time.time()
+        compile_s[0] = log.total_s(until=now)
         point = {
             "env_steps": int(step),
             "return": float(metrics["eval/episode_reward"]),
@@ -328,9 +327,8 @@ def run_brax(
         )
 
     train_fn, factory = _brax_trainer(task.algo, hidden)
-    jax.monitoring.register_event_duration_secs_listener(on_event)
-    t0[0] = time.perf_counter()
-    try:
+    with log:
+        t0[0] = time.time()
         train_fn(
             environment=env,
             wrap_env_fn=wrap_fn,
@@ -338,9 +336,8 @@ def run_brax(
             progress_fn=progress,
             **kw,
         )
-    finally:
-        jax.monitoring.unregister_event_duration_listener(on_event)
-    total = time.perf_counter() - t0[0]
+        compile_s[0] = log.total_s()
+    total = time.time() - t0[0]
     # brax evaluates once before training (env steps 0): the clock starts at its end
     start = curve[0]["wall_s"] if curve and curve[0]["env_steps"] == 0 else 0.0
     for p in curve:
