@@ -79,51 +79,19 @@ def test_the_split_pieces_are_kept_and_compute_the_same(tiny_cfg, tmp_path, cach
         np.testing.assert_array_equal(a, b)
 
 
-def test_another_config_loads_nothing(tiny_cfg, tmp_path, cache_on):
+def test_another_config_names_other_programs(tiny_cfg, tmp_path, cache_on):
     """A field that leaves every argument's shape as it was (the batch size) still names
-    other programs: the config is part of the key."""
-    directory, unique = tmp_path / "programs", str(tmp_path)
-    first = _schedule(tiny_cfg, directory, unique)
-    first.compile(first.init())
-    other = _schedule(tiny_cfg.replace(batch_size=16), directory, unique)
-    state = other.init()
-    assert jax.tree.structure(state) == jax.tree.structure(first.init())
-    other.compile(state)
-    assert other.programs.loaded == []
-    assert sorted(other.programs.compiled) == ["fused_chunk", "init", "warmup"]
-    renamed = _schedule(tiny_cfg.replace(run_name="other", sinks=("csv",)), directory, unique)
-    renamed.compile(renamed.init())  # fields that reach no program: the same programs
-    assert sorted(renamed.programs.loaded) == ["fused_chunk", "init", "warmup"]
+    other programs: the config is part of the key; the run's name and sinks are not."""
 
+    def namespace(cfg):
+        cfg = config.resolve(cfg)
+        schedule = schedules.make(cfg, devices.single())
+        return ProgramCache(tmp_path, program_run(cfg, schedule)).namespace
 
-def test_a_kept_program_computes_what_the_traced_one_does_for_any_seed(
-    tiny_cfg, tmp_path, cache_on
-):
-    """A kept program is loaded and computes bitwise what the traced one does; the seed is
-    no part of the key (the seeds reach the programs as keys, arguments): a run with
-    another seed loads them and computes what that seed's traced programs compute."""
-    directory, unique = tmp_path / "programs", str(tmp_path)
-    first = _schedule(tiny_cfg, directory, unique)
-    first.compile(first.init())
-    assert sorted(first.programs.compiled) == ["fused_chunk", "init", "warmup"]
-    assert len(list(directory.glob(f"*{programs.SUFFIX}"))) == 3
-    other_seed = tiny_cfg.replace(seed=7)
-    kept = _schedule(other_seed, directory, unique)
-    abstract = kept.init_abstract()  # read from the kept init: no trace
-    traced = schedules.make(config.resolve(other_seed), devices.single())  # no cache
-    outs = []
-    for schedule in (kept, traced):
-        state = schedule.init()
-        schedule.compile(state)
-        outs.append(_leaves(schedule.chunk(schedule.warmup(state))))
-    assert sorted(kept.programs.loaded) == ["fused_chunk", "init", "warmup"]
-    assert kept.programs.compiled == []
-    shapes = lambda tree: [x.shape for x in jax.tree.leaves(tree)]
-    assert shapes(abstract) == shapes(traced.init_abstract())
-    for a, b in zip(*outs, strict=True):
-        np.testing.assert_array_equal(a, b)
-    pairs = zip(_leaves(first.init()), _leaves(kept.init()), strict=True)
-    assert any(not np.array_equal(a, b) for a, b in pairs)  # seed 7 is not seed 0
+    base = namespace(tiny_cfg)
+    assert namespace(tiny_cfg.replace(batch_size=16)) != base
+    assert namespace(tiny_cfg.replace(sac={"gamma": 0.9})) != base
+    assert namespace(tiny_cfg.replace(run_name="other", sinks=("csv",), seed=3)) == base
 
 
 def test_the_key_holds_each_argument_shape_dtype_and_placement():
