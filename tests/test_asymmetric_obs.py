@@ -156,29 +156,10 @@ def test_critic_and_discrete_policy_networks_slice_their_columns():
 
 
 # ---------------------------------------------------------------- end to end
-def _tiny_sac(tmp_path, **changes) -> config.RunConfig:
-    from jaxspreeze.algos.sac import SACConfig
-
-    return config.RunConfig(
-        env="playground/TestPointMass",
-        critic_obs_key="privileged_state",
-        total_steps=600,
-        num_envs=4,
-        grad_steps=2,
-        batch_size=32,
-        buffer_size=2_000,
-        learning_starts=200,
-        chunk_iterations=50,
-        eval_episodes=2,
-        logdir=str(tmp_path),
-        run_name="asym",
-        sinks=("jsonl",),
-        sac=SACConfig(hidden=(32, 32)),
-    ).replace(**changes)
-
-
-def test_sac_trains_asymmetric_and_its_policy_sees_only_the_actor_key(standins, tmp_path):
-    cfg = _tiny_sac(tmp_path)
+def test_sac_trains_asymmetric_and_its_policy_sees_only_the_actor_key(standins, tiny_cfg):
+    cfg = tiny_cfg.replace(
+        env="playground/TestPointMass", critic_obs_key="privileged_state", run_name="asym"
+    )
     result = train(cfg, quiet=True)
     assert np.isfinite(result.summary["final_eval_return"])
     agent = result.state.agent
