@@ -81,7 +81,7 @@ from jaxspreeze import transfer
 from jaxspreeze.algos.base import AgentState
 from jaxspreeze.iteration import Metrics, TrainState, actor_update, critic_update
 from jaxspreeze.schedules.base import abstract_on
-from jaxspreeze.schedules.host_base import HostFns, HostSchedule
+from jaxspreeze.schedules.host_base import EPISODE_AND_LAG_METRICS, HostFns, HostSchedule
 from jaxspreeze.types import PyTree, Transition
 from jaxspreeze.workers import Batch, Throttle
 
@@ -93,11 +93,7 @@ QUEUE_BLOCKS = 2  # blocks the queue holds beside that
 XLA_CPU_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 HOST_METRICS = (
-    "episode_return_sum",
-    "episode_length_sum",
-    "episodes",
-    "policy_lag",
-    "policy_lag_versions",
+    *EPISODE_AND_LAG_METRICS,
     "queue_depth",
     "learner_wait_s",
     "replay_ratio",

@@ -43,6 +43,15 @@ STALL_TIMEOUT = 60.0  # seconds a worker may stay inside one env step or policy 
 CLOSE_TIMEOUT = 10.0  # seconds close() waits for the workers to stop
 RESEED = 1_000_003  # a resumed run's env seeds move by this many per parameter version
 POLICY_KEY_OFFSET = 20_000  # the workers' policy key: cfg.seed + this
+# the host metrics both schedules record first (:meth:`HostSchedule._record_lag`, and
+# :meth:`HostSchedule._record_blocks` with worker_env_steps and the workers' rates)
+EPISODE_AND_LAG_METRICS = (
+    "episode_return_sum",
+    "episode_length_sum",
+    "episodes",
+    "policy_lag",
+    "policy_lag_versions",
+)
 
 
 def stack_metrics(ms: list[Metrics]) -> Metrics:

@@ -56,18 +56,14 @@ import numpy as np
 from jaxspreeze.algos.base import BehaviourRollout
 from jaxspreeze.iteration import Metrics, TrainState
 from jaxspreeze.schedules.base import abstract_on
-from jaxspreeze.schedules.host_base import HostFns, HostSchedule
+from jaxspreeze.schedules.host_base import EPISODE_AND_LAG_METRICS, HostFns, HostSchedule
 from jaxspreeze.types import PyTree, Transition
 from jaxspreeze.workers import Batch
 
 MAX_LAG = 1  # versions between the learner's parameters and those that collect its data
 
 HOST_METRICS = (
-    "episode_return_sum",
-    "episode_length_sum",
-    "episodes",
-    "policy_lag",
-    "policy_lag_versions",
+    *EPISODE_AND_LAG_METRICS,
     "learner_wait_s",
     "worker_env_steps",
     "worker_rows_dropped",
