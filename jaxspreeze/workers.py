@@ -80,7 +80,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -88,7 +88,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxspreeze.errors import HostEnvError
-from jaxspreeze.hostenvs import HostEnv, make_host_env
+from jaxspreeze.hostenvs import HostEnv, HostStep, make_host_env
 from jaxspreeze.types import EnvSpec, PyTree, Transition
 
 PolicyFn = Callable[[PyTree, jax.Array, jax.Array], Any]
@@ -313,6 +313,50 @@ class _WorkerState:
         self.done = False
 
 
+def _make_envs(
+    env: str | Callable[[], Any] | Sequence[HostEnv],
+    num_workers: int,
+    envs_per_worker: int,
+    seed: int,
+    env_kwargs: dict[str, Any] | None,
+) -> tuple[list[HostEnv], list[int]]:
+    """The workers' envs and their first seeds (see :class:`WorkerPool`); closes what it
+    made if one fails."""
+    if isinstance(env, Sequence) and not isinstance(env, str):
+        envs = list(env)
+        if not all(isinstance(e, HostEnv) for e in envs):
+            raise TypeError("a sequence env must hold one HostEnv per worker")
+        offsets = np.cumsum([0] + [e.num_envs for e in envs])
+        return envs, [seed + int(o) for o in offsets[:-1]]
+    if not (isinstance(env, str) or callable(env)):
+        raise TypeError(
+            "env must be a host env name, a gymnasium env factory or a list of HostEnv "
+            f"(one per worker); got {type(env).__name__}"
+        )
+    envs, seeds = [], []
+    try:
+        for w in range(num_workers):
+            s = seed + w * envs_per_worker
+            envs.append(make_host_env(env, envs_per_worker, seed=s, **(env_kwargs or {})))
+            seeds.append(s)
+    except BaseException:
+        for e in envs:
+            e.close()
+        raise
+    return envs, seeds
+
+
+def _common_spec(envs: list[HostEnv]) -> EnvSpec:
+    """The workers' env spec; their observation and action shapes must agree."""
+    if not envs:
+        raise ValueError("a worker pool needs at least one worker")
+    spec = envs[0].spec
+    for e in envs[1:]:
+        if (e.spec.obs_shape, e.spec.action_shape) != (spec.obs_shape, spec.action_shape):
+            raise ValueError(f"workers' envs differ: {e.spec} vs {spec}")
+    return spec
+
+
 # --- the pool -----------------------------------------------------------------------------
 
 
@@ -348,39 +392,8 @@ class WorkerPool:
             raise ValueError("rollout_steps and queue_size must be >= 1")
         if max_lag is not None and max_lag < 0:
             raise ValueError(f"max_lag must be >= 0 or None, got {max_lag}")
-        if isinstance(env, Sequence) and not isinstance(env, str):
-            self.envs = list(env)
-            if not all(isinstance(e, HostEnv) for e in self.envs):
-                raise TypeError("a sequence env must hold one HostEnv per worker")
-            offsets = np.cumsum([0] + [e.num_envs for e in self.envs])
-            self.seeds = [seed + int(o) for o in offsets[:-1]]
-        elif not (isinstance(env, str) or callable(env)):
-            raise TypeError(
-                "env must be a host env name, a gymnasium env factory or a list of HostEnv "
-                f"(one per worker); got {type(env).__name__}"
-            )
-        else:
-            self.envs, self.seeds = [], []
-            try:
-                for w in range(num_workers):
-                    s = seed + w * envs_per_worker
-                    self.envs.append(
-                        make_host_env(env, envs_per_worker, seed=s, **(env_kwargs or {}))
-                    )
-                    self.seeds.append(s)
-            except BaseException:
-                for e in self.envs:
-                    e.close()
-                raise
-        if not self.envs:
-            raise ValueError("a worker pool needs at least one worker")
-        self.spec: EnvSpec = self.envs[0].spec
-        for e in self.envs[1:]:
-            if (e.spec.obs_shape, e.spec.action_shape) != (
-                self.spec.obs_shape,
-                self.spec.action_shape,
-            ):
-                raise ValueError(f"workers' envs differ: {e.spec} vs {self.spec}")
+        self.envs, self.seeds = _make_envs(env, num_workers, envs_per_worker, seed, env_kwargs)
+        self.spec: EnvSpec = _common_spec(self.envs)
         self.num_workers = len(self.envs)
         self.policy_fn, self.slot, self.throttle = policy_fn, slot, throttle
         self.rollout_steps, self.max_lag, self.stall_timeout = rollout_steps, max_lag, stall_timeout
@@ -587,45 +600,12 @@ class WorkerPool:
 
     # --- the worker's side
 
-    def _wait(
-        self, st: _WorkerState, stage: str, ready: Callable[[], bool], block: Callable[[], Any]
-    ) -> bool:
-        """Wait (polling the stop event, beating) until ``ready()``; False when stopped."""
-        if ready():
-            return not self._stop.is_set()
-        st.stage, st.waiting = stage, True
-        try:
-            while not self._stop.is_set():
-                st.beat = time.monotonic()
-                block()
-                if ready():
-                    return not self._stop.is_set()
-            return False
-        finally:
-            st.waiting = False
-            st.beat = time.monotonic()
-
-    def _put(self, st: _WorkerState, batch: Batch) -> bool:
-        """Queue a block, waiting while the queue is full; False when stopped."""
-        st.stage, st.waiting = "waiting for queue space", True
-        try:
-            while not self._stop.is_set():
-                st.beat = time.monotonic()
-                try:
-                    self._queue.put(batch, timeout=_POLL)
-                    return True
-                except queue.Full:
-                    continue
-            return False
-        finally:
-            st.waiting = False
-            st.beat = time.monotonic()
-
     def _run(self, w: int) -> None:
+        """Worker ``w``'s thread: sample until stopped; an exception stops the pool, named."""
         st = self._states[w]
         env = self.envs[w]
         try:
-            self._loop(w, st, env)
+            _Sampler(self, w).run()
         except BaseException as e:
             err = WorkerError(
                 f"worker {w} ({env.name}) failed while {st.stage}: {type(e).__name__}: {e}",
@@ -637,142 +617,221 @@ class WorkerPool:
         finally:
             st.done = True
 
-    def _loop(self, w: int, st: _WorkerState, env: HostEnv) -> None:
-        spec, T, N = self.spec, self.rollout_steps, env.num_envs
-        extra_names = [f"extra/{k}" for k in self._extras]
-        fields = {
-            "obs": (spec.obs_shape, np.float32),
-            "action": (spec.action_shape, np.int32 if spec.discrete else np.float32),
-            "reward": ((), np.float32),
-            "terminated": ((), bool),
-            "truncated": ((), bool),
-            "next_obs": (spec.obs_shape, np.float32),
-            "version": ((), np.int64),
-            **{f"extra/{k}": v for k, v in self._extras.items()},
-        }
-        blocks = _Blocks(T, N, fields, self.aligned)
-        # per env: the observation it acts on, and the action/version/extras of its last send
-        last = {k: np.zeros((N, *shape), dtype) for k, (shape, dtype) in fields.items()}
-        last_obs, last_action, last_version = last["obs"], last["action"], last["version"]
-        ep_return = np.zeros(N, np.float64)
-        ep_length = np.zeros(N, np.int64)
-        done_returns: list[float] = []
-        done_lengths: list[int] = []
-        key = self._keys[w]
-        act, throttle, slot, stop = self._act, self.throttle, self.slot, self._stop
-        all_ids, all_valid = env.all_ids, env.all_valid
-        tuple_policy = self._tuple_policy
-        block_start = time.monotonic()
 
+@contextlib.contextmanager
+def _waiting(st: _WorkerState, stage: str) -> Iterator[None]:
+    """Mark the worker as in a wait that polls the stop event (never judged stalled)."""
+    st.stage, st.waiting = stage, True
+    try:
+        yield
+    finally:
+        st.waiting = False
+        st.beat = time.monotonic()
+
+
+def _block_fields(
+    spec: EnvSpec, extras: dict[str, tuple[tuple[int, ...], Any]]
+) -> dict[str, tuple[tuple[int, ...], Any]]:
+    """The per-row fields a worker gathers: a transition, its version and the policy's extras."""
+    return {
+        "obs": (spec.obs_shape, np.float32),
+        "action": (spec.action_shape, np.int32 if spec.discrete else np.float32),
+        "reward": ((), np.float32),
+        "terminated": ((), bool),
+        "truncated": ((), bool),
+        "next_obs": (spec.obs_shape, np.float32),
+        "version": ((), np.int64),
+        **{f"extra/{k}": v for k, v in extras.items()},
+    }
+
+
+class _Episodes:
+    """Per env: the running return and length; the episodes that ended since the last block."""
+
+    def __init__(self, n: int):
+        self.ret = np.zeros(n, np.float64)
+        self.length = np.zeros(n, np.int64)
+        self.returns: list[float] = []
+        self.lengths: list[int] = []
+
+    def add(self, ids: np.ndarray, reward: np.ndarray, ended: np.ndarray, everyone: bool) -> None:
+        """Count one step of the envs ``ids`` (every env: ``everyone``); close those ``ended``."""
+        if everyone:
+            self.ret += reward
+            self.length += 1
+        elif len(ids):
+            self.ret[ids] += reward
+            self.length[ids] += 1
+        if ended.any():
+            done = ids[ended]
+            self.returns += self.ret[done].tolist()
+            self.lengths += self.length[done].tolist()
+            self.ret[done] = 0.0
+            self.length[done] = 0
+
+    def take(self) -> tuple[np.ndarray, np.ndarray]:
+        """The returns ``float32 [E]`` and lengths ``int64 [E]`` that ended; starts a new list."""
+        out = np.asarray(self.returns, np.float32), np.asarray(self.lengths, np.int64)
+        self.returns, self.lengths = [], []
+        return out
+
+
+class _Sampler:
+    """One worker thread's loop over its envs: store, deliver, gate, act (see run())."""
+
+    def __init__(self, pool: WorkerPool, w: int):
+        self.pool, self.w = pool, w
+        self.st, self.env = pool._states[w], pool.envs[w]
+        self.stop, self.slot, self.throttle = pool._stop, pool.slot, pool.throttle
+        self.T, self.N = pool.rollout_steps, self.env.num_envs
+        self.extra_names = [f"extra/{k}" for k in pool._extras]
+        fields = _block_fields(pool.spec, pool._extras)
+        self.blocks = _Blocks(self.T, self.N, fields, pool.aligned)
+        # per env: the observation it acts on, and the action/version/extras of its last send
+        self.last = {k: np.zeros((self.N, *shape), dtype) for k, (shape, dtype) in fields.items()}
+        self.episodes = _Episodes(self.N)
+        self.key = pool._keys[w]
+        self.block_start = time.monotonic()
+
+    def run(self) -> None:
+        """Reset, then per answer of the envs: store it, deliver full blocks, wait at the
+        gates, act on the envs that answered; until the pool stops."""
+        st, env = self.st, self.env
         st.stage = "resetting the env"
-        env.async_reset(self.seeds[w])
+        env.async_reset(self.pool.seeds[self.w])
         st.stage = "stepping the env"
         step = env.recv()
-        while not stop.is_set():
+        while not self.stop.is_set():
             st.beat = time.monotonic()
-            ids, valid = step.env_ids, step.valid
-            everyone = ids is all_ids
-            # store the transitions: the obs each env acted on, what it did, what came of it
-            if everyone and (valid is all_valid or valid.all()):
-                rows = {
-                    "obs": last_obs,
-                    "action": last_action,
-                    "reward": step.reward,
-                    "terminated": step.terminated,
-                    "truncated": step.truncated,
-                    "next_obs": step.final_obs,
-                    "version": last_version,
-                }
-                for k in extra_names:
-                    rows[k] = last[k]
-                blocks.add_all(rows)
-                ep_return += step.reward
-                ep_length += 1
-                vids, ended_mask = all_ids, step.terminated | step.truncated
-            else:  # some envs answered, or some rows are reset rows (no transition)
-                vids = ids[valid]
-                rows = {k: last[k][vids] for k in ("obs", "action", "version", *extra_names)}
-                rows["reward"] = reward = step.reward[valid]
-                rows["terminated"] = step.terminated[valid]
-                rows["truncated"] = step.truncated[valid]
-                rows["next_obs"] = step.final_obs[valid]
-                ended_mask = rows["terminated"] | rows["truncated"]
-                if len(vids):
-                    blocks.add(vids, rows)
-                    ep_return[vids] += reward
-                    ep_length[vids] += 1
-            st.env_steps += len(vids)
-            if ended_mask.any():
-                ended = vids[ended_mask]
-                done_returns += ep_return[ended].tolist()
-                done_lengths += ep_length[ended].tolist()
-                ep_return[ended] = 0.0
-                ep_length[ended] = 0
-            if everyone:
-                np.copyto(last_obs, step.obs)
-            else:
-                last_obs[ids] = step.obs
-
-            while blocks.ready():
-                now = time.monotonic()
-                st.steps_per_second = T * N / max(now - block_start, 1e-9)
-                block_start = now
-                data = blocks.pop()
-                batch = Batch(
-                    Transition(*(data[k] for k in Transition._fields)),
-                    data["version"],
-                    {k: data[f"extra/{k}"] for k in self._extras},
-                    w,
-                    env.name,
-                    T * N,
-                    np.asarray(done_returns, np.float32),
-                    np.asarray(done_lengths, np.int64),
-                    st.steps_per_second,
-                    rows_dropped=blocks.dropped,
-                )
-                done_returns, done_lengths = [], []
-                if not self._put(st, batch):
-                    return
-
-            # gates: lockstep with the learner's versions, then the replay-ratio throttle
-            if self.max_lag is not None:
-                need = self._base_version + blocks.emitted - self.max_lag
-                ok = self._wait(
-                    st,
-                    "waiting for parameters",
-                    lambda: slot.version >= need,
-                    lambda: slot.wait_for(need, _POLL),
-                )
-                if not ok:
-                    return
-            if throttle is not None:
-                ok = self._wait(
-                    st,
-                    "waiting for the learner",
-                    throttle.workers_may,
-                    lambda: throttle.wait_workers(_POLL),
-                )
-                if not ok:
-                    return
-
-            # act on the envs that answered, with the newest parameters
+            self.store(step)
+            if not (self.deliver() and self.gate()):
+                return
             st.stage = "running the policy"
-            params, version = slot.latest()
-            if tuple_policy:
-                actions, extras, key = act(params, step.obs, key)
-            else:
-                (actions, key), extras = act(params, step.obs, key), {}
-            actions = np.asarray(actions)
-            if everyone:
-                last_action[:] = actions
-                last_version[:] = version
-                for k, v in extras.items():
-                    last[f"extra/{k}"][:] = np.asarray(v)
-            else:
-                last_action[ids] = actions
-                last_version[ids] = version
-                for k, v in extras.items():
-                    last[f"extra/{k}"][ids] = np.asarray(v)
+            actions = self.act(step)
             st.stage = "stepping the env"
-            env.send(actions, ids)
+            env.send(actions, step.env_ids)
             step = env.recv()
+
+    # store: the obs each env acted on, what it did, what came of it
+    def store(self, step: HostStep) -> None:
+        """Add the transitions of the envs that answered (reset rows are none) to the blocks."""
+        ids, valid, last = step.env_ids, step.valid, self.last
+        everyone = ids is self.env.all_ids
+        if everyone and (valid is self.env.all_valid or valid.all()):
+            rows = {
+                "obs": last["obs"],
+                "action": last["action"],
+                "reward": step.reward,
+                "terminated": step.terminated,
+                "truncated": step.truncated,
+                "next_obs": step.final_obs,
+                "version": last["version"],
+            }
+            for k in self.extra_names:
+                rows[k] = last[k]
+            self.blocks.add_all(rows)
+            vids, ended = self.env.all_ids, step.terminated | step.truncated
+            self.episodes.add(vids, step.reward, ended, everyone=True)
+        else:  # some envs answered, or some rows are reset rows (no transition)
+            vids = ids[valid]
+            rows = {k: last[k][vids] for k in ("obs", "action", "version", *self.extra_names)}
+            rows["reward"] = step.reward[valid]
+            rows["terminated"] = step.terminated[valid]
+            rows["truncated"] = step.truncated[valid]
+            rows["next_obs"] = step.final_obs[valid]
+            ended = rows["terminated"] | rows["truncated"]
+            if len(vids):
+                self.blocks.add(vids, rows)
+            self.episodes.add(vids, rows["reward"], ended, everyone=False)
+        self.st.env_steps += len(vids)
+        if everyone:
+            np.copyto(last["obs"], step.obs)
+        else:
+            last["obs"][ids] = step.obs
+
+    # deliver: every full block, to the learner's queue
+    def deliver(self) -> bool:
+        """Queue each full block as a :class:`Batch`; False when the pool stopped."""
+        while self.blocks.ready():
+            if not self._put(self._batch()):
+                return False
+        return True
+
+    def _batch(self) -> Batch:
+        """The oldest full block, with its versions, extras, episodes and the worker's rate."""
+        st, T, N = self.st, self.T, self.N
+        now = time.monotonic()
+        st.steps_per_second = T * N / max(now - self.block_start, 1e-9)
+        self.block_start = now
+        data = self.blocks.pop()
+        returns, lengths = self.episodes.take()
+        return Batch(
+            Transition(*(data[k] for k in Transition._fields)),
+            data["version"],
+            {k: data[f"extra/{k}"] for k in self.pool._extras},
+            self.w,
+            self.env.name,
+            T * N,
+            returns,
+            lengths,
+            st.steps_per_second,
+            rows_dropped=self.blocks.dropped,
+        )
+
+    def _put(self, batch: Batch) -> bool:
+        """Queue a block, waiting while the queue is full; False when stopped."""
+        with _waiting(self.st, "waiting for queue space"):
+            while not self.stop.is_set():
+                self.st.beat = time.monotonic()
+                try:
+                    self.pool._queue.put(batch, timeout=_POLL)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+    # gates: lockstep with the learner's versions, then the replay-ratio throttle
+    def gate(self) -> bool:
+        """Wait until the worker may act: the version lockstep needs, the throttle's leave."""
+        slot, throttle, max_lag = self.slot, self.throttle, self.pool.max_lag
+        if max_lag is not None:
+            need = self.pool._base_version + self.blocks.emitted - max_lag
+            ready = lambda: slot.version >= need
+            if not self._wait("waiting for parameters", ready, lambda: slot.wait_for(need, _POLL)):
+                return False
+        if throttle is not None:
+            block = lambda: throttle.wait_workers(_POLL)
+            if not self._wait("waiting for the learner", throttle.workers_may, block):
+                return False
+        return True
+
+    def _wait(self, stage: str, ready: Callable[[], bool], block: Callable[[], Any]) -> bool:
+        """Wait (polling the stop event, beating) until ``ready()``; False when stopped."""
+        if ready():
+            return not self.stop.is_set()
+        with _waiting(self.st, stage):
+            while not self.stop.is_set():
+                self.st.beat = time.monotonic()
+                block()
+                if ready():
+                    return not self.stop.is_set()
+            return False
+
+    # act: on the envs that answered, with the newest parameters
+    def act(self, step: HostStep) -> np.ndarray:
+        """The policy's actions for the envs that answered; remembered per env with the
+        version that acted and the policy's extras."""
+        params, version = self.slot.latest()
+        act = self.pool._act
+        if self.pool._tuple_policy:
+            actions, extras, self.key = act(params, step.obs, self.key)
+        else:
+            (actions, self.key), extras = act(params, step.obs, self.key), {}
+        actions = np.asarray(actions)
+        last = self.last
+        rows = slice(None) if step.env_ids is self.env.all_ids else step.env_ids
+        last["action"][rows] = actions
+        last["version"][rows] = version
+        for k, v in extras.items():
+            last[f"extra/{k}"][rows] = np.asarray(v)
+        return actions

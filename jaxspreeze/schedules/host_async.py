@@ -72,34 +72,28 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jaxspreeze import transfer
 from jaxspreeze.algos.base import AgentState
-from jaxspreeze.iteration import Metrics, TrainState, actor_update, critic_update, update_step
-from jaxspreeze.schedules.base import Schedule, abstract_on
+from jaxspreeze.iteration import Metrics, TrainState, actor_update, critic_update
+from jaxspreeze.schedules.base import abstract_on
+from jaxspreeze.schedules.host_base import EPISODE_AND_LAG_METRICS, HostFns, HostSchedule
 from jaxspreeze.types import PyTree, Transition
-from jaxspreeze.workers import Batch, ParamSlot, Throttle, WorkerPool
+from jaxspreeze.workers import Batch, Throttle
 
 AHEAD_ITERATIONS = 2  # how many iterations' worth of env steps the workers may run ahead
 QUEUE_BLOCKS = 2  # blocks the queue holds beside that
-STALL_TIMEOUT = 60.0  # seconds a worker may stay inside one env step or policy call
-CLOSE_TIMEOUT = 10.0  # seconds close() waits for the workers to stop
 # one XLA CPU thread per computation, computations run in the calling thread: faster
 # policy calls (experiments/host_sampling_bench.py), a slower learner on 2 cores
 # (experiments/host_async_bench.py): opt-in, see cpu_settings
 XLA_CPU_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 HOST_METRICS = (
-    "episode_return_sum",
-    "episode_length_sum",
-    "episodes",
-    "policy_lag",
-    "policy_lag_versions",
+    *EPISODE_AND_LAG_METRICS,
     "queue_depth",
     "learner_wait_s",
     "replay_ratio",
@@ -124,28 +118,8 @@ def cpu_settings() -> None:
     jax.config.update("jax_cpu_enable_async_dispatch", False)
 
 
-def _stack_metrics(ms: list[Metrics]) -> Metrics:
-    """K per-iteration metric dicts ``[S]`` -> one dict ``[K, S]``."""
-    return jax.tree.map(lambda *x: jnp.stack(x), *ms)
-
-
-class HostFns(NamedTuple):
-    """The learner's compiled pieces (vmapped over the seed axis); None where unused."""
-
-    store: Any  # critic device: blocks -> replay buffer
-    actor_copy: Any  # actor device: the published actor (one seed)
-    stack: Any  # one device: K metric dicts -> [K, S]; split: the actor device's
-    update: Any = None  # one device: the fused critic-then-actor step
-    store_obs: Any = None  # split, actor device: blocks' observations -> obs-only buffer
-    prepare: Any = None  # split, actor device: keys and the packed actor view
-    critic: Any = None  # split, critic device: the critic phase
-    critic_view: Any = None  # split, critic device: the packed critic view
-    actor: Any = None  # split, actor device: the actor phase and the counters
-    stack_critic: Any = None  # split, critic device
-
-
 @dataclass(eq=False)
-class HostAsync(Schedule):
+class HostAsync(HostSchedule):
     """Off-policy learning from host envs stepped by asynchronous sampling workers.
 
     One device: the learner (agent, buffer, counters, key) lives on ``placement.critic``
@@ -154,36 +128,20 @@ class HostAsync(Schedule):
     """
 
     split: ClassVar[bool] = False  # (an instance of a split placement sets its own)
-    host: ClassVar[bool] = True  # the trainer evaluates and closes it as a host-env schedule
-
-    stall_timeout: float = STALL_TIMEOUT
+    metric_names: ClassVar[tuple[str, ...]] = HOST_METRICS
 
     def __post_init__(self) -> None:
         self.split = self.placement.split  # the learner's phases on two devices
         super().__post_init__()
         cfg = self.cfg
-        if self.algo.on_policy:
-            raise ValueError(f"{cfg.algo} is on-policy: host envs train it with HostRollout")
-        if cfg.num_seeds != 1:
-            raise ValueError("host envs train one seed per run")
-        if cfg.num_envs % cfg.host_workers:
-            raise ValueError(f"num_envs {cfg.num_envs} must split over {cfg.host_workers} workers")
-        self.learner = self.placement.critic
-        self.steps_per_iteration = cfg.steps_per_iteration
         self.units = self.algo.critic_steps_per_iteration * cfg.batch_size  # update samples
         self.ratio = self.units / self.steps_per_iteration
-        self.slot = ParamSlot(device=self.placement.actor)
         self.throttle = Throttle(
             self.ratio,
             max_ahead=AHEAD_ITERATIONS * self.steps_per_iteration,
             warmup=cfg.warmup_steps,
         )
-        self.pool: WorkerPool | None = None
-        self._started = False
-        self._version = 0
-        self._max_lag = 0  # the largest policy_lag (actor updates) measured so far
         self._last_lag = 0
-        self._fns: HostFns | None = None
         if self.split:  # what crosses devices each iteration, packed into one buffer
             one = jax.eval_shape(self.algo.init, jax.random.key(0))
             self._to_critic = transfer.packer(
@@ -192,33 +150,14 @@ class HostAsync(Schedule):
             self._to_actor = transfer.packer(jax.eval_shape(self.algo.critic_view, one.critic))
         self._random = jax.device_put(jnp.asarray(True), self.placement.actor)
         self._policy_on = jax.device_put(jnp.asarray(False), self.placement.actor)
+        self._acting = self._random  # the flag the workers' policy gets: random until warm
 
-    # ------------------------------------------------------------ state on the learner
-    def place(self, state: TrainState) -> TrainState:
-        """Commit the whole state to the learner's device (split: each side to its own)."""
-        if self.split:
-            return super().place(state)
-        return jax.device_put(state, self.learner)
-
-    @property
-    def policy_lag(self) -> int:
-        """The largest policy lag (actor updates) measured so far in this process."""
-        return self._max_lag
+    def _check_algorithm(self) -> None:
+        """Off-policy algorithms only (on-policy ones train with HostRollout)."""
+        if self.algo.on_policy:
+            raise ValueError(f"{self.cfg.algo} is on-policy: host envs train it with HostRollout")
 
     # ------------------------------------------------------------ the per-seed pieces
-    def learn(self, s: TrainState) -> tuple[TrainState, Metrics]:
-        """One learner iteration for one seed: the critic-then-actor step on the buffer."""
-        key, k = jax.random.split(s.key)
-        agent, metrics = update_step(self.algo, s.agent, s.buffer, k)
-        state = s._replace(
-            agent=AgentState(*agent),
-            key=key,
-            env_steps=s.env_steps + self.steps_per_iteration,
-            iteration=s.iteration + 1,
-            actor_updates=s.actor_updates + self.algo.actor_steps_per_iteration,
-        )
-        return state, {**metrics, "env_steps": state.env_steps}
-
     # the two-device learner: the same phases, keys and views as learn, side by side
     def split_prepare(self, actor: PyTree, key: jax.Array) -> tuple[jax.Array, Any, jax.Array]:
         """Actor side: the iteration's keys (split as :meth:`learn` splits them) and the
@@ -275,90 +214,65 @@ class HostAsync(Schedule):
         the workers' policy is compiled for their batch shape; the workers start with the
         warm-up or the first chunk.
         """
-        cfg, p, v = self.cfg, self.placement, jax.vmap
-        W = cfg.host_workers
-        n = cfg.num_envs // W
-        a = lambda t: abstract_on(t, p.actor)
-        c = lambda t: abstract_on(t, p.critic)
+        cfg, p = self.cfg, self.placement
+        n = cfg.num_envs // cfg.host_workers
         example = jax.eval_shape(lambda: self.per_seed.init(jax.random.key(0)).buffer.data)
         block = jax.tree.map(
             lambda x: jax.ShapeDtypeStruct((1, cfg.rollout_steps, n, *x.shape[1:]), x.dtype),
             example,
         )
-        store = jax.jit(v(self.per_seed.store), donate_argnums=0)
-        store = store.lower(c(state.buffer), c(block)).compile()
-        actor_copy = jax.jit(lambda x: jax.tree.map(lambda y: y[0], x))
-        actor_copy = actor_copy.lower(a(state.agent.actor)).compile()
-        k = self.iterations_per_chunk
-        stack = jax.jit(_stack_metrics)
-        if not self.split:
-            update = jax.jit(v(self.learn), donate_argnums=0).lower(c(state))
-            stack_one = stack.lower(c([update.out_info[1]] * k))
-            self._fns = HostFns(store, actor_copy, stack_one.compile(), update=update.compile())
-        else:
-            s = state
-            store_obs = jax.jit(v(self.per_seed.store_obs), donate_argnums=0)
-            store_obs = store_obs.lower(a(s.obs_buffer), a(block.obs))
-            prepare = jax.jit(v(self.split_prepare)).lower(a(s.agent.actor), a(s.key))
-            _, packed, k_actor = prepare.out_info
-            critic = jax.jit(v(self.split_critic), donate_argnums=0)
-            critic = critic.lower(c(s.agent.critic), c(s.buffer), c(packed))
-            view = jax.jit(v(self.split_critic_view)).lower(c(s.agent.critic))
-            actor = jax.jit(v(self.split_actor), donate_argnums=0).lower(
-                a(s.agent.actor), a(s.obs_buffer), a(view.out_info), a(k_actor),
-                a(s.env_steps), a(s.iteration), a(s.actor_updates),
-            )  # fmt: skip
-            self._fns = HostFns(
-                store,
-                actor_copy,
-                stack.lower(a([actor.out_info[4]] * k)).compile(),
-                store_obs=store_obs.compile(),
-                prepare=prepare.compile(),
-                critic=critic.compile(),
-                critic_view=view.compile(),
-                actor=actor.compile(),
-                stack_critic=stack.lower(c([critic.out_info[1]] * k)).compile(),
-            )
-        if self.pool is None:
-            self._publish(state, random=True)
-            self.pool = WorkerPool(
-                cfg.env,
-                self.policy,
-                self.slot,
-                num_workers=W,
-                envs_per_worker=n,
-                rollout_steps=cfg.rollout_steps,
-                queue_size=QUEUE_BLOCKS,
-                throttle=self.throttle,
-                seed=cfg.seed,
-                key=jax.random.key(cfg.seed + 20_000),
-                stall_timeout=self.stall_timeout,
-            )
-            self.pool.compile()
+        store = jax.jit(jax.vmap(self.per_seed.store), donate_argnums=0)
+        store = store.lower(abstract_on(state.buffer, p.critic), abstract_on(block, p.critic))
+        fns = self._compile_split(state, block) if self.split else self._compile_one(state)
+        actor_copy = self._compile_actor_copy(state.agent.actor, p.actor)
+        self._fns = fns._replace(store=store.compile(), actor_copy=actor_copy)
+        self._make_pool(state, queue_size=QUEUE_BLOCKS, throttle=self.throttle)
 
-    def _publish(self, state: TrainState, *, random: bool = False) -> None:
-        """Hand the state's actor (a copy) to the workers as the next version."""
-        assert self._fns is not None  # (compile() first)
-        copy = self._fns.actor_copy
-        flag = self._random if random else self._policy_on
-        self.slot.publish((copy(state.agent.actor), flag), self._version, copy=False)
+    def _compile_one(self, state: TrainState) -> HostFns:
+        """The one-device learner: the fused update (:meth:`learn` on the buffer)."""
+        learn = lambda s: self.learn(s, s.buffer)
+        update = jax.jit(jax.vmap(learn), donate_argnums=0).lower(abstract_on(state, self.learner))
+        stack = self._compile_stack(update.out_info[1], self.learner)
+        return HostFns(actor_copy=None, stack=stack, update=update.compile())
 
-    def _start(self, state: TrainState, *, warmup: bool) -> None:
-        """Start the workers acting with ``state``'s actor (randomly during the warm-up).
+    def _compile_split(self, s: TrainState, block: Transition) -> HostFns:
+        """The two-device learner: the split's phases, each on its side's device."""
+        p, v = self.placement, jax.vmap
+        a = lambda t: abstract_on(t, p.actor)
+        c = lambda t: abstract_on(t, p.critic)
+        store_obs = jax.jit(v(self.per_seed.store_obs), donate_argnums=0)
+        store_obs = store_obs.lower(a(s.obs_buffer), a(block.obs))
+        prepare = jax.jit(v(self.split_prepare)).lower(a(s.agent.actor), a(s.key))
+        _, packed, k_actor = prepare.out_info
+        critic = jax.jit(v(self.split_critic), donate_argnums=0)
+        critic = critic.lower(c(s.agent.critic), c(s.buffer), c(packed))
+        view = jax.jit(v(self.split_critic_view)).lower(c(s.agent.critic))
+        actor = jax.jit(v(self.split_actor), donate_argnums=0).lower(
+            a(s.agent.actor), a(s.obs_buffer), a(view.out_info), a(k_actor),
+            a(s.env_steps), a(s.iteration), a(s.actor_updates),
+        )  # fmt: skip
+        return HostFns(
+            actor_copy=None,
+            stack=self._compile_stack(actor.out_info[4], p.actor),
+            store_obs=store_obs.compile(),
+            prepare=prepare.compile(),
+            critic=critic.compile(),
+            critic_view=view.compile(),
+            actor=actor.compile(),
+            stack_critic=self._compile_stack(critic.out_info[1], p.critic),
+        )
 
-        A resumed run starts here without a warm-up: new episodes, new env seeds.
-        """
-        if self._fns is None:
-            self.compile(state)
-        assert self.pool is not None
-        self._version = int(jax.device_get(state.iteration).reshape(-1)[0])
+    def _published(self, state: TrainState) -> tuple[PyTree, jax.Array]:
+        """The workers' policy's params: a copy of the actor and whether to act randomly."""
+        return super()._published(state), self._acting
+
+    def _start(self, state: TrainState, *, warmup: bool = False) -> None:
+        """Start the workers (module doc); randomly during the warm-up, which a run started
+        without one (a resumed run) skips in the throttle too."""
         if not warmup:
             self.throttle.warmup = 0
-            if self._version:  # a resumed run: episodes restart with seeds of their own
-                self.pool.seeds = [s + 1_000_003 * self._version for s in self.pool.seeds]
-        self._publish(state, random=warmup)
-        self.pool.start()
-        self._started = True
+            self._acting = self._policy_on
+        super()._start(state, warmup=warmup)
 
     # ------------------------------------------------------------ warm-up and chunks
     def warmup(self, state: TrainState) -> TrainState:
@@ -370,6 +284,7 @@ class HostAsync(Schedule):
         while self.pool.delivered < self.cfg.warmup_steps:
             state = self._store(state, [self.pool.get(timeout=self.stall_timeout)])
         state = state._replace(env_steps=state.env_steps + self.cfg.warmup_steps)
+        self._acting = self._policy_on
         self._publish(state)
         return state
 
@@ -417,76 +332,39 @@ class HostAsync(Schedule):
         state, metrics = self._update(self._store(state, batches))
         return state, {k: x for m in metrics for k, x in m.items()}
 
-    def _stack(self, device: list[list[Metrics]]) -> Metrics:
-        """K iterations' metric dicts (one per device) -> one dict ``[K, S]``."""
-        f = self._fns
-        assert f is not None
-        if not self.split:
-            return f.stack([m[0] for m in device])
-        return {**f.stack([m[0] for m in device]), **f.stack_critic([m[1] for m in device])}
-
-    def chunk(self, state: TrainState) -> tuple[TrainState, Metrics]:
-        """K learner iterations fed by the workers; returns the state and metrics ``[K, 1]``.
-
-        Waits for data (and for each update but the last) as it goes: a chunk ends once
-        its K updates are dispatched.
-        """
-        if not self._started:
-            self._start(state, warmup=False)
+    def _iterate(
+        self, state: TrainState, host: dict[str, list[float]], previous: list[Metrics] | None
+    ) -> tuple[TrainState, list[Metrics]]:
+        """Data (every queued block; more while the learner is ahead of the ratio), store,
+        update, publish; at most two updates in flight (waits for ``previous``)."""
         pool, throttle = self.pool, self.throttle
         assert pool is not None
-        host: dict[str, list[float]] = {k: [] for k in HOST_METRICS}
-        device: list[list[Metrics]] = []
-        per_update = self.algo.actor_steps_per_iteration
-        previous = None
-        for _ in range(self.iterations_per_chunk):
-            t0 = time.perf_counter()
-            batches = pool.poll()
-            host["queue_depth"].append(len(batches))
-            while not throttle.learner_may(self.units):
-                batches.append(pool.get(timeout=self.stall_timeout))
-            host["learner_wait_s"].append(time.perf_counter() - t0)
-            state, metrics = self._update(self._store(state, batches))
-            throttle.add_units(self.units)
-            self._version += 1
-            self._publish(state)
-            if previous is not None:  # at most two updates in flight
-                jax.block_until_ready(previous)
-            previous = metrics
-            device.append(metrics)
-            self._host_metrics(host, batches, per_update)
-        out = self._stack(device)
-        k = self.iterations_per_chunk
-        for name, values in host.items():
-            out[name] = jnp.asarray(np.asarray(values, np.float32).reshape(k, 1))
-        return state, out
+        # data
+        t0 = time.perf_counter()
+        batches = pool.poll()
+        host["queue_depth"].append(len(batches))
+        while not throttle.learner_may(self.units):
+            batches.append(pool.get(timeout=self.stall_timeout))
+        host["learner_wait_s"].append(time.perf_counter() - t0)
+        # update
+        state, metrics = self._update(self._store(state, batches))
+        throttle.add_units(self.units)
+        # publish
+        self._version += 1
+        self._publish(state)
+        if previous is not None:
+            jax.block_until_ready(previous)
+        self._host_metrics(host, batches)
+        return state, metrics
 
-    def _host_metrics(
-        self, host: dict[str, list[float]], batches: list[Batch], per_update: int
-    ) -> None:
+    def _host_metrics(self, host: dict[str, list[float]], batches: list[Batch]) -> None:
         """Append one iteration's host-side metrics (see the module doc)."""
         assert self.pool is not None
-        returns = [b.episode_returns for b in batches]
-        lengths = [b.episode_lengths for b in batches]
-        host["episode_return_sum"].append(float(sum(r.sum() for r in returns)))
-        host["episode_length_sum"].append(float(sum(x.sum() for x in lengths)))
-        host["episodes"].append(float(sum(len(r) for r in returns)))
         if batches:  # versions between the newest parameters and the oldest that acted
             self._last_lag = max(b.policy_lag for b in batches) + 1
-        self._max_lag = max(self._max_lag, self._last_lag * per_update)
-        host["policy_lag_versions"].append(float(self._last_lag))
-        host["policy_lag"].append(float(self._last_lag * per_update))
+        self._record_lag(host, self._last_lag)
         host["replay_ratio"].append(self.throttle.replay_ratio())
         host["replay_ratio_target"].append(self.ratio)
-        host["worker_env_steps"].append(float(self.pool.delivered))
         stats = self.pool.stats()
         rates = [stats[f"worker{w}_steps_per_second"] for w in range(self.pool.num_workers)]
-        host["worker_steps_per_second"].append(float(sum(rates)))
-        for w, rate in enumerate(rates):
-            host.setdefault(f"worker{w}_steps_per_second", []).append(rate)
-
-    def close(self) -> list[str]:
-        """Stop the workers and close their envs; names the threads that did not stop."""
-        if self.pool is None:
-            return []
-        return self.pool.close(CLOSE_TIMEOUT)
+        self._record_blocks(host, batches, rates)

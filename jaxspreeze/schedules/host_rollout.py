@@ -53,21 +53,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxspreeze.algos.base import AgentState, BehaviourRollout
-from jaxspreeze.iteration import Metrics, TrainState, update_step
-from jaxspreeze.schedules.base import Schedule, abstract_on
-from jaxspreeze.schedules.host_async import CLOSE_TIMEOUT, STALL_TIMEOUT, _stack_metrics
+from jaxspreeze.algos.base import BehaviourRollout
+from jaxspreeze.iteration import Metrics, TrainState
+from jaxspreeze.schedules.base import abstract_on
+from jaxspreeze.schedules.host_base import EPISODE_AND_LAG_METRICS, HostFns, HostSchedule
 from jaxspreeze.types import PyTree, Transition
-from jaxspreeze.workers import Batch, ParamSlot, WorkerPool
+from jaxspreeze.workers import Batch
 
 MAX_LAG = 1  # versions between the learner's parameters and those that collect its data
 
 HOST_METRICS = (
-    "episode_return_sum",
-    "episode_length_sum",
-    "episodes",
-    "policy_lag",
-    "policy_lag_versions",
+    *EPISODE_AND_LAG_METRICS,
     "learner_wait_s",
     "worker_env_steps",
     "worker_rows_dropped",
@@ -76,63 +72,22 @@ HOST_METRICS = (
 
 
 @dataclass(eq=False)
-class HostRollout(Schedule):
+class HostRollout(HostSchedule):
     """On-policy learning from rollouts of host envs, collected one version behind.
 
     The learner (agent, counters, key) lives on ``placement.critic``; the workers' policy
     runs on ``placement.actor`` (the same device unless the placement splits).
     """
 
-    split: ClassVar[bool] = False
-    host: ClassVar[bool] = True  # the trainer evaluates and closes it as a host-env schedule
+    metric_names: ClassVar[tuple[str, ...]] = HOST_METRICS
 
-    stall_timeout: float = STALL_TIMEOUT
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        cfg = self.cfg
+    def _check_algorithm(self) -> None:
+        """On-policy algorithms that report their behaviour policy only."""
         if not self.algo.on_policy or self.algo.behaviour is None:
             raise ValueError(
-                f"{cfg.algo}: the rollout host schedule trains on-policy algorithms that "
+                f"{self.cfg.algo}: the rollout host schedule trains on-policy algorithms that "
                 "report their behaviour policy (Algorithm.behaviour)"
             )
-        if cfg.num_seeds != 1:
-            raise ValueError("host envs train one seed per run")
-        if cfg.num_envs % cfg.host_workers:
-            raise ValueError(f"num_envs {cfg.num_envs} must split over {cfg.host_workers} workers")
-        self.learner = self.placement.critic
-        self.steps_per_iteration = cfg.steps_per_iteration
-        self.slot = ParamSlot(device=self.placement.actor)
-        self.pool: WorkerPool | None = None
-        self._started = False
-        self._version = 0  # the learner's parameter version (= its iteration count)
-        self._base = 0  # the version the workers started with
-        self._max_lag = 0  # the largest policy_lag (actor updates) measured so far
-        self._fns: Any = None
-
-    # ------------------------------------------------------------ state on the learner
-    def place(self, state: TrainState) -> TrainState:
-        """Commit the whole state to the learner's device."""
-        return jax.device_put(state, self.learner)
-
-    @property
-    def policy_lag(self) -> int:
-        """The largest policy lag (actor updates) measured so far in this process."""
-        return self._max_lag
-
-    # ------------------------------------------------------------ the per-seed pieces
-    def learn(self, s: TrainState, rollout: BehaviourRollout) -> tuple[TrainState, Metrics]:
-        """One learner iteration for one seed: the critic-then-actor step on the rollout."""
-        key, k = jax.random.split(s.key)
-        agent, metrics = update_step(self.algo, s.agent, rollout, k)
-        state = s._replace(
-            agent=AgentState(*agent),
-            key=key,
-            env_steps=s.env_steps + self.steps_per_iteration,
-            iteration=s.iteration + 1,
-            actor_updates=s.actor_updates + self.algo.actor_steps_per_iteration,
-        )
-        return state, {**metrics, "env_steps": state.env_steps}
 
     def policy(self, actor: PyTree, obs: jax.Array, key: jax.Array) -> Any:
         """The workers' policy: sampled actions and the behaviour extras (PPO: log-probs)."""
@@ -166,48 +121,16 @@ class HostRollout(Schedule):
         The pool's envs are made here (construction errors surface before training); the
         workers start with the first chunk.
         """
-        cfg, lrn = self.cfg, self.learner
+        lrn = self.learner
         update = jax.jit(jax.vmap(self.learn), donate_argnums=0)
         update = update.lower(abstract_on(state, lrn), abstract_on(self._example_rollout(), lrn))
-        actor_copy = jax.jit(lambda a: jax.tree.map(lambda x: x[0], a))
-        actor_copy = actor_copy.lower(abstract_on(state.agent.actor, lrn))
-        k = self.iterations_per_chunk
-        stack = jax.jit(_stack_metrics).lower(abstract_on([update.out_info[1]] * k, lrn))
-        self._fns = (update.compile(), actor_copy.compile(), stack.compile())
-        if self.pool is None:
-            W = cfg.host_workers
-            self._publish(state, 0)
-            self.pool = WorkerPool(
-                cfg.env,
-                self.policy,
-                self.slot,
-                num_workers=W,
-                envs_per_worker=cfg.num_envs // W,
-                rollout_steps=cfg.rollout_steps,
-                queue_size=2 * W,
-                max_lag=MAX_LAG,
-                aligned=True,
-                seed=cfg.seed,
-                key=jax.random.key(cfg.seed + 20_000),
-                stall_timeout=self.stall_timeout,
-            )
-            self.pool.compile()
-
-    def _publish(self, state: TrainState, version: int) -> None:
-        """Hand the state's actor (a copy) to the workers as ``version``."""
-        self.slot.publish(self._fns[1](state.agent.actor), version, copy=False)
-
-    def _start(self, state: TrainState) -> None:
-        """Start the workers acting with ``state``'s actor (a resumed run: new episodes)."""
-        if self._fns is None:
-            self.compile(state)
-        assert self.pool is not None
-        self._version = self._base = int(jax.device_get(state.iteration).reshape(-1)[0])
-        if self._version:  # a resumed run: episodes restart with seeds of their own
-            self.pool.seeds = [s + 1_000_003 * self._version for s in self.pool.seeds]
-        self._publish(state, self._version)
-        self.pool.start()
-        self._started = True
+        self._fns = HostFns(
+            actor_copy=self._compile_actor_copy(state.agent.actor, lrn),
+            stack=self._compile_stack(update.out_info[1], lrn),
+            update=update.compile(),
+        )
+        W = self.cfg.host_workers
+        self._make_pool(state, queue_size=2 * W, max_lag=MAX_LAG, aligned=True)
 
     # ------------------------------------------------------------ warm-up and chunks
     def warmup(self, state: TrainState) -> TrainState:
@@ -221,57 +144,25 @@ class HostRollout(Schedule):
         extras = jax.tree.map(cat, *[b.extras for b in batches])
         return jax.device_put(BehaviourRollout(traj, extras), self.learner)
 
-    def chunk(self, state: TrainState) -> tuple[TrainState, Metrics]:
-        """K learner iterations, each on the newest rollout; returns the metrics ``[K, 1]``.
-
-        Waits for each rollout as it goes: a chunk ends once its K updates are dispatched.
-        """
-        if not self._started:
-            self._start(state)
-        update, _, stack = self._fns
-        pool = self.pool
-        assert pool is not None
-        per_version = self.algo.actor_steps_per_iteration
-        host: dict[str, list[float]] = {k: [] for k in HOST_METRICS}
-        device: list[Metrics] = []
-        for _ in range(self.iterations_per_chunk):
-            # data: rollout j, collected with v_{j-1} (v_base for the first two)
-            t0 = time.perf_counter()
-            batches = pool.get_round(timeout=self.stall_timeout)
-            host["learner_wait_s"].append(time.perf_counter() - t0)
-            # publish v_j: the workers collect rollout j+1 with it while the learner updates
-            if self._version > self._base:
-                self._publish(state, self._version)
-            state, metrics = update(state, self._rollout(batches))
-            self._version += 1
-            device.append(metrics)
-            oldest = min(int(b.version.min()) for b in batches)
-            lag = self._version - oldest  # versions, counting this iteration's update
-            self._max_lag = max(self._max_lag, lag * per_version)
-            host["policy_lag_versions"].append(float(lag))
-            host["policy_lag"].append(float(lag * per_version))
-            self._host_metrics(host, batches)
-        out = stack(device)
-        k = self.iterations_per_chunk
-        for name, values in host.items():
-            out[name] = jnp.asarray(np.asarray(values, np.float32).reshape(k, 1))
-        return state, out
-
-    def _host_metrics(self, host: dict[str, list[float]], batches: list[Batch]) -> None:
-        """Append one iteration's episode and worker metrics (see the module doc)."""
-        assert self.pool is not None
-        host["episode_return_sum"].append(float(sum(b.episode_returns.sum() for b in batches)))
-        host["episode_length_sum"].append(float(sum(b.episode_lengths.sum() for b in batches)))
-        host["episodes"].append(float(sum(len(b.episode_returns) for b in batches)))
-        host["worker_env_steps"].append(float(self.pool.delivered))
+    def _iterate(
+        self, state: TrainState, host: dict[str, list[float]], previous: list[Metrics] | None
+    ) -> tuple[TrainState, list[Metrics]]:
+        """Rollout j, publish v_j, update on rollout j (module doc). No bound on updates in
+        flight (``previous`` unused): rollout j+1 waits for v_j, so for update j-1."""
+        pool, f = self.pool, self._fns
+        assert pool is not None and f is not None
+        # data: rollout j, collected with v_{j-1} (v_base for the first two)
+        t0 = time.perf_counter()
+        batches = pool.get_round(timeout=self.stall_timeout)
+        host["learner_wait_s"].append(time.perf_counter() - t0)
+        # publish v_j: the workers collect rollout j+1 with it while the learner updates
+        if self._version > self._base:
+            self._publish(state)
+        # update
+        state, metrics = f.update(state, self._rollout(batches))
+        self._version += 1
+        oldest = min(int(b.version.min()) for b in batches)
+        self._record_lag(host, self._version - oldest)  # counting this iteration's update
         host["worker_rows_dropped"].append(float(sum(b.rows_dropped for b in batches)))
-        rates = [b.steps_per_second for b in batches]
-        host["worker_steps_per_second"].append(float(sum(rates)))
-        for w, rate in enumerate(rates):
-            host.setdefault(f"worker{w}_steps_per_second", []).append(rate)
-
-    def close(self) -> list[str]:
-        """Stop the workers and close their envs; names the threads that did not stop."""
-        if self.pool is None:
-            return []
-        return self.pool.close(CLOSE_TIMEOUT)
+        self._record_blocks(host, batches, [b.steps_per_second for b in batches])
+        return state, [metrics]
