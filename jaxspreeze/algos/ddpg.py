@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from jaxspreeze.algos import base, deterministic
+from jaxspreeze.algos import base, deterministic, off_policy
 from jaxspreeze.types import EnvSpec
 
 VARIANT = deterministic.Variant("ddpg")
@@ -38,13 +38,4 @@ def make(cfg: DDPGConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
     return deterministic.make(cfg, spec, run, VARIANT)
 
 
-SPEC = base.AlgoSpec(
-    name="ddpg",
-    config_cls=DDPGConfig,
-    on_policy=False,
-    defaults=base.OFF_POLICY_DEFAULTS,
-    supports=supports,
-    validate=validate,
-    make=make,
-    shape_fields=("hidden",),
-)
+SPEC = off_policy.spec("ddpg", DDPGConfig, supports, validate, make)

@@ -25,6 +25,24 @@ Actor = networks.TanhGaussianActor | networks.DeterministicActor
 Update = Callable[[PyTree, PyTree, Any, jax.Array], tuple[PyTree, base.Metrics]]
 
 
+def spec(
+    name: str,
+    config_cls: type,
+    supports: Callable[[EnvSpec], str | None],
+    validate: Callable[[Any, str, Any], None],
+    make: Callable[[Any, EnvSpec, Any], base.Algorithm],
+    **extra: Any,
+) -> base.AlgoSpec:
+    """The registry's entry of an off-policy algorithm: its run-level defaults are the shared ones.
+
+    ``extra`` are the other :class:`~jaxspreeze.algos.base.AlgoSpec` fields it sets
+    (``grad_step_multiple``, ``shape_fields``: by default ``("hidden",)``).
+    """
+    return base.AlgoSpec(
+        name, config_cls, False, base.OFF_POLICY_DEFAULTS, supports, validate, make, **extra
+    )
+
+
 def init_params(
     key: jax.Array, actor: Actor, critic: networks.QEnsemble, spec: EnvSpec
 ) -> tuple[PyTree, PyTree]:

@@ -184,13 +184,4 @@ def make(cfg: SACConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
     )
 
 
-SPEC = base.AlgoSpec(
-    name="sac",
-    config_cls=SACConfig,
-    on_policy=False,
-    defaults=base.OFF_POLICY_DEFAULTS,
-    supports=supports,
-    validate=validate,
-    make=make,
-    shape_fields=("hidden",),
-)
+SPEC = off_policy.spec("sac", SACConfig, supports, validate, make)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from jaxspreeze.algos import base, deterministic
+from jaxspreeze.algos import base, deterministic, off_policy
 from jaxspreeze.errors import ConfigError
 from jaxspreeze.types import EnvSpec
 
@@ -67,14 +67,6 @@ def make(cfg: TD3Config, spec: EnvSpec, run: Any) -> base.Algorithm:
     return deterministic.make(cfg, spec, run, variant)
 
 
-SPEC = base.AlgoSpec(
-    name="td3",
-    config_cls=TD3Config,
-    on_policy=False,
-    defaults=base.OFF_POLICY_DEFAULTS,
-    supports=supports,
-    validate=validate,
-    make=make,
-    grad_step_multiple=grad_step_multiple,
-    shape_fields=("hidden",),
+SPEC = off_policy.spec(
+    "td3", TD3Config, supports, validate, make, grad_step_multiple=grad_step_multiple
 )
