@@ -60,7 +60,8 @@ def test_init_params_splits_one_key_for_actor_and_critic():
     a, c = off_policy.init_params(jax.random.key(3), actor, critic, SPEC)
     k_actor, k_critic = jax.random.split(jax.random.key(3))
     obs, act = jnp.zeros((1, 3)), jnp.zeros((1, 2))
-    for x, y in zip(jax.tree.leaves((a, c)), jax.tree.leaves((actor.init(k_actor, obs), critic.init(k_critic, obs, act))), strict=True):  # fmt: skip
+    want = (actor.init(k_actor, obs), critic.init(k_critic, obs, act))
+    for x, y in zip(jax.tree.leaves((a, c)), jax.tree.leaves(want), strict=True):
         np.testing.assert_array_equal(x, y)
 
 

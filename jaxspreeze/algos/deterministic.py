@@ -55,7 +55,7 @@ class Variant:
 
     name: str
     num_qs: int = 1
-    """Critics in the ensemble; the Bellman target uses their smallest value (2: clipped double-Q)."""
+    """Critics in the ensemble; the Bellman target takes their smallest (2: clipped double-Q)."""
     smoothing: Smoothing | None = None
     """Clipped noise on the target action (None: the target actor's action as it is)."""
     policy_delay: int | None = None
@@ -143,7 +143,7 @@ def delayed_polyak(
 
 
 def make(cfg: DeterministicConfig, spec: EnvSpec, run: Any, variant: Variant) -> base.Algorithm:
-    """Bind a deterministic-policy algorithm to its config, env spec, the run's sizes and variant."""
+    """Bind a deterministic-policy variant to its config, env spec and the run's sizes."""
     grad_steps, delay = run.grad_steps, variant.policy_delay
     actor = networks.DeterministicActor(cfg.hidden, spec.action_dim, spec.actor_obs)
     critic = networks.QEnsemble(cfg.hidden, num_qs=variant.num_qs, obs_cols=spec.critic_obs)

@@ -43,7 +43,7 @@ def clipped_gaussian_log_prob(mean: jax.Array, log_std: jax.Array, u: jax.Array)
 
 
 def gaussian_entropy(log_std: jax.Array, batch_shape: tuple[int, ...]) -> jax.Array:
-    """Entropy of a diagonal Gaussian with state-independent ``log_std [A]``, broadcast to ``[B]``."""
+    """Entropy of a diagonal Gaussian of state-independent ``log_std [A]``, as ``[B]``."""
     return jnp.broadcast_to((log_std + 0.5 * (1 + jnp.log(2 * jnp.pi))).sum(), batch_shape)
 
 

@@ -84,7 +84,7 @@ def update_temperature(
     logp: jax.Array,
     target_entropy: float,
 ) -> tuple[jax.Array, PyTree]:
-    """One step of automatic entropy tuning from the policy's ``logp [B]``: ``(log_alpha, opt_state)``.
+    """One step of automatic entropy tuning on ``logp [B]``: ``(log_alpha, opt_state)``.
 
     The gradient of ``-log_alpha * (logp + target_entropy)`` averaged over the batch: alpha
     grows while the policy's entropy is below the target and shrinks while above.
