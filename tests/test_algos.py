@@ -126,6 +126,24 @@ def test_td3_grad_steps_must_be_a_multiple_of_policy_delay():
     assert err.value.field == "td3.policy_delay"
 
 
+def _algo_source(module: object) -> str:
+    """The source of an algorithm's module and of the ``algos`` modules it builds on, in
+    turn (TD3 and DDPG keep their maths in ``deterministic.py``, the off-policy algorithms
+    their replay plumbing in ``off_policy.py``)."""
+    sources: dict[str, str] = {}
+    todo = [module]
+    while todo:
+        mod = todo.pop()
+        if mod.__name__ not in sources:
+            sources[mod.__name__] = inspect.getsource(mod)
+            todo += [
+                m
+                for m in vars(mod).values()
+                if inspect.ismodule(m) and m.__name__.startswith("jaxspreeze.algos.")
+            ]
+    return "\n".join(sources.values())
+
+
 def test_all_algorithms_share_loop_buffer_and_networks():
     """Every algorithm is an ``Algorithm`` built from the shared networks; none steps an
     env, builds a rollout or a buffer of its own, or defines its own network layers."""
@@ -136,7 +154,7 @@ def test_all_algorithms_share_loop_buffer_and_networks():
         algo = spec.make(run.algo_config, pendulum, run)
         assert isinstance(algo, base.Algorithm) and algo.name == name
         assert algo.on_policy == spec.on_policy
-        source = inspect.getsource(importlib.import_module(spec.make.__module__))
+        source = _algo_source(importlib.import_module(spec.make.__module__))
         for forbidden in (
             "jaxspreeze.rollout",
             "import rollout",

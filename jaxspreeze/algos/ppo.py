@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxspreeze import networks
-from jaxspreeze.algos import base, common
+from jaxspreeze.algos import base, common, ppo_losses, ppo_policy
 from jaxspreeze.errors import ConfigError
 from jaxspreeze.types import EnvSpec, PyTree, Transition
 
@@ -165,31 +165,28 @@ def minibatch_epochs(
     return state, metrics
 
 
-def make(cfg: PPOConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
-    """Bind PPO to its config, env spec and the run's rollout and minibatch sizes."""
-    rollout_size = run.num_envs * run.rollout_steps
-    batch_size = run.batch_size
-    updates_per_phase = cfg.epochs * (rollout_size // batch_size)
-    total_updates = max(math.ceil(run.total_steps / rollout_size), 1) * updates_per_phase
-    value_net = networks.ValueNet(cfg.hidden, spec.critic_obs)
-    if spec.discrete:
-        policy_net = networks.CategoricalActor(cfg.hidden, spec.action_dim, spec.actor_obs)
-    else:
-        policy_net = networks.GaussianActor(cfg.hidden, spec.action_dim, spec.actor_obs)
-        scale, bias = networks.action_scale(spec.action_low, spec.action_high)
-    tx = common.adam(cfg.lr, cfg.max_grad_norm)
+@dataclass(frozen=True, eq=False)
+class Learner:
+    """PPO bound to its config, env and sizes: its first state, acting and the two phases."""
 
-    def norm(stats: common.RunningStats, obs: jax.Array) -> jax.Array:
-        return common.normalize(stats, obs) if cfg.normalize_obs else obs
+    cfg: PPOConfig
+    policy: ppo_policy.Policy
+    value_net: networks.ValueNet
+    tx: optax.GradientTransformation
+    obs_shape: tuple[int, ...]
+    batch_size: int
+    total_updates: int  # optimiser steps in the whole run: the lr anneals to 0 over them
 
-    def init(key: jax.Array) -> base.AgentState:
+    def init(self, key: jax.Array) -> base.AgentState:
+        """The first state: both networks, their optimisers and fresh observation statistics."""
+        cfg, tx = self.cfg, self.tx
         k_actor, k_critic = jax.random.split(key)
-        obs = jnp.zeros((1, *spec.obs_shape))
-        actor_params = policy_net.init(k_actor, obs)
-        critic_params = value_net.init(k_critic, obs)
+        obs = jnp.zeros((1, *self.obs_shape))
+        actor_params = self.policy.net.init(k_actor, obs)
+        critic_params = self.value_net.init(k_critic, obs)
         lr = jnp.asarray(cfg.lr, jnp.float32)
         return base.AgentState(
-            PPOActor(actor_params, tx.init(actor_params), lr, common.stats_init(spec.obs_shape)),
+            PPOActor(actor_params, tx.init(actor_params), lr, common.stats_init(self.obs_shape)),
             PPOCritic(
                 critic_params,
                 tx.init(critic_params),
@@ -199,76 +196,47 @@ def make(cfg: PPOConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
             ),
         )
 
-    # ---------------------------------------------------------------- the policy
-    def log_prob_entropy(params: PyTree, obs: jax.Array, action: jax.Array):
-        """``(log pi(action | obs) [B], entropy [B])`` on normalised observations."""
-        if spec.discrete:
-            logits = jax.nn.log_softmax(policy_net.apply(params, obs))
-            logp = jnp.take_along_axis(logits, action[:, None].astype(jnp.int32), -1)[:, 0]
-            entropy = -(jnp.exp(logits) * logits).sum(-1)
-            return logp, entropy
-        # Gaussian in [-1, 1] units; the env action is clip(u, -1, 1) * scale + bias, so
-        # an action on a bound has the probability of the clipped tail (clipped action
-        # policy gradient, Fujita & Maeda 2018): exact, bounded, and no clipping bias
-        mean, log_std = gaussian(params, obs)
-        u = (action - bias) / scale
-        z = (u - mean) / jnp.exp(log_std)
-        inside = -0.5 * z**2 - log_std - 0.5 * jnp.log(2 * jnp.pi)
-        logp = jnp.where(
-            u >= 1.0 - 1e-6,
-            jax.scipy.special.log_ndtr(-z),
-            jnp.where(u <= -1.0 + 1e-6, jax.scipy.special.log_ndtr(z), inside),
-        ).sum(-1)
-        entropy = jnp.broadcast_to((log_std + 0.5 * (1 + jnp.log(2 * jnp.pi))).sum(), logp.shape)
-        return logp, entropy
+    def norm(self, stats: common.RunningStats, obs: jax.Array) -> jax.Array:
+        """Observations as the networks read them: normalised when ``normalize_obs``."""
+        return common.normalize(stats, obs) if self.cfg.normalize_obs else obs
 
-    def gaussian(params: PyTree, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """Mean and (bounded) log std of the Gaussian policy, ``[-1, 1]`` action units."""
-        mean, log_std = policy_net.apply(params, obs)
-        return mean, jnp.clip(log_std, networks.LOG_STD_MIN, networks.LOG_STD_MAX)
+    def act(self, state: PPOActor, obs: jax.Array, key: jax.Array, deterministic: bool):
+        """An env action per observation ``[N, ...]``: sampled, or the most likely."""
+        return self.policy.sample(state.params, self.norm(state.obs_stats, obs), key, deterministic)
 
-    def act(state: PPOActor, obs: jax.Array, key: jax.Array, deterministic: bool) -> jax.Array:
-        obs = norm(state.obs_stats, obs)
-        if spec.discrete:
-            logits = policy_net.apply(state.params, obs)
-            if deterministic:
-                return jnp.argmax(logits, -1).astype(jnp.int32)
-            return jax.random.categorical(key, logits).astype(jnp.int32)
-        mean, log_std = gaussian(state.params, obs)
-        u = mean if deterministic else mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
-        return jnp.clip(u, -1.0, 1.0) * scale + bias
-
-    def behaviour(state: PPOActor, obs: jax.Array, key: jax.Array):
+    def behaviour(self, state: PPOActor, obs: jax.Array, key: jax.Array):
         """Act (sampling) and return the log-probability of each action: ``[N]``."""
-        action = act(state, obs, key, False)
-        logp, _ = log_prob_entropy(state.params, norm(state.obs_stats, obs), action)
+        action = self.act(state, obs, key, False)
+        logp, _ = self.policy.log_prob_entropy(
+            state.params, self.norm(state.obs_stats, obs), action
+        )
         return action, {"logp": logp}
 
-    def annealed(opt_state: PyTree, lr: jax.Array) -> PyTree:
+    def annealed(self, opt_state: PyTree, lr: jax.Array) -> PyTree:
         """The optimiser state with this step's learning rate (linear decay to 0)."""
-        if not cfg.anneal_lr:
+        if not self.cfg.anneal_lr:
             return opt_state
-        frac = 1.0 - common.opt_step_count(opt_state) / total_updates
+        frac = 1.0 - common.opt_step_count(opt_state) / self.total_updates
         return common.set_learning_rate(opt_state, lr * jnp.maximum(frac, 0.0))
 
-    def values(params: PyTree, obs: jax.Array) -> jax.Array:
-        """V over ``[T, N, ...]`` observations -> ``[T, N]``."""
-        return value_net.apply(params, _flat(obs)).reshape(obs.shape[:2])
-
-    def advantages(params, gamma, lam, stats, traj: Transition) -> tuple[jax.Array, jax.Array]:
-        """GAE(lambda) ``(advantages, returns)`` ``[T, N]`` of a rollout."""
-        v = values(params, norm(stats, traj.obs))
-        next_v = values(params, norm(stats, traj.next_obs))
-        return common.gae(traj.reward, v, next_v, traj.terminated, traj.truncated, gamma, lam)
+    def advantages(self, params, gamma, lam, stats, traj: Transition):
+        """GAE(lambda) ``(advantages, returns)`` ``[T, N]`` of a rollout under V(params)."""
+        obs, next_obs = self.norm(stats, traj.obs), self.norm(stats, traj.next_obs)
+        traj = traj._replace(obs=obs, next_obs=next_obs)
+        return ppo_losses.advantages(self.value_net, params, gamma, lam, traj)
 
     # ---------------------------------------------------------------- critic: value fn
-    def update_critic(c: PPOCritic, batch: ValueBatch):
-        def loss_fn(params):
-            v = value_net.apply(params, batch.obs)
-            return cfg.vf_coef * 0.5 * ((v - batch.returns) ** 2).mean(), v
+    def update_critic(self, c: PPOCritic, batch: ValueBatch):
+        """One gradient step of the value function on a minibatch."""
 
-        opt_state = annealed(c.opt_state, c.lr)
-        params, opt_state, loss, v, gnorm = common.gradient_step(tx, c.params, opt_state, loss_fn)
+        def loss_fn(params):
+            v = self.value_net.apply(params, batch.obs)
+            return ppo_losses.value_loss(v, batch.returns, self.cfg.vf_coef), v
+
+        opt_state = self.annealed(c.opt_state, c.lr)
+        params, opt_state, loss, v, gnorm = common.gradient_step(
+            self.tx, c.params, opt_state, loss_fn
+        )
         finite = common.all_finite(loss, gnorm)
         return c._replace(params=params, opt_state=opt_state), {
             "value_loss": loss,
@@ -277,75 +245,92 @@ def make(cfg: PPOConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
             "finite": finite.astype(jnp.float32),
         }
 
-    def critic_phase(c: PPOCritic, stats: common.RunningStats, data, key):
+    def critic_phase(self, c: PPOCritic, stats: common.RunningStats, data, key: jax.Array):
+        """Minibatch epochs of the value function towards the rollout's GAE returns."""
         # returns from the critic's own params at the start of the phase
         traj, _ = _rollout(data)
-        _, returns = advantages(c.params, c.gamma, c.gae_lambda, stats, traj)
-        data = ValueBatch(_flat(norm(stats, traj.obs)), _flat(returns))
-        return minibatch_epochs(update_critic, c, data, key, cfg.epochs, batch_size)
+        _, returns = self.advantages(c.params, c.gamma, c.gae_lambda, stats, traj)
+        data = ValueBatch(_flat(self.norm(stats, traj.obs)), _flat(returns))
+        return minibatch_epochs(self.update_critic, c, data, key, self.cfg.epochs, self.batch_size)
 
     # ---------------------------------------------------------------- actor: policy
-    def update_actor(a: PPOActor, batch: PolicyBatch):
-        adv = batch.advantage
-        if cfg.normalize_advantages:
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+    def update_actor(self, a: PPOActor, batch: PolicyBatch):
+        """One gradient step of the policy's clipped surrogate on a minibatch."""
+        cfg = self.cfg
+        adv = (
+            ppo_losses.normalized(batch.advantage) if cfg.normalize_advantages else batch.advantage
+        )
 
         def loss_fn(params):
-            logp, entropy = log_prob_entropy(params, batch.obs, batch.action)
-            log_ratio = logp - batch.old_logp
-            ratio = jnp.exp(log_ratio)
-            clipped = jnp.clip(ratio, 1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps)
-            surrogate = jnp.minimum(ratio * adv, clipped * adv).mean()
-            loss = -surrogate - cfg.ent_coef * entropy.mean()
-            kl = ((ratio - 1.0) - log_ratio).mean()
-            clip_frac = (jnp.abs(ratio - 1.0) > cfg.clip_eps).mean()
-            return loss, (entropy.mean(), kl, clip_frac)
+            logp, entropy = self.policy.log_prob_entropy(params, batch.obs, batch.action)
+            return ppo_losses.policy_loss(
+                logp, batch.old_logp, adv, entropy, cfg.clip_eps, cfg.ent_coef
+            )
 
-        opt_state = annealed(a.opt_state, a.lr)
-        params, opt_state, loss, aux, gnorm = common.gradient_step(tx, a.params, opt_state, loss_fn)
-        entropy, kl, clip_frac = aux
+        opt_state = self.annealed(a.opt_state, a.lr)
+        params, opt_state, loss, info, gnorm = common.gradient_step(
+            self.tx, a.params, opt_state, loss_fn
+        )
         finite = common.all_finite(loss, gnorm)
         lr = optax.tree_utils.tree_get(opt_state, "learning_rate")
         return a._replace(params=params, opt_state=opt_state), {
             "actor_loss": loss,
-            "entropy": entropy,
-            "approx_kl": kl,
-            "clip_frac": clip_frac,
+            "entropy": info.entropy,
+            "approx_kl": info.approx_kl,
+            "clip_frac": info.clip_frac,
             "actor_grad_norm": gnorm,
             "lr": lr,
             "finite": finite.astype(jnp.float32),
         }
 
-    def actor_phase(a: PPOActor, view: CriticView, data, key):
+    def actor_phase(self, a: PPOActor, view: CriticView, data, key: jax.Array):
+        """Minibatch epochs of the policy on the rollout's advantages, then the obs statistics."""
         # advantages from the critic's params at the start of the iteration; old
         # log-probs from the params (and observation statistics) that acted: this actor
         # on the device path, the workers' own numbers for a behaviour rollout
         traj, behaviour_logp = _rollout(data)
-        adv, _ = advantages(view.params, view.gamma, view.gae_lambda, a.obs_stats, traj)
-        obs = _flat(norm(a.obs_stats, traj.obs))
+        adv, _ = self.advantages(view.params, view.gamma, view.gae_lambda, a.obs_stats, traj)
+        obs = _flat(self.norm(a.obs_stats, traj.obs))
         action = _flat(traj.action)
         if behaviour_logp is None:
-            old_logp, _ = log_prob_entropy(a.params, obs, action)
+            old_logp, _ = self.policy.log_prob_entropy(a.params, obs, action)
         else:
             old_logp = _flat(behaviour_logp)
         data = PolicyBatch(obs, action, jax.lax.stop_gradient(old_logp), _flat(adv))
-        a, metrics = minibatch_epochs(update_actor, a, data, key, cfg.epochs, batch_size)
-        if cfg.normalize_obs:  # the next rollout (and the critic's view) use the new stats
+        a, metrics = minibatch_epochs(
+            self.update_actor, a, data, key, self.cfg.epochs, self.batch_size
+        )
+        if self.cfg.normalize_obs:  # the next rollout (and the critic's view) use the new stats
             a = a._replace(obs_stats=common.stats_update(a.obs_stats, _flat(traj.obs)))
         return a, metrics
 
+
+def make(cfg: PPOConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
+    """Bind PPO to its config, env spec and the run's rollout and minibatch sizes."""
+    rollout_size = run.num_envs * run.rollout_steps
+    updates_per_phase = cfg.epochs * (rollout_size // run.batch_size)
+    total_updates = max(math.ceil(run.total_steps / rollout_size), 1) * updates_per_phase
+    learner = Learner(
+        cfg,
+        policy=ppo_policy.for_env(spec, cfg.hidden),
+        value_net=networks.ValueNet(cfg.hidden, spec.critic_obs),
+        tx=common.adam(cfg.lr, cfg.max_grad_norm),
+        obs_shape=spec.obs_shape,
+        batch_size=run.batch_size,
+        total_updates=total_updates,
+    )
     return base.Algorithm(
         name="ppo",
         on_policy=True,
-        init=init,
-        act=act,
+        init=learner.init,
+        act=learner.act,
         actor_view=lambda a: a.obs_stats,
         critic_view=lambda c: CriticView(c.params, c.gamma, c.gae_lambda),
-        critic_phase=critic_phase,
-        actor_phase=actor_phase,
+        critic_phase=learner.critic_phase,
+        actor_phase=learner.actor_phase,
         actor_steps_per_iteration=updates_per_phase,
         critic_steps_per_iteration=updates_per_phase,
-        behaviour=behaviour,
+        behaviour=learner.behaviour,
     )
 
 

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxspreeze import networks
-from jaxspreeze.algos import base, common
+from jaxspreeze.algos import base, common, off_policy
 from jaxspreeze.types import EnvSpec, PyTree, Transition
 
 
@@ -77,9 +77,27 @@ def validate(cfg: SACConfig, prefix: str, run: Any) -> None:
     base.check_hidden(cfg, prefix)
 
 
+def update_temperature(
+    tx: optax.GradientTransformation,
+    log_alpha: jax.Array,
+    opt_state: PyTree,
+    logp: jax.Array,
+    target_entropy: float,
+) -> tuple[jax.Array, PyTree]:
+    """One step of automatic entropy tuning on ``logp [B]``: ``(log_alpha, opt_state)``.
+
+    The gradient of ``-log_alpha * (logp + target_entropy)`` averaged over the batch: alpha
+    grows while the policy's entropy is below the target and shrinks while above.
+    """
+    entropy_gap = jax.lax.stop_gradient(logp + target_entropy).mean()
+    alpha_grad = -entropy_gap
+    update, opt_state = tx.update(alpha_grad, opt_state)
+    return optax.apply_updates(log_alpha, update), opt_state
+
+
 def make(cfg: SACConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
     """Bind SAC to its config, env spec and the run's per-iteration update sizes."""
-    grad_steps, batch_size = run.grad_steps, run.batch_size
+    grad_steps = run.grad_steps
     actor = networks.TanhGaussianActor(cfg.hidden, spec.action_dim, spec.actor_obs)
     critic = networks.QEnsemble(cfg.hidden, num_qs=2, obs_cols=spec.critic_obs)
     scale, bias = networks.action_scale(spec.action_low, spec.action_high)
@@ -89,11 +107,7 @@ def make(cfg: SACConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
     target_entropy = -cfg.target_entropy_scale * spec.action_dim
 
     def init(key: jax.Array) -> base.AgentState:
-        k_actor, k_critic = jax.random.split(key)
-        obs = jnp.zeros((1, *spec.obs_shape))
-        act = jnp.zeros((1, spec.action_dim))
-        actor_params = actor.init(k_actor, obs)
-        critic_params = critic.init(k_critic, obs, act)
+        actor_params, critic_params = off_policy.init_params(key, actor, critic, spec)
         log_alpha = jnp.log(jnp.asarray(cfg.init_alpha, jnp.float32))
         return base.AgentState(
             SACActor(
@@ -119,30 +133,18 @@ def make(cfg: SACConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
         return sample(state.params, obs, key)[0]
 
     def update_critic(c: SACCritic, view: ActorView, batch: Transition, key: jax.Array):
-        # soft Bellman target: bootstrap unless terminated (truncation still bootstraps)
+        # soft Bellman target: the smaller target Q at a sampled next action, less alpha
+        # times its log-probability
         next_action, next_logp = sample(view.params, batch.next_obs, key)
         next_q = critic.apply(c.target_params, batch.next_obs, next_action).min(0)
         alpha = jnp.exp(view.log_alpha)
-        not_term = 1.0 - batch.terminated.astype(jnp.float32)
-        target = batch.reward + c.gamma * not_term * (next_q - alpha * next_logp)
-        target = jax.lax.stop_gradient(target)
-
-        def loss_fn(params):
-            q = critic.apply(params, batch.obs, batch.action)
-            return 0.5 * ((q - target) ** 2).mean(-1).sum(), q
-
-        params, opt_state, loss, q, gnorm = common.gradient_step(
-            critic_tx, c.params, c.opt_state, loss_fn
+        target = off_policy.bellman_target(batch, c.gamma, next_q - alpha * next_logp)
+        params, opt_state, metrics = off_policy.fit_q(
+            critic, critic_tx, c.params, c.opt_state, batch, target
         )
         target_params = common.polyak(c.target_params, params, c.tau)
-        finite = common.all_finite(loss, gnorm)
         c = c._replace(params=params, target_params=target_params, opt_state=opt_state)
-        return c, {
-            "critic_loss": loss,
-            "q_mean": q.mean(),
-            "critic_grad_norm": gnorm,
-            "finite": finite.astype(jnp.float32),
-        }
+        return c, metrics
 
     def update_actor(a: SACActor, critic_params: PyTree, obs: jax.Array, key: jax.Array):
         alpha = jnp.exp(a.log_alpha)
@@ -155,11 +157,9 @@ def make(cfg: SACConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
         params, opt_state, loss, logp, gnorm = common.gradient_step(
             actor_tx, a.params, a.opt_state, loss_fn
         )
-        # automatic entropy tuning: drive the policy's entropy towards the target
-        entropy_gap = jax.lax.stop_gradient(logp + target_entropy).mean()
-        alpha_grad = -entropy_gap
-        alpha_update, alpha_opt_state = alpha_tx.update(alpha_grad, a.alpha_opt_state)
-        log_alpha = optax.apply_updates(a.log_alpha, alpha_update)
+        log_alpha, alpha_opt_state = update_temperature(
+            alpha_tx, a.log_alpha, a.alpha_opt_state, logp, target_entropy
+        )
         finite = common.all_finite(loss, gnorm, log_alpha)
         a = SACActor(params, opt_state, log_alpha, alpha_opt_state)
         return a, {
@@ -170,27 +170,18 @@ def make(cfg: SACConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
             "finite": finite.astype(jnp.float32),
         }
 
-    return base.Algorithm(
-        name="sac",
-        on_policy=False,
+    return off_policy.replay_algorithm(
+        "sac",
         init=init,
         act=act,
         actor_view=lambda a: ActorView(a.params, a.log_alpha),
         critic_view=lambda c: c.params,
-        critic_phase=base.replay_phase(update_critic, grad_steps, batch_size),
-        actor_phase=base.replay_phase(update_actor, grad_steps, batch_size, lambda b: b.obs),
-        actor_steps_per_iteration=grad_steps,
-        critic_steps_per_iteration=grad_steps,
+        update_critic=update_critic,
+        update_actor=update_actor,
+        critic_steps=grad_steps,
+        actor_steps=grad_steps,
+        batch_size=run.batch_size,
     )
 
 
-SPEC = base.AlgoSpec(
-    name="sac",
-    config_cls=SACConfig,
-    on_policy=False,
-    defaults=base.OFF_POLICY_DEFAULTS,
-    supports=supports,
-    validate=validate,
-    make=make,
-    shape_fields=("hidden",),
-)
+SPEC = off_policy.spec("sac", SACConfig, supports, validate, make)

@@ -1,0 +1,133 @@
+"""DDPG and TD3 on one deterministic-policy module (``algos/deterministic.py``): the pieces
+TD3 adds, each on its own, and DDPG as TD3's machinery with none of them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxspreeze import replay
+from jaxspreeze.algos import base, ddpg, deterministic, td3
+from jaxspreeze.config import RunConfig
+from jaxspreeze.errors import ConfigError
+from jaxspreeze.types import EnvSpec, Transition
+
+PROBE = EnvSpec("probe", (2,), False, 1, (-2.0,), (2.0,), 10)
+
+
+def test_configs_keep_their_fields_and_defaults():
+    """DDPG's six hyperparameters are the shared ones; TD3 has the same and its three own."""
+    shared = {
+        "actor_lr": 1e-3,
+        "critic_lr": 1e-3,
+        "gamma": 0.99,
+        "tau": 0.005,
+        "exploration_noise": 0.1,
+        "hidden": (256, 256),
+    }
+    assert dataclasses.asdict(ddpg.DDPGConfig()) == shared
+    own = {"policy_delay": 2, "target_noise": 0.2, "target_noise_clip": 0.5}
+    assert dataclasses.asdict(td3.TD3Config()) == {**shared, **own}
+
+
+@pytest.mark.parametrize(
+    ("spec", "cfg", "field", "message"),
+    [
+        (ddpg.SPEC, ddpg.DDPGConfig(actor_lr=0.0, gamma=2.0), "ddpg.actor_lr", "must be > 0, got 0.0"),
+        (ddpg.SPEC, ddpg.DDPGConfig(tau=1.5), "ddpg.tau", "must be in [0, 1], got 1.5"),
+        (ddpg.SPEC, ddpg.DDPGConfig(exploration_noise=-1), "ddpg.exploration_noise", "must be >= 0, got -1"),
+        (ddpg.SPEC, ddpg.DDPGConfig(hidden=()), "ddpg.hidden", "must be positive layer widths, got ()"),
+        (td3.SPEC, td3.TD3Config(policy_delay=0, gamma=2.0), "td3.policy_delay", "must be > 0, got 0"),
+        (td3.SPEC, td3.TD3Config(target_noise_clip=-0.5), "td3.target_noise_clip", "must be >= 0, got -0.5"),
+        (td3.SPEC, td3.TD3Config(policy_delay=1.5), "td3.policy_delay", "must be an integer, got 1.5"),
+    ],
+)  # fmt: skip
+def test_validation_names_the_first_bad_field(spec, cfg, field, message):
+    """The checks run in their order (lr, then gamma and tau, then noises, then widths)."""
+    with pytest.raises(ConfigError) as err:
+        spec.validate(cfg, f"{spec.name}.", None)
+    assert err.value.field == field and message in str(err.value)
+
+
+def test_target_policy_smoothing_clips_the_noise_and_the_action():
+    """Noise of std 10 is clipped to +-0.5 around the action, the action to [-1, 1]."""
+    key = jax.random.key(0)
+    smoothing = deterministic.Smoothing(std=10.0, clip=0.5)
+    out = deterministic.smoothed(jnp.zeros((1000, 2)), key, smoothing)
+    assert float(jnp.abs(out).max()) == 0.5 and float(jnp.mean(jnp.abs(out) == 0.5)) > 0.9
+    out = deterministic.smoothed(jnp.full((1000, 2), 0.9), key, smoothing)
+    assert float(out.max()) == 1.0 and float(out.min()) == pytest.approx(0.4)
+    still = deterministic.smoothed(jnp.full((3, 1), 0.3), key, deterministic.Smoothing(0.0, 0.5))
+    np.testing.assert_array_equal(still, np.float32(0.3))
+
+
+def test_delayed_polyak_moves_the_target_on_every_delay_th_update():
+    """delay 2, tau 0.5, target 0 and online 1: updates 2 and 4 move it halfway, 1 and 3 not."""
+    steps = jnp.arange(1, 5)
+    moved, due = jax.vmap(
+        lambda s: deterministic.delayed_polyak({"w": 0.0}, {"w": 1.0}, 0.5, s, 2)
+    )(steps)
+    np.testing.assert_array_equal(due, [False, True, False, True])
+    np.testing.assert_array_equal(moved["w"], [0.0, 0.5, 0.0, 0.5])
+
+
+def test_delayed_sides_carry_update_counters_and_plain_ones_do_not():
+    """TD3's state is DDPG's (same leaves at the same paths) plus one counter per side."""
+    run = RunConfig(grad_steps=4, batch_size=8)
+    plain = ddpg.make(ddpg.DDPGConfig(hidden=(8,)), PROBE, run).init(jax.random.key(0))
+    delayed = td3.make(td3.TD3Config(hidden=(8,)), PROBE, run).init(jax.random.key(0))
+    assert isinstance(plain.actor, deterministic.DDPGActor)
+    assert isinstance(delayed.actor, deterministic.TD3Actor)
+    paths = lambda tree: {
+        jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(tree)
+    }
+    extra = paths(delayed) - paths(plain)
+    assert extra == {".actor.steps", ".critic.steps"}
+    assert int(delayed.actor.steps) == int(delayed.critic.steps) == 0
+
+
+def test_ddpg_is_td3_machinery_without_its_additions():
+    """One critic, zero smoothing noise and a policy delay of 1 on TD3's path (counters,
+    smoothing, delayed targets) train the same parameters as DDPG's path."""
+    cfg = ddpg.DDPGConfig(hidden=(16,), gamma=0.5, tau=0.1)
+    run = RunConfig(grad_steps=4, batch_size=16)
+    plain = ddpg.make(cfg, PROBE, run)
+    td3_like = deterministic.Variant(
+        "td3-as-ddpg", num_qs=1, smoothing=deterministic.Smoothing(0.0, 0.0), policy_delay=1
+    )
+    general = deterministic.make(cfg, PROBE, run, td3_like)
+    assert general.actor_steps_per_iteration == plain.actor_steps_per_iteration == 4
+    n = 64
+    k = jax.random.split(jax.random.key(0), 4)
+    obs, next_obs = jax.random.normal(k[0], (n, 2)), jax.random.normal(k[1], (n, 2))
+    action = jax.random.uniform(k[2], (n, 1), minval=-2.0, maxval=2.0)
+    ends = jax.random.uniform(k[3], (n,))
+    tr = Transition(obs, action, jnp.sin(obs[:, 0]), ends < 0.1, ends > 0.9, next_obs)
+    buffer = replay.add(replay.init(jax.tree.map(lambda x: x[0], tr), n), tr)
+
+    def iterations(algo):
+        def body(s, key):
+            k1, k2 = jax.random.split(key)
+            critic, _ = algo.critic_phase(s.critic, algo.actor_view(s.actor), buffer, k1)
+            actor, _ = algo.actor_phase(s.actor, algo.critic_view(s.critic), buffer, k2)
+            return base.AgentState(actor, critic), None
+
+        state = algo.init(jax.random.key(1))
+        return jax.jit(lambda s: jax.lax.scan(body, s, jax.random.split(jax.random.key(2), 3)))(
+            state
+        )[0]
+
+    a, b = iterations(plain), iterations(general)
+    for side in ("actor", "critic"):
+        for field in ("params", "target_params"):
+            for x, y in zip(
+                jax.tree.leaves(getattr(getattr(a, side), field)),
+                jax.tree.leaves(getattr(getattr(b, side), field)),
+                strict=True,
+            ):
+                np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+    assert int(b.critic.steps) == 12 and int(b.actor.steps) == 12
