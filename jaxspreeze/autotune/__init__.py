@@ -79,7 +79,7 @@ from jaxspreeze.autotune.profile import (
     load_profile,
 )
 from jaxspreeze.autotune.profile import write as write_profile
-from jaxspreeze.autotune.report import table
+from jaxspreeze.autotune.report import describe_workers, table
 from jaxspreeze.config import RunConfig
 from jaxspreeze.errors import ConfigError
 from jaxspreeze.trainer import enable_compile_cache
@@ -445,8 +445,3 @@ def _sampling_record(grids: dict[int, Grid]) -> dict[str, Any]:
         "stops": {str(w): g.stop for w, g in grids.items()},
         "points": [dataclasses.asdict(pt) for g in grids.values() for pt in g.points],
     }
-
-
-def describe_workers(w: int) -> str:
-    """``"1 worker"``, ``"2 workers"``."""
-    return f"{w} worker{'s' if w != 1 else ''}"
