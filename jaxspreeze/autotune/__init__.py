@@ -40,6 +40,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -78,7 +79,7 @@ from jaxspreeze.autotune.profile import (
     load_profile,
 )
 from jaxspreeze.autotune.profile import write as write_profile
-from jaxspreeze.autotune.report import table
+from jaxspreeze.autotune.report import describe_workers, table
 from jaxspreeze.config import RunConfig
 from jaxspreeze.errors import ConfigError
 from jaxspreeze.trainer import enable_compile_cache
@@ -191,117 +192,32 @@ def tune(
             f"repetitions of each kind); give at least {MIN_BUDGET_S:g} s (default 30)",
         )
     host = envs.is_host_env(cfg.env)
-    pinned = set(pinned) & set(HOST_TUNED if host else TUNED)
+    fields = HOST_TUNED if host else TUNED
+    pinned = set(pinned) & set(fields)
     config.validate(_placeholders(cfg, pinned))
     u = update_ratio(cfg, pinned & set(TUNED))
     on_policy = algos.get(cfg.algo).on_policy
     placement = devices.resolve(cfg.placement)
     if memory_limit is None:
         memory_limit = int(free_memory(placement.critic) * MEMORY_FRACTION)
-    if host:
-        if on_policy:  # choose_host's rule is the off-policy one (replay ratio, free batch)
-            raise ConfigError(
-                "algo",
-                f"autotune of {cfg.algo} on host envs ({cfg.env}) is not supported yet; set "
-                "the sizes, or tune an off-policy algorithm (sac, td3, ddpg)",
-            )
-        if prober is None:
-            enable_compile_cache(cfg.compile_cache)
-            prober = HostProber(cfg, placement, memory_limit)
-        profile = _tune_host(
-            cfg, budget, pinned, u, placement, memory_limit, prober, say, clock, t_setup
+    if host and on_policy:  # choose_host's rule is the off-policy one (replay ratio, free batch)
+        raise ConfigError(
+            "algo",
+            f"autotune of {cfg.algo} on host envs ({cfg.env}) is not supported yet; set "
+            "the sizes, or tune an off-policy algorithm (sac, td3, ddpg)",
         )
-        chosen = cfg.replace(**{k: profile["choice"][k] for k in HOST_TUNED if k not in pinned})
-        config.validate(chosen)
-        say(table(profile))
-        if out_dir is not None:
-            write_profile(profile, Path(out_dir), say)
-        return chosen, profile
     if prober is None:
         enable_compile_cache(cfg.compile_cache)
-        prober = probes.RealProber(cfg, placement, memory_limit)
-    fixed = prober.fixed_bytes
-    env_values, batch_values = plan_grids(cfg, pinned)
-    _check_memory(cfg, prober, pinned, memory_limit, env_values[0], batch_values[0])
-    t0 = clock()  # the budget covers the probes, not imports and setup
-    load_before = _load_average()
-    setup_s = t0 - t_setup
-
-    say(
-        f"autotune: {cfg.algo} on {cfg.env} | {placement.describe()} | budget "
-        f"{budget:g}s | memory limit {mib(memory_limit)} | {u:.4g} gradient steps per env "
-        f"step (kept)"
+        prober = (HostProber if host else probes.RealProber)(cfg, placement, memory_limit)
+    run = _Probe(
+        cfg, prober, pinned, placement, memory_limit, budget, u, on_policy, host, clock, say
     )
-    sampling = Grid("sampling", env_values)
-    update = Grid("update", batch_values)
-    s_need = lambda n: fixed + prober.sampling_bytes(n) + prober.update_bytes(batch_values[0])
-    u_need = lambda b: fixed + prober.sampling_bytes(env_values[0]) + prober.update_bytes(b)
-    # the first point of each grid (a deadline in the past measures exactly one) ...
-    walk(sampling, prober.sampling, s_need, memory_limit, t0, clock, say)
-    u_stop = None if on_policy else batch_stop
-    walk(update, prober.update, u_need, memory_limit, t0, clock, say, u_stop)
-    for grid, name in ((sampling, "num_envs"), (update, "batch_size")):
-        if not grid.points:
-            raise ConfigError(
-                name if name in pinned else "buffer_size",
-                f"the smallest {grid.kind} probe ({name} {grid.values[0]}) compiled to more "
-                f"than the {mib(memory_limit)} free",
-            )
-    # ... then the sampling grid gets a share of the budget as large as sampling's share
-    # of an iteration's time there (clamped to 15-50%): SAC on a CPU is update-bound
-    share = sampling_share(cfg, sampling.points[0], update.points[0])
-    walk(sampling, prober.sampling, s_need, memory_limit, t0 + share * budget, clock, say)
-    walk(update, prober.update, u_need, memory_limit, t0 + WALK_SHARE * budget, clock, say, u_stop)
-    if sampling.stop == "budget":  # the update grid left time over: go on sampling
-        walk(sampling, prober.sampling, s_need, memory_limit, t0 + WALK_SHARE * budget, clock, say)
-    for grid, name in ((sampling, "num_envs"), (update, "batch_size")):
-        if name in pinned:
-            grid.stop = "pinned"
-        elif grid is update and on_policy:
-            grid.stop = "kept (on-policy minibatch)"
-    retimed = retime(prober, (sampling, update), t0 + budget, clock)
-    elapsed = clock() - t0
-
-    choice = choose.choose(
-        cfg, sampling.points, update.points, pinned, memory_limit, fixed, TOLERANCE, placement.split
-    )
-    chosen = cfg.replace(**{k: choice[k] for k in TUNED if k not in pinned})
+    profile = _probe(run, t_setup)
+    chosen = cfg.replace(**{k: profile["choice"][k] for k in fields if k not in pinned})
     config.validate(chosen)
-    profile: dict[str, Any] = {
-        "format": FORMAT,
-        "version": VERSION,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "algo": cfg.algo,
-        "env": cfg.env,
-        "placement": placement.describe(),
-        "rollout_steps": cfg.rollout_steps,
-        "hidden": list(cfg.algo_config.hidden),
-        "hardware": devices.describe_hardware(),
-        "versions": _versions(),
-        "budget_s": budget,
-        "elapsed_s": elapsed,
-        "setup_s": setup_s,
-        "over_budget": elapsed > budget,
-        "retime_rounds": retimed,
-        "load_average": {"before": load_before, "after": _load_average()},
-        "memory": {"limit_bytes": memory_limit, "fixed_bytes": fixed},
-        "rules": {
-            "tolerance": TOLERANCE,
-            "batch_tolerance": BATCH_TOLERANCE,
-            "min_iterations": MIN_ITERATIONS,
-            "on_policy_max_minibatches": ON_POLICY_MAX_MINIBATCHES,
-            "min_gain": MIN_GAIN,
-            "patience": PATIENCE,
-            "reps": REPS,
-            "target_chunk_s": TARGET_CHUNK_S,
-        },
-        "sampling": sampling.as_dict(),
-        "update": update.as_dict(),
-        "choice": choice,
-    }
-    if elapsed > budget:
+    if profile["over_budget"]:
         say(
-            f"autotune: the probe took {elapsed:.1f}s, over the {budget:g}s budget "
+            f"autotune: the probe took {profile['elapsed_s']:.1f}s, over the {budget:g}s budget "
             "(one point per grid is the minimum; compiles are slow on a busy machine)"
         )
     say(table(profile))
@@ -310,152 +226,222 @@ def tune(
     return chosen, profile
 
 
-def _tune_host(
-    cfg: RunConfig,
-    budget: float,
-    pinned: set[str],
-    u: float,
-    placement: Any,
-    memory_limit: int,
-    prober: Any,
-    say: Callable[[str], None],
-    clock: Callable[[], float],
-    t_setup: float,
-) -> dict[str, Any]:
-    """The host-env probe (``gymnasium/``, ``envpool/``): workers x num_envs, then batches.
+@dataclass
+class _Probe:
+    """One probe of this machine: the prober, the run it is for, its limits, clock and say."""
 
-    The sampling grids (one per worker count, :func:`~.host.plan_host_grids`) and the
-    update grid are walked as on the device path: the first point of each, then the
-    sampling grids share sampling's part of the budget in turn, then the batches; the
-    choice is :func:`~.choose.choose_host`'s; then a short run of the host schedule at the
-    choice checks it (its time set aside from the start, when it takes at most
-    CHECK_SHARE of the budget); what is left re-times the update points.
-    Returns the profile (``setup_s``: from ``t_setup`` to the first probe).
+    cfg: RunConfig
+    prober: Any
+    pinned: set[str]
+    placement: Any
+    memory_limit: int
+    budget: float
+    u: float  # gradient steps per env step, kept
+    on_policy: bool
+    host: bool  # host envs: sampling grids per worker count, and the check of the choice
+    clock: Callable[[], float]
+    say: Callable[[str], None]
+    t0: float = 0.0  # when the probes started (the budget counts from here)
+
+
+def _probe(p: _Probe, t_setup: float) -> dict[str, Any]:
+    """Walk the grids within the budget, choose, re-time what is left; the profile.
+
+    The device path has one sampling grid (under worker count 0); host envs have one per
+    worker count (:func:`~.host.plan_host_grids`) and, after the choice, a short run of
+    the host schedule at it checks it (its time set aside from the start, when it takes
+    at most CHECK_SHARE of the budget). The device path re-times every point before it
+    chooses; the host path, its update points after the check.
     """
-    fixed = prober.fixed_bytes
-    env_grids, batch_values = plan_host_grids(cfg, pinned)
+    cfg, prober, clock = p.cfg, p.prober, p.clock
+    if p.host:
+        env_grids, batch_values = plan_host_grids(cfg, p.pinned)
+    else:
+        env_values, batch_values = plan_grids(cfg, p.pinned)
+        env_grids = {0: env_values}
     n_first = min(v[0] for v in env_grids.values())
-    _check_memory(cfg, prober, pinned, memory_limit, n_first, batch_values[0])
-    t0 = clock()
+    _check_memory(cfg, prober, p.pinned, p.memory_limit, n_first, batch_values[0])
+    p.t0 = t0 = clock()  # the budget covers the probes, not imports and setup
     load_before = _load_average()
-    say(
-        f"autotune: {cfg.algo} on {cfg.env} (host env: sampling workers) | "
-        f"{placement.describe()} | budget {budget:g}s | memory limit {mib(memory_limit)} | "
-        f"{u:.4g} gradient steps per env step (kept)"
+    where = " (host env: sampling workers)" if p.host else ""
+    p.say(
+        f"autotune: {cfg.algo} on {cfg.env}{where} | {p.placement.describe()} | budget "
+        f"{p.budget:g}s | memory limit {mib(p.memory_limit)} | {p.u:.4g} gradient steps per "
+        "env step (kept)"
     )
     grids = {w: Grid("sampling", values) for w, values in env_grids.items()}
     update = Grid("update", batch_values)
-    b0 = batch_values[0]
+    grids_s = _walk_grids(p, grids, update, n_first)
+    _mark_stops(p, grids, update)
+    deadline = t0 + p.budget
+    fixed = prober.fixed_bytes
+    check = None
+    if p.host:
+        points = [pt for g in grids.values() for pt in g.points]
+        choice = choose.choose_host(
+            cfg, points, update.points, p.pinned, p.memory_limit, fixed, TOLERANCE, BATCH_TOLERANCE
+        )
+        check = _check(p, choice, _check_cost(update), set_aside=grids_s < p.budget)
+        retimed = retime(prober, (update,), deadline, clock)
+    else:
+        retimed = retime(prober, (grids[0], update), deadline, clock)
+        choice = choose.choose(
+            cfg, grids[0].points, update.points, p.pinned, p.memory_limit, fixed, TOLERANCE,
+            p.placement.split,
+        )  # fmt: skip
+    elapsed = clock() - t0
+    return {
+        **_header(p, elapsed, t0 - t_setup, retimed, load_before),
+        "sampling": _sampling_record(grids) if p.host else grids[0].as_dict(),
+        "update": update.as_dict(),
+        "choice": choice,
+        **({"check": check} if p.host else {}),
+    }
+
+
+def _walk_grids(p: _Probe, grids: dict[int, Grid], update: Grid, n_first: int) -> float:
+    """Walk every grid within its share of the budget; returns the grids' budget.
+
+    The first point of each grid, then the sampling grids in turn within sampling's
+    share (:func:`~.grid.sampling_share`), then the batches up to WALK_SHARE, then
+    sampling again where the batches left time over. The grids' budget is the probe's,
+    less the host check's time when it is set aside.
+    """
+    prober, t0, clock, say = p.prober, p.t0, p.clock, p.say
+    fixed, b0 = prober.fixed_bytes, update.values[0]
     s_need = lambda n: fixed + prober.sampling_bytes(n) + prober.update_bytes(b0)
     u_need = lambda b: fixed + prober.sampling_bytes(n_first) + prober.update_bytes(b)
-    measure = {w: (lambda n, w=w: prober.host_sampling(w, n)) for w in grids}
-    label = {w: f" | {w} worker{'s' if w != 1 else ''}" for w in grids}
+    u_stop = None if p.on_policy else batch_stop
+
+    def sample(w: int, deadline: float) -> None:
+        measure = prober.sampling if not w else lambda n: prober.host_sampling(w, n)
+        label = f" | {describe_workers(w)}" if w else ""
+        walk(grids[w], measure, s_need, p.memory_limit, deadline, clock, say, label=label)
+
+    def batches(deadline: float) -> None:
+        walk(update, prober.update, u_need, p.memory_limit, deadline, clock, say, u_stop)
+
     # the first point of every grid (a deadline in the past measures exactly one) ...
-    for w, g in grids.items():
-        walk(g, measure[w], s_need, memory_limit, t0, clock, say, label=label[w])
-    walk(update, prober.update, u_need, memory_limit, t0, clock, say, batch_stop)
-    for g, name in [*((g, "num_envs") for g in grids.values()), (update, "batch_size")]:
-        if not g.points:
-            raise ConfigError(
-                name if name in pinned else "buffer_size",
-                f"the smallest {g.kind} probe ({name} {g.values[0]}) does not fit in the "
-                f"{mib(memory_limit)} free",
-            )
-    # ... then the sampling grids, in turn, within sampling's share of the budget ...
-    first = max((g.points[0] for g in grids.values()), key=lambda p: p.rate)
-    share = sampling_share(cfg, first, update.points[0])
+    for w in grids:
+        sample(w, t0)
+    batches(t0)
+    _require_first_points(p, [*((g, "num_envs") for g in grids.values()), (update, "batch_size")])
+    # ... then the sampling grids get a share of the budget as large as sampling's share
+    # of an iteration's time there (clamped to 15-50%): SAC on a CPU is update-bound
+    first = max((g.points[0] for g in grids.values()), key=lambda pt: pt.rate)
+    share = sampling_share(p.cfg, first, update.points[0])
     # the check of the choice (a short run) gets its time set aside, unless that would
     # take more than CHECK_SHARE of the budget from the grids
-    cost = 1.5 * (update.points[0].compile_s + CHECK_S) + 1.0
-    has_check = getattr(prober, "host_run", None) is not None
-    grids_s = budget - cost if has_check and cost <= CHECK_SHARE * budget else budget
-    for i, (w, g) in enumerate(grids.items()):
-        deadline = t0 + share * grids_s * (i + 1) / len(grids)
-        walk(g, measure[w], s_need, memory_limit, deadline, clock, say, label=label[w])
+    cost = _check_cost(update)
+    holds = p.host and getattr(prober, "host_run", None) is not None
+    grids_s = p.budget - cost if holds and cost <= CHECK_SHARE * p.budget else p.budget
+    for i, w in enumerate(grids):
+        sample(w, t0 + share * grids_s * (i + 1) / len(grids))
     end = t0 + WALK_SHARE * grids_s
-    walk(update, prober.update, u_need, memory_limit, end, clock, say, batch_stop)
+    batches(end)
     for w, g in grids.items():  # the update grid left time over: go on sampling
         if g.stop == "budget":
-            walk(g, measure[w], s_need, memory_limit, end, clock, say, label=label[w])
+            sample(w, end)
+    return grids_s
+
+
+def _require_first_points(p: _Probe, named: list[tuple[Grid, str]]) -> None:
+    """Fail when the first point of a grid (named by its field) did not fit."""
+    fits = "does not fit in the" if p.host else "compiled to more than the"
+    for g, name in named:
+        if not g.points:
+            raise ConfigError(
+                name if name in p.pinned else "buffer_size",
+                f"the smallest {g.kind} probe ({name} {g.values[0]}) {fits} "
+                f"{mib(p.memory_limit)} free",
+            )
+
+
+def _mark_stops(p: _Probe, grids: dict[int, Grid], update: Grid) -> None:
+    """Say why a grid has one point where that is the rule: pinned, or kept on-policy."""
     for name, gs in (("num_envs", grids.values()), ("batch_size", [update])):
-        if name in pinned:
+        if name in p.pinned:
             for g in gs:
                 g.stop = "pinned"
-    if "host_workers" in pinned:
+    if p.on_policy and "batch_size" not in p.pinned:
+        update.stop = "kept (on-policy minibatch)"
+    if "host_workers" in p.pinned:
         for g in grids.values():
             g.stop = g.stop if g.stop == "pinned" else f"{g.stop} (workers pinned)"
-    points = [p for g in grids.values() for p in g.points]
-    choice = choose.choose_host(
-        cfg, points, update.points, pinned, memory_limit, fixed, TOLERANCE, BATCH_TOLERANCE
-    )
-    # the check: a short run of the host schedule at the choice, when the budget holds it
-    # (its compile is about the update probe's)
-    check: dict[str, Any] = {"done": False}
-    run_check = getattr(prober, "host_run", None)
+
+
+def _check_cost(update: Grid) -> float:
+    """Seconds the host check of the choice takes, about (its compile is the update's)."""
+    return 1.5 * (update.points[0].compile_s + CHECK_S) + 1.0
+
+
+def _check(p: _Probe, choice: dict[str, Any], cost: float, set_aside: bool) -> dict[str, Any]:
+    """The check of a host choice: a short run of the host schedule at it, budget allowing.
+
+    It runs when its ``cost`` (seconds) was ``set_aside`` from the grids' budget and is
+    still left.
+    """
+    run_check = getattr(p.prober, "host_run", None)
     if run_check is None:
-        check["why_not"] = "this prober has no check"
-    elif grids_s == budget or clock() + cost > t0 + budget:
-        check["why_not"] = f"budget (it needs about {cost:.0f}s)"
-    else:
-        sizes = {k: choice[k] for k in HOST_TUNED if k != "chunk_iterations"}
-        pred = choice["predicted"]
-        check = {"done": True, **run_check(cfg.replace(**sizes), pred["iteration_s"])}
-        check["predicted_env_steps_per_s"] = pred["env_steps_per_s"]
-        check["ratio"] = check["env_steps_per_s"] / pred["env_steps_per_s"]
-        say(
-            f"  check    a {check['seconds']:.1f}s run of the host schedule at the choice: "
-            f"{check['env_steps_per_s']:,.0f} env steps/s (predicted "
-            f"{pred['env_steps_per_s']:,.0f}; compile {check['compile_s']:.1f}s)"
-        )
-    retimed = retime(prober, (update,), t0 + budget, clock)
-    elapsed = clock() - t0
-    profile: dict[str, Any] = {
+        return {"done": False, "why_not": "this prober has no check"}
+    if not set_aside or p.clock() + cost > p.t0 + p.budget:
+        return {"done": False, "why_not": f"budget (it needs about {cost:.0f}s)"}
+    sizes = {k: choice[k] for k in HOST_TUNED if k != "chunk_iterations"}
+    pred = choice["predicted"]
+    check = {"done": True, **run_check(p.cfg.replace(**sizes), pred["iteration_s"])}
+    check["predicted_env_steps_per_s"] = pred["env_steps_per_s"]
+    check["ratio"] = check["env_steps_per_s"] / pred["env_steps_per_s"]
+    p.say(
+        f"  check    a {check['seconds']:.1f}s run of the host schedule at the choice: "
+        f"{check['env_steps_per_s']:,.0f} env steps/s (predicted "
+        f"{pred['env_steps_per_s']:,.0f}; compile {check['compile_s']:.1f}s)"
+    )
+    return check
+
+
+def _header(
+    p: _Probe, elapsed: float, setup_s: float, retimed: int, load_before: float | None
+) -> dict[str, Any]:
+    """The profile's first keys: what was probed, on what, for how long, by which rules."""
+    on_policy_rule = {} if p.host else {"on_policy_max_minibatches": ON_POLICY_MAX_MINIBATCHES}
+    return {
         "format": FORMAT,
         "version": VERSION,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "algo": cfg.algo,
-        "env": cfg.env,
-        "host": True,
-        "placement": placement.describe(),
-        "rollout_steps": cfg.rollout_steps,
-        "hidden": list(cfg.algo_config.hidden),
+        "algo": p.cfg.algo,
+        "env": p.cfg.env,
+        **({"host": True} if p.host else {}),
+        "placement": p.placement.describe(),
+        "rollout_steps": p.cfg.rollout_steps,
+        "hidden": list(p.cfg.algo_config.hidden),
         "hardware": devices.describe_hardware(),
         "versions": _versions(),
-        "budget_s": budget,
+        "budget_s": p.budget,
         "elapsed_s": elapsed,
-        "setup_s": t0 - t_setup,
-        "over_budget": elapsed > budget,
+        "setup_s": setup_s,
+        "over_budget": elapsed > p.budget,
         "retime_rounds": retimed,
         "load_average": {"before": load_before, "after": _load_average()},
-        "memory": {"limit_bytes": memory_limit, "fixed_bytes": fixed},
+        "memory": {"limit_bytes": p.memory_limit, "fixed_bytes": p.prober.fixed_bytes},
         "rules": {
             "tolerance": TOLERANCE,
             "batch_tolerance": BATCH_TOLERANCE,
             "min_iterations": MIN_ITERATIONS,
+            **on_policy_rule,
             "min_gain": MIN_GAIN,
             "patience": PATIENCE,
             "reps": REPS,
             "target_chunk_s": TARGET_CHUNK_S,
         },
-        "sampling": {
-            "values": sorted({v for g in grids.values() for v in g.values}),
-            "workers": list(grids),
-            "stop": "; ".join(f"{describe_workers(w)}: {g.stop}" for w, g in grids.items()),
-            "stops": {str(w): g.stop for w, g in grids.items()},
-            "points": [dataclasses.asdict(p) for p in points],
-        },
-        "update": update.as_dict(),
-        "choice": choice,
-        "check": check,
     }
-    if elapsed > budget:
-        say(
-            f"autotune: the probe took {elapsed:.1f}s, over the {budget:g}s budget "
-            "(one point per grid is the minimum; compiles are slow on a busy machine)"
-        )
-    return profile
 
 
-def describe_workers(w: int) -> str:
-    """``"1 worker"``, ``"2 workers"``."""
-    return f"{w} worker{'s' if w != 1 else ''}"
+def _sampling_record(grids: dict[int, Grid]) -> dict[str, Any]:
+    """The host profile's sampling grids: the values, worker counts, stops and points."""
+    return {
+        "values": sorted({v for g in grids.values() for v in g.values}),
+        "workers": list(grids),
+        "stop": "; ".join(f"{describe_workers(w)}: {g.stop}" for w, g in grids.items()),
+        "stops": {str(w): g.stop for w, g in grids.items()},
+        "points": [dataclasses.asdict(pt) for g in grids.values() for pt in g.points],
+    }

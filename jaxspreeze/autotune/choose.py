@@ -184,6 +184,121 @@ def _warmup_steps(cfg: RunConfig, n: int) -> int:
     return math.ceil(cfg.learning_starts / n) * n
 
 
+@dataclass
+class _Rule:
+    """What the choice reads for one run: its config, the kept ``u``, the measured batches."""
+
+    cfg: RunConfig
+    pinned: set[str]
+    u: float  # gradient steps per env step, kept
+    multiple: int  # G is a multiple of this (e.g. TD3's policy_delay)
+    on_policy: bool
+    host: bool  # host envs: candidates carry the worker count
+    u_points: list[Point]  # B0 (interpolated if unmeasured), then the larger measured batches
+    free: set[int]  # the batches whose step time is within the batch tolerance of B0's
+    memory_limit: int | None
+    fixed_bytes: int
+
+    def grad_steps(self, nT: int) -> int:
+        """Off-policy G for ``n T`` env steps: the pinned one, or ``u n T`` rounded up."""
+        if "grad_steps" in self.pinned:
+            return self.cfg.grad_steps
+        return self.multiple * max(1, math.ceil(self.u * nT / self.multiple - 1e-9))
+
+    def why_not(self, g: int | None, nT: int, b: int, need: int) -> str:
+        """Why a pair is not eligible ("" when it is); ``g`` None: no gradient-step check."""
+        why = ""
+        if g is not None and g < self.u * nT * (1 - 1e-9) and "num_envs" not in self.pinned:
+            why = "fewer gradient steps per env step"
+        if not why and b not in self.free:
+            why = "batch not free"
+        if self.memory_limit is not None and need > self.memory_limit:
+            why = "memory"
+        return why
+
+    def scored(
+        self, s: Point, up: Point, g: int, steps: int, t_iter: float, rates: Record, check_g: bool
+    ) -> Record:
+        """The candidate record of the pair (s, up): sizes, ratios, ``rates``, predicted wall.
+
+        ``steps`` gradient steps an iteration takes (on-policy: epochs x minibatches) of
+        ``t_iter`` seconds; the wall time is the warm-up's plus the iterations'.
+        """
+        n, b = s.value, up.value
+        nT = n * self.cfg.rollout_steps
+        need = self.fixed_bytes + s.bytes_est + up.bytes_est
+        why = self.why_not(g if check_g else None, nT, b, need)
+        warm = _warmup_steps(self.cfg, n)
+        iterations = math.ceil(max(self.cfg.total_steps - warm, 0) / nT)
+        return {
+            "num_envs": n,
+            **({"host_workers": s.workers} if self.host else {}),
+            "batch_size": b,
+            "grad_steps": g,
+            "grad_steps_per_env_step": steps / nT,
+            "replay_ratio": steps * b / nT,
+            "step_s": step_time(up),
+            "iteration_s": t_iter,
+            "iterations": iterations,
+            **rates,
+            "wall_s": warm / s.rate + iterations * t_iter,
+            "bytes": need,
+            "eligible": not why,
+            "why_not": why,
+        }
+
+
+def _rule(
+    cfg: RunConfig,
+    sampling: Sequence[Point],
+    update: Sequence[Point],
+    pinned: set[str] | frozenset[str],
+    fields: tuple[str, ...],
+    memory_limit: int | None,
+    fixed_bytes: int,
+    batch_tolerance: float,
+) -> _Rule:
+    """The :class:`_Rule` of ``cfg`` choosing ``fields`` (TUNED or HOST_TUNED)."""
+    if not sampling or not update:
+        raise ConfigError("autotune_budget_s", "no measurement to choose from")
+    cfg = config.resolve(cfg)
+    spec = algos.get(cfg.algo)
+    pinned = set(pinned) & set(fields)
+    u = update_ratio(cfg, pinned & set(TUNED))
+    b0 = cfg.batch_size
+    if "batch_size" in pinned or spec.on_policy:
+        u_points = [interpolate(update, b0)]
+    else:
+        larger = (p for p in update if p.value > b0)
+        u_points = sorted([interpolate(update, b0), *larger], key=lambda p: p.value)
+    free = {p.value for p in free_batches(u_points, b0, batch_tolerance)}
+    multiple = spec.grad_step_multiple(cfg.algo_config)
+    host = fields == HOST_TUNED
+    return _Rule(
+        cfg, pinned, u, multiple, spec.on_policy, host, u_points, free, memory_limit, fixed_bytes
+    )
+
+
+def _candidates(
+    rule: _Rule, s_points: Sequence[Point], score: Callable[[Point, Point], Record | None]
+) -> list[Record]:
+    """Every measured (sampling, update) pair ``score`` keeps, scored, in grid order."""
+    pairs = (score(s, up) for s in s_points for up in rule.u_points)
+    return [c for c in pairs if c is not None]
+
+
+def _rejected(candidates: list[Record]) -> list[str]:
+    """Why each ineligible candidate is out, e.g. ``"num_envs 8 x batch 512: memory"``."""
+    out = []
+    for c in candidates:
+        if c["why_not"]:
+            workers = f"{c['host_workers']} worker(s) x " if "host_workers" in c else ""
+            out.append(
+                f"{workers}num_envs {c['num_envs']} x batch {c['batch_size']}: {c['why_not']}"
+            )
+    return out
+
+
 def choose(
     cfg: RunConfig,
     sampling: Sequence[Point],
@@ -205,118 +320,73 @@ def choose(
     keep ``cfg``'s values (rates there are interpolated if unmeasured). A pair needs
     ``fixed_bytes + S.bytes_est + U.bytes_est <= memory_limit``.
     """
-    if not sampling or not update:
-        raise ConfigError("autotune_budget_s", "no measurement to choose from")
-    cfg = config.resolve(cfg)
-    spec = algos.get(cfg.algo)
-    pinned = set(pinned) & set(TUNED)
-    on_policy = spec.on_policy
-    u = update_ratio(cfg, pinned)
-    T, n0, b0 = cfg.rollout_steps, cfg.num_envs, cfg.batch_size
-    multiple = spec.grad_step_multiple(cfg.algo_config)
-    s_points = [interpolate(sampling, n0)] if "num_envs" in pinned else list(sampling)
-    if "num_envs" not in pinned:
-        top = max_num_envs(cfg)
-        kept = [p for p in s_points if p.value <= top]
-        s_points = kept or [interpolate(sampling, n0)]
-    if "batch_size" in pinned or on_policy:
-        u_points = [interpolate(update, b0)]
+    rule = _rule(cfg, sampling, update, pinned, TUNED, memory_limit, fixed_bytes, batch_tolerance)
+    cfg, n0 = rule.cfg, rule.cfg.num_envs
+    if "num_envs" in rule.pinned:
+        s_points = [interpolate(sampling, n0)]
     else:
-        u_points = sorted(
-            [interpolate(update, b0), *(p for p in update if p.value > b0)],
-            key=lambda p: p.value,
-        )
-    free = {p.value for p in free_batches(u_points, b0, batch_tolerance)}
-    t_base = step_time(u_points[0])
-
-    candidates: list[dict[str, Any]] = []
-    rejected: list[str] = []
-    for s in s_points:
-        for up in u_points:
-            n, b = s.value, up.value
-            nT = n * T
-            need = fixed_bytes + s.bytes_est + up.bytes_est
-            why = ""
-            if on_policy:
-                minibatches = nT // b
-                g = cfg.grad_steps  # unused on-policy: epochs x minibatches instead
-                steps = cfg.algo_config.epochs * minibatches
-                if nT % b:
-                    continue  # the minibatch must divide the rollout
-                if minibatches < ON_POLICY_MIN_MINIBATCHES and len(pinned & ON_POLICY_SIZES) < 2:
-                    continue
-            else:
-                if b > cfg.buffer_size:
-                    continue
-                if "grad_steps" in pinned:
-                    g = cfg.grad_steps
-                else:
-                    g = multiple * max(1, math.ceil(u * nT / multiple - 1e-9))
-                steps = g
-                if g < u * nT * (1 - 1e-9) and "num_envs" not in pinned:
-                    why = "fewer gradient steps per env step"
-            if not why and b not in free:
-                why = "batch not free"
-            if memory_limit is not None and need > memory_limit:
-                why = "memory"
-            t_sample, t_update = nT / s.rate, steps * step_time(up)
-            t_iter = max(t_sample, t_update) if overlap else t_sample + t_update
-            warm = _warmup_steps(cfg, n)
-            iterations = math.ceil(max(cfg.total_steps - warm, 0) / nT)
-            wall = warm / s.rate + iterations * t_iter
-            candidates.append(
-                {
-                    "num_envs": n,
-                    "batch_size": b,
-                    "grad_steps": g,
-                    "grad_steps_per_env_step": steps / nT,
-                    "replay_ratio": steps * b / nT,
-                    "step_s": step_time(up),
-                    "iteration_s": t_iter,
-                    "iterations": iterations,
-                    "env_steps_per_s": nT / t_iter,
-                    "update_samples_per_s": steps * b / t_iter,
-                    "wall_s": wall,
-                    "bytes": need,
-                    "eligible": not why,
-                    "why_not": why,
-                }
-            )
-            if why:
-                rejected.append(f"num_envs {n} x batch {b}: {why}")
-    eligible = [c for c in candidates if c["eligible"]]
-    if not eligible:
-        if rejected and all(r.endswith("memory") for r in rejected):
-            raise ConfigError(
-                "batch_size" if "batch_size" in pinned else "num_envs",
-                f"no measured num_envs x batch size fits in {mib(memory_limit)} "
-                "(replay buffer + sampling + update); lower --buffer-size or the pinned sizes",
-            )
-        raise ConfigError(
-            "batch_size",
-            "no measured num_envs x batch size is feasible"
-            + (
-                f" ({spec.label}: the minibatch must divide num_envs x rollout_steps)"
-                if on_policy
-                else ""
-            )
-            + (f"; {rejected[0]}" if rejected else ""),
-        )
+        top = max_num_envs(cfg)
+        s_points = [p for p in sampling if p.value <= top] or [interpolate(sampling, n0)]
+    candidates = _candidates(rule, s_points, lambda s, up: _device_pair(rule, s, up, overlap))
+    if not any(c["eligible"] for c in candidates):
+        raise _infeasible(rule, _rejected(candidates))
     # the largest free batch that fits with some n, then n by predicted wall time
     near = lambda c: (abs(math.log(c["num_envs"] / n0)), c["num_envs"])
-    pick = _pick(eligible, tolerance, near)
-    base = {"num_envs": n0, "batch_size": b0, "grad_steps": cfg.grad_steps}
+    base = {"num_envs": n0, "batch_size": cfg.batch_size, "grad_steps": cfg.grad_steps}
     return _choice(
-        cfg, pick, candidates, base, ("num_envs", "batch_size", "grad_steps"), pinned,
-        order=("num_envs", "batch_size"), u=u, tolerance=tolerance, batch_tolerance=batch_tolerance, free=free,
-        s_points=s_points, u_points=u_points, base_step_s=t_base,
+        rule, _pick(candidates, tolerance, near), candidates, base, s_points,
+        order=("num_envs", "batch_size"), tolerance=tolerance, batch_tolerance=batch_tolerance,
         extra={"overlap": overlap}, predicted_extra=(),
     )  # fmt: skip
 
 
-def _pick(eligible: list[Record], tolerance: float, near: Callable[[Record], Any]) -> Record:
+def _device_pair(rule: _Rule, s: Point, up: Point, overlap: bool) -> Record | None:
+    """The device path's candidate (s, up), or None where the pair cannot run at all.
+
+    An iteration samples ``n T`` env steps then updates (both at once with ``overlap``).
+    """
+    cfg = rule.cfg
+    nT, b = s.value * cfg.rollout_steps, up.value
+    if rule.on_policy:
+        minibatches = nT // b
+        if nT % b:
+            return None  # the minibatch must divide the rollout
+        if minibatches < ON_POLICY_MIN_MINIBATCHES and len(rule.pinned & ON_POLICY_SIZES) < 2:
+            return None
+        g = cfg.grad_steps  # unused on-policy: epochs x minibatches instead
+        steps = cfg.algo_config.epochs * minibatches
+    else:
+        if b > cfg.buffer_size:
+            return None
+        g = steps = rule.grad_steps(nT)
+    t_sample, t_update = nT / s.rate, steps * step_time(up)
+    t_iter = max(t_sample, t_update) if overlap else t_sample + t_update
+    rates = {"env_steps_per_s": nT / t_iter, "update_samples_per_s": steps * b / t_iter}
+    return rule.scored(s, up, g, steps, t_iter, rates, check_g=not rule.on_policy)
+
+
+def _infeasible(rule: _Rule, rejected: list[str]) -> ConfigError:
+    """The error when no pair is eligible: memory, or the first other reason."""
+    if rejected and all(r.endswith("memory") for r in rejected):
+        return ConfigError(
+            "batch_size" if "batch_size" in rule.pinned else "num_envs",
+            f"no measured num_envs x batch size fits in {mib(rule.memory_limit)} "
+            "(replay buffer + sampling + update); lower --buffer-size or the pinned sizes",
+        )
+    label = algos.get(rule.cfg.algo).label
+    divides = f" ({label}: the minibatch must divide num_envs x rollout_steps)"
+    return ConfigError(
+        "batch_size",
+        "no measured num_envs x batch size is feasible"
+        + (divides if rule.on_policy else "")
+        + (f"; {rejected[0]}" if rejected else ""),
+    )
+
+
+def _pick(candidates: list[Record], tolerance: float, near: Callable[[Record], Any]) -> Record:
     """The largest feasible batch; among its candidates within ``tolerance`` of the
     fastest predicted wall time, the one ``near`` ranks first (nearest the defaults)."""
+    eligible = [c for c in candidates if c["eligible"]]
     b_pick = max(c["batch_size"] for c in eligible)
     row = [c for c in eligible if c["batch_size"] == b_pick]
     fastest = min(c["wall_s"] for c in row)
@@ -324,32 +394,28 @@ def _pick(eligible: list[Record], tolerance: float, near: Callable[[Record], Any
 
 
 def _choice(
-    cfg: RunConfig,
+    rule: _Rule,
     pick: Record,
     candidates: list[Record],
     base: Record,
-    sizes: tuple[str, ...],
-    pinned: set[str],
+    s_points: Sequence[Point],
     *,
     order: tuple[str, ...],
-    u: float,
     tolerance: float,
     batch_tolerance: float,
-    free: Sequence[int],
-    s_points: Sequence[Point],
-    u_points: Sequence[Point],
-    base_step_s: float,
     extra: Record,
     predicted_extra: tuple[str, ...],
 ) -> Record:
-    """The choice record of :func:`choose` and :func:`choose_host`: the picked ``sizes``,
-    the chunk length, the ratios, what it was measured against and its predictions.
+    """The choice record of :func:`choose` and :func:`choose_host`: the picked sizes (the
+    keys of ``base``, which holds their configured values), the chunk length, the ratios,
+    what it was measured against and its predictions.
 
-    ``base`` holds the defaults of ``sizes``; the candidate with those sizes (``order``,
-    which also sorts the candidates) gives the predicted wall time of the defaults. ``extra`` adds keys; ``predicted_extra`` names
-    more of the pick's rates to report as predicted.
+    The candidate with the configured sizes (``order``, which also sorts the candidates)
+    gives the predicted wall time of the defaults. ``extra`` adds keys;
+    ``predicted_extra`` names more of the pick's rates to report as predicted.
     """
-    if "chunk_iterations" in pinned:
+    cfg, u, u_points = rule.cfg, rule.u, rule.u_points
+    if "chunk_iterations" in rule.pinned:
         k = cfg.chunk_iterations
     else:
         k = int(min(max(round(TARGET_CHUNK_S / pick["iteration_s"]), 1), MAX_CHUNK_ITERATIONS))
@@ -358,7 +424,7 @@ def _choice(
     best_u = max(p.rate for p in u_points)
     rates = ("env_steps_per_s", "update_samples_per_s", *predicted_extra, "iteration_s")
     return {
-        **{key: pick[key] for key in sizes},
+        **{key: pick[key] for key in base},
         "chunk_iterations": k,
         "grad_steps_per_env_step": pick["grad_steps_per_env_step"],
         "update_ratio_target": u,
@@ -368,7 +434,7 @@ def _choice(
         "tolerance": tolerance,
         "batch_tolerance": batch_tolerance,
         **extra,
-        "pinned": sorted(pinned),
+        "pinned": sorted(rule.pinned),
         "predicted": {
             **{r: pick[r] for r in rates},
             "chunk_s": k * pick["iteration_s"],
@@ -376,8 +442,8 @@ def _choice(
             "base_wall_s": default["wall_s"] if default else None,
             "bytes": pick["bytes"],
         },
-        "free_batch": max(free),
-        "base_step_s": base_step_s,
+        "free_batch": max(rule.free),
+        "base_step_s": step_time(u_points[0]),
         # the plain per-axis knees, for reference: where each rate alone saturates
         "sampling_knee": min(p.value for p in s_points if p.rate >= (1 - tolerance) * best_s),
         "update_knee": min(p.value for p in u_points if p.rate >= (1 - tolerance) * best_u),
@@ -441,87 +507,48 @@ def choose_host(
     fields keep ``cfg``'s values; every pair is listed in ``candidates`` with the side
     that bounds it.
     """
-    if not sampling or not update:
-        raise ConfigError("autotune_budget_s", "no measurement to choose from")
-    cfg = config.resolve(cfg)
-    spec = algos.get(cfg.algo)
-    pinned = set(pinned) & set(HOST_TUNED)
-    u = update_ratio(cfg, pinned & set(TUNED))
-    T, n0, b0, w0 = cfg.rollout_steps, cfg.num_envs, cfg.batch_size, cfg.host_workers
-    multiple = spec.grad_step_multiple(cfg.algo_config)
-    s_points = _host_sampling_points(sampling, pinned, n0, w0, max_num_envs(cfg))
-    if "batch_size" in pinned:
-        u_points = [interpolate(update, b0)]
-    else:
-        u_points = sorted(
-            [interpolate(update, b0), *(p for p in update if p.value > b0)],
-            key=lambda p: p.value,
-        )
-    free = {p.value for p in free_batches(u_points, b0, batch_tolerance)}
-    candidates: list[dict[str, Any]] = []
-    rejected: list[str] = []
-    for s in s_points:
-        for up in u_points:
-            n, w, b = s.value, s.workers, up.value
-            nT = n * T
-            if b > cfg.buffer_size or nT > cfg.buffer_size:
-                continue
-            g = (
-                cfg.grad_steps
-                if "grad_steps" in pinned
-                else multiple * max(1, math.ceil(u * nT / multiple - 1e-9))
-            )
-            why = ""
-            if g < u * nT * (1 - 1e-9) and "num_envs" not in pinned:
-                why = "fewer gradient steps per env step"
-            if not why and b not in free:
-                why = "batch not free"
-            need = fixed_bytes + s.bytes_est + up.bytes_est
-            if memory_limit is not None and need > memory_limit:
-                why = "memory"
-            learner = nT / (g * step_time(up))
-            rate = min(s.rate, learner)
-            warm = _warmup_steps(cfg, n)
-            iterations = math.ceil(max(cfg.total_steps - warm, 0) / nT)
-            t_iter = nT / rate
-            candidates.append(
-                {
-                    "num_envs": n,
-                    "host_workers": w,
-                    "batch_size": b,
-                    "grad_steps": g,
-                    "grad_steps_per_env_step": g / nT,
-                    "replay_ratio": g * b / nT,
-                    "step_s": step_time(up),
-                    "iteration_s": t_iter,
-                    "iterations": iterations,
-                    "sampling_env_steps_per_s": s.rate,
-                    "learner_env_steps_per_s": learner,
-                    "bound": "sampling" if s.rate < learner else "learner",
-                    "env_steps_per_s": rate,
-                    "update_samples_per_s": rate * g * b / nT,
-                    "wall_s": warm / s.rate + iterations * t_iter,
-                    "bytes": need,
-                    "eligible": not why,
-                    "why_not": why,
-                }
-            )
-            if why:
-                rejected.append(f"{w} worker(s) x num_envs {n} x batch {b}: {why}")
-    eligible = [c for c in candidates if c["eligible"]]
-    if not eligible:
+    rule = _rule(
+        cfg, sampling, update, pinned, HOST_TUNED, memory_limit, fixed_bytes, batch_tolerance
+    )
+    cfg = rule.cfg
+    n0, w0 = cfg.num_envs, cfg.host_workers
+    s_points = _host_sampling_points(sampling, rule.pinned, n0, w0, max_num_envs(cfg))
+    candidates = _candidates(rule, s_points, lambda s, up: _host_pair(rule, s, up))
+    if not any(c["eligible"] for c in candidates):
+        rejected = _rejected(candidates)
         raise ConfigError(
-            "batch_size" if "batch_size" in pinned else "num_envs",
+            "batch_size" if "batch_size" in rule.pinned else "num_envs",
             "no measured workers x num_envs x batch size is feasible"
             + (f"; {rejected[0]}" if rejected else ""),
         )
     near = lambda c: abs(math.log(c["num_envs"] / n0)) + abs(math.log(c["host_workers"] / w0))
-    pick = _pick(eligible, tolerance, lambda c: (near(c), c["host_workers"], c["num_envs"]))
-    base = {"num_envs": n0, "host_workers": w0, "batch_size": b0, "grad_steps": cfg.grad_steps}
+    pick = _pick(candidates, tolerance, lambda c: (near(c), c["host_workers"], c["num_envs"]))
+    base = {"num_envs": n0, "host_workers": w0, "batch_size": cfg.batch_size, "grad_steps": cfg.grad_steps}  # fmt: skip
     return _choice(
-        cfg, pick, candidates, base, ("num_envs", "host_workers", "batch_size", "grad_steps"),
-        pinned, order=("host_workers", "num_envs", "batch_size"), u=u, tolerance=tolerance, batch_tolerance=batch_tolerance, free=free,
-        s_points=s_points, u_points=u_points, base_step_s=step_time(u_points[0]),
-        extra={"overlap": True, "bound": pick["bound"]},
+        rule, pick, candidates, base, s_points,
+        order=("host_workers", "num_envs", "batch_size"), tolerance=tolerance,
+        batch_tolerance=batch_tolerance, extra={"overlap": True, "bound": pick["bound"]},
         predicted_extra=("sampling_env_steps_per_s", "learner_env_steps_per_s"),
     )  # fmt: skip
+
+
+def _host_pair(rule: _Rule, s: Point, up: Point) -> Record | None:
+    """The host path's candidate (s, up), or None where the pair cannot run at all.
+
+    The workers sample while the learner updates: the run goes at the slower side.
+    """
+    cfg = rule.cfg
+    nT, b = s.value * cfg.rollout_steps, up.value
+    if b > cfg.buffer_size or nT > cfg.buffer_size:
+        return None
+    g = rule.grad_steps(nT)
+    learner = nT / (g * step_time(up))
+    rate = min(s.rate, learner)
+    rates = {
+        "sampling_env_steps_per_s": s.rate,
+        "learner_env_steps_per_s": learner,
+        "bound": "sampling" if s.rate < learner else "learner",
+        "env_steps_per_s": rate,
+        "update_samples_per_s": rate * g * b / nT,
+    }
+    return rule.scored(s, up, g, g, nT / rate, rates, check_g=True)

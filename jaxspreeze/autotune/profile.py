@@ -11,6 +11,7 @@ import json
 import math
 import warnings
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,30 @@ def apply_profile(
             f"{cfg.algo} on {cfg.env}; rerun `jaxspreeze autotune --algo {cfg.algo} "
             f"--env {cfg.env}`",
         )
+    _warn_mismatches(cfg, profile, path)
+    fields = tuned_fields(profile)
+    pinned = set(pinned) & set(fields)
+    stored = profile["choice"]
+    base_fields = ["num_envs", "batch_size", "grad_steps", "total_steps"]
+    if profile.get("host"):
+        base_fields.insert(1, "host_workers")
+    base = {k: getattr(cfg, k) for k in base_fields}
+    same = stored.get("base") == base and math.isclose(
+        stored["update_ratio_target"], update_ratio(cfg, pinned & set(TUNED))
+    )
+    choice = stored if not pinned and same else _choose_again(cfg, profile, pinned)
+    new = cfg.replace(**{k: int(choice[k]) for k in fields if k not in pinned})
+    try:
+        config.validate(new)
+    except ConfigError as e:
+        raise ConfigError(
+            "profile", f"applying {path} gives an invalid config: --{e.field}: {e}"
+        ) from None
+    return new
+
+
+def _warn_mismatches(cfg: RunConfig, profile: dict[str, Any], path: str | Path) -> None:
+    """Warn where the profile was measured on other hardware, widths or rollout length."""
     hw, here = profile.get("hardware", {}), devices.describe_hardware()
     for key, what in (
         ("backend", "backend"),
@@ -127,50 +152,27 @@ def apply_profile(
         )
     if profile.get("rollout_steps") != cfg.rollout_steps:
         _warn(f"{path}: measured with rollout_steps {profile.get('rollout_steps')}")
-    fields = tuned_fields(profile)
-    pinned = set(pinned) & set(fields)
+
+
+def _choose_again(cfg: RunConfig, profile: dict[str, Any], pinned: set[str]) -> dict[str, Any]:
+    """The choice rule re-run on the profile's measurements, with its tolerances, for ``cfg``."""
     stored = profile["choice"]
-    base_fields = ["num_envs", "batch_size", "grad_steps", "total_steps"]
-    if profile.get("host"):
-        base_fields.insert(1, "host_workers")
-    base = {k: getattr(cfg, k) for k in base_fields}
-    same = stored.get("base") == base and math.isclose(
-        stored["update_ratio_target"], update_ratio(cfg, pinned & set(TUNED))
+    rule = (
+        choose_host
+        if profile.get("host")
+        else partial(choose, overlap=stored.get("overlap", False))
     )
-    if not pinned and same:
-        choice = stored
-    elif profile.get("host"):
-        choice = choose_host(
-            cfg,
-            points(profile, "sampling"),
-            points(profile, "update"),
-            pinned,
-            profile["memory"]["limit_bytes"],
-            profile["memory"]["fixed_bytes"],
-            stored.get("tolerance", TOLERANCE),
-            stored.get("batch_tolerance", BATCH_TOLERANCE),
-        )
-    else:
-        choice = choose(
-            cfg,
-            points(profile, "sampling"),
-            points(profile, "update"),
-            pinned,
-            profile["memory"]["limit_bytes"],
-            profile["memory"]["fixed_bytes"],
-            stored.get("tolerance", TOLERANCE),
-            stored.get("overlap", False),
-            stored.get("batch_tolerance", BATCH_TOLERANCE),
-        )
-    new = cfg.replace(**{k: int(choice[k]) for k in fields if k not in pinned})
-    try:
-        config.validate(new)
-    except ConfigError as e:
-        raise ConfigError(
-            "profile", f"applying {path} gives an invalid config: --{e.field}: {e}"
-        ) from None
-    return new
+    return rule(
+        cfg,
+        points(profile, "sampling"),
+        points(profile, "update"),
+        pinned,
+        profile["memory"]["limit_bytes"],
+        profile["memory"]["fixed_bytes"],
+        tolerance=stored.get("tolerance", TOLERANCE),
+        batch_tolerance=stored.get("batch_tolerance", BATCH_TOLERANCE),
+    )
 
 
 def _warn(message: str) -> None:
-    warnings.warn(message, ProfileWarning, stacklevel=3)
+    warnings.warn(message, ProfileWarning, stacklevel=4)

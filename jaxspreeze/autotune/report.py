@@ -17,70 +17,23 @@ def _seconds(x: float | None) -> str:
     return "-" if x is None else f"{x:,.1f}s"
 
 
+def describe_workers(w: int) -> str:
+    """``"1 worker"``, ``"2 workers"``."""
+    return f"{w} worker{'s' if w != 1 else ''}"
+
+
 def table(profile: dict[str, Any]) -> str:
-    """The measurements and the choice as a Markdown table (also printed)."""
-    if profile.get("host"):
-        return host_table(profile)
-    c = profile["choice"]
-    base = c["base"]
-    lines = [
-        f"### autotune: {profile['algo']} on {profile['env']} ({profile['placement']})",
-        "",
-        f"hardware: {profile['hardware'].get('backend')} {profile['hardware'].get('devices')}, "
-        f"{profile['hardware'].get('cpu_count')} CPUs | probe {profile['elapsed_s']:.1f}s "
-        f"of a {profile['budget_s']:g}s budget | load average {_load(profile)}",
-        "",
-        "| probe | size | rate | s per gradient step | compile s | reps | est. MiB |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    for kind, name, unit, key in (
-        ("sampling", "num_envs", "env steps/s", "num_envs"),
-        ("update", "batch", "update samples/s", "batch_size"),
-    ):
-        for p in profile[kind]["points"]:
-            mark = " **(chosen)**" if p["value"] == c[key] else ""
-            step = f"{p['value'] / p['rate'] * 1e3:.3f} ms" if kind == "update" else ""
-            lines.append(
-                f"| {kind} | {name} {p['value']}{mark} | {p['rate']:,.0f} {unit} | {step} | "
-                f"{p['compile_s']:.1f} | {len(p['rates'])} | {p['bytes_est'] / 2**20:.1f} |"
-            )
-        lines.append(f"| {kind} | stopped: {profile[kind]['stop']} | | | | | |")
-    pred = c["predicted"]
-    pinned = set(c["pinned"])
-    tag = lambda k: " (pinned)" if k in pinned else ""
-    lines += [
-        "",
-        f"choice: num_envs {c['num_envs']}{tag('num_envs')}, batch_size "
-        f"{c['batch_size']}{tag('batch_size')}, grad_steps {c['grad_steps']}"
-        f"{tag('grad_steps')}, chunk_iterations {c['chunk_iterations']}"
-        f"{tag('chunk_iterations')} (configured: num_envs {base['num_envs']}, batch_size "
-        f"{base['batch_size']}, grad_steps {base['grad_steps']})",
-        f"gradient steps per env step {c['grad_steps_per_env_step']:.4g} (kept: "
-        f"{c['update_ratio_target']:.4g}); largest free batch {c['free_batch']} (step time "
-        f"within {c['batch_tolerance']:.0%} of batch {base['batch_size']}'s)",
-        f"predicted: {pred['env_steps_per_s']:,.0f} env steps/s, "
-        f"{pred['update_samples_per_s']:,.0f} update samples/s, {pred['chunk_s']:.2f}s per "
-        f"chunk, {_seconds(pred['wall_s'])} for the budget (configured sizes: "
-        f"{_seconds(pred['base_wall_s'])})",
-        f"(per-axis knees: sampling saturates at num_envs {c['sampling_knee']}, "
-        f"updates at batch {c['update_knee']})",
-    ]
-    return "\n".join(lines)
+    """The measurements and the choice as a Markdown table (also printed).
 
-
-def _workers(w: int, n: int) -> str:
-    return f"{w} worker{'s' if w != 1 else ''} x {n // max(w, 1)}"
-
-
-def host_table(profile: dict[str, Any]) -> str:
-    """A host-env profile as a Markdown table: workers x envs, batches, the two sides."""
-    c = profile["choice"]
-    base = c["base"]
-    pred = c["predicted"]
+    A host-env profile's table has the workers x envs of its sampling points, both sides'
+    rates of the choice and the check of the choice.
+    """
+    host = bool(profile.get("host"))
     hw = profile["hardware"]
+    placement = profile["placement"]
+    where = f"host env, sampling workers; learner on {placement}" if host else placement
     lines = [
-        f"### autotune: {profile['algo']} on {profile['env']} (host env, sampling workers; "
-        f"learner on {profile['placement']})",
+        f"### autotune: {profile['algo']} on {profile['env']} ({where})",
         "",
         f"hardware: {hw.get('backend')} {hw.get('devices')}, {hw.get('cpu_count')} CPUs | "
         f"probe {profile['elapsed_s']:.1f}s of a {profile['budget_s']:g}s budget | load "
@@ -88,38 +41,75 @@ def host_table(profile: dict[str, Any]) -> str:
         "",
         "| probe | size | rate | s per gradient step | compile s | reps | est. MiB |",
         "|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    for p in profile["sampling"]["points"]:
-        chosen = (p["value"], p["workers"]) == (c["num_envs"], c["host_workers"])
-        mark = " **(chosen)**" if chosen else ""
-        lines.append(
-            f"| sampling | num_envs {p['value']} ({_workers(p['workers'], p['value'])})"
-            f"{mark} | {p['rate']:,.0f} env steps/s | | {p['compile_s']:.1f} | "
-            f"{len(p['rates'])} | {p['bytes_est'] / 2**20:.1f} |"
-        )
-    lines.append(f"| sampling | stopped: {profile['sampling']['stop']} | | | | | |")
-    for p in profile["update"]["points"]:
-        mark = " **(chosen)**" if p["value"] == c["batch_size"] else ""
-        lines.append(
-            f"| update | batch {p['value']}{mark} | {p['rate']:,.0f} update samples/s | "
-            f"{p['value'] / p['rate'] * 1e3:.3f} ms | {p['compile_s']:.1f} | "
-            f"{len(p['rates'])} | {p['bytes_est'] / 2**20:.1f} |"
-        )
-    lines.append(f"| update | stopped: {profile['update']['stop']} | | | | | |")
-    pinned = set(c["pinned"])
-    tag = lambda k: " (pinned)" if k in pinned else ""
-    lines += [
+        *_point_rows(profile, "sampling"),
+        *_point_rows(profile, "update"),
         "",
-        f"choice: host_workers {c['host_workers']}{tag('host_workers')}, num_envs "
-        f"{c['num_envs']}{tag('num_envs')}, batch_size {c['batch_size']}{tag('batch_size')}, "
-        f"grad_steps {c['grad_steps']}{tag('grad_steps')}, chunk_iterations "
-        f"{c['chunk_iterations']}{tag('chunk_iterations')} (configured: host_workers "
-        f"{base['host_workers']}, num_envs {base['num_envs']}, batch_size "
-        f"{base['batch_size']}, grad_steps {base['grad_steps']})",
+        *_choice_lines(profile["choice"], host),
+    ]
+    lines += _host_lines(profile) if host else _device_lines(profile["choice"])
+    return "\n".join(lines)
+
+
+def _point_rows(profile: dict[str, Any], kind: str) -> list[str]:
+    """The measured points of one grid as table rows (the chosen one marked), and its stop."""
+    c = profile["choice"]
+    rows = []
+    for p in profile[kind]["points"]:
+        v = p["value"]
+        if kind == "update":
+            size, chosen, unit = f"batch {v}", v == c["batch_size"], "update samples/s"
+            step = f" {v / p['rate'] * 1e3:.3f} ms "
+        elif profile.get("host"):
+            w = p["workers"]
+            size, unit, step = f"num_envs {v} ({_workers(w, v)})", "env steps/s", " "
+            chosen = (v, w) == (c["num_envs"], c["host_workers"])
+        else:
+            size, chosen, unit, step = f"num_envs {v}", v == c["num_envs"], "env steps/s", "  "
+        mark = " **(chosen)**" if chosen else ""
+        rows.append(
+            f"| {kind} | {size}{mark} | {p['rate']:,.0f} {unit} |{step}| {p['compile_s']:.1f} | "
+            f"{len(p['rates'])} | {p['bytes_est'] / 2**20:.1f} |"
+        )
+    rows.append(f"| {kind} | stopped: {profile[kind]['stop']} | | | | | |")
+    return rows
+
+
+def _choice_lines(c: dict[str, Any], host: bool) -> list[str]:
+    """The chosen sizes beside the configured ones, and the ratios kept."""
+    base = c["base"]
+    pinned = set(c["pinned"])
+    sizes = [*(["host_workers"] if host else []), "num_envs", "batch_size", "grad_steps"]
+    chosen = [
+        f"{k} {c[k]}{' (pinned)' if k in pinned else ''}" for k in (*sizes, "chunk_iterations")
+    ]
+    configured = ", ".join(f"{k} {base[k]}" for k in sizes)
+    replay = f"replay ratio {c['replay_ratio']:.4g} update samples per env step; " if host else ""
+    return [
+        f"choice: {', '.join(chosen)} (configured: {configured})",
         f"gradient steps per env step {c['grad_steps_per_env_step']:.4g} (kept: "
-        f"{c['update_ratio_target']:.4g}); replay ratio {c['replay_ratio']:.4g} update "
-        f"samples per env step; largest free batch {c['free_batch']} (step time within "
-        f"{c['batch_tolerance']:.0%} of batch {base['batch_size']}'s)",
+        f"{c['update_ratio_target']:.4g}); {replay}largest free batch {c['free_batch']} (step "
+        f"time within {c['batch_tolerance']:.0%} of batch {base['batch_size']}'s)",
+    ]
+
+
+def _device_lines(c: dict[str, Any]) -> list[str]:
+    """The device choice's predicted rates and wall time, and the per-axis knees."""
+    pred = c["predicted"]
+    return [
+        f"predicted: {pred['env_steps_per_s']:,.0f} env steps/s, "
+        f"{pred['update_samples_per_s']:,.0f} update samples/s, {pred['chunk_s']:.2f}s per "
+        f"chunk, {_seconds(pred['wall_s'])} for the budget (configured sizes: "
+        f"{_seconds(pred['base_wall_s'])})",
+        f"(per-axis knees: sampling saturates at num_envs {c['sampling_knee']}, "
+        f"updates at batch {c['update_knee']})",
+    ]
+
+
+def _host_lines(profile: dict[str, Any]) -> list[str]:
+    """The host choice's two sides and the side that bounds it, and the check of it."""
+    c = profile["choice"]
+    pred = c["predicted"]
+    lines = [
         f"predicted: {pred['env_steps_per_s']:,.0f} env steps/s = min(sampling "
         f"{pred['sampling_env_steps_per_s']:,.0f}, learner {pred['learner_env_steps_per_s']:,.0f}"
         f" at the replay ratio): bound by the {c['bound']}; {pred['update_samples_per_s']:,.0f} "
@@ -137,7 +127,11 @@ def host_table(profile: dict[str, Any]) -> str:
         )
     elif check:
         lines.append(f"check (a short run at the choice): not run, {check.get('why_not')}")
-    return "\n".join(lines)
+    return lines
+
+
+def _workers(w: int, n: int) -> str:
+    return f"{describe_workers(w)} x {n // max(w, 1)}"
 
 
 def plot(profile: dict[str, Any], path: Path) -> None:
@@ -196,6 +190,16 @@ def _mark_points(ax: Any, pts: list[dict[str, Any]], ys: list[float], chosen: in
         _mark(ax, p["value"], y, p["value"] == chosen, p["value"] == base)
 
 
+def _finish(ax: Any, ys: list[float], xlabel: str, ylabel: str, title: str) -> None:
+    """A panel's log-2 x axis, y axis scaled to ``ys``, labels, title and grid."""
+    ax.set_xscale("log", base=2)
+    _scale_y(ax, ys)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3, which="both")
+
+
 def _scale_y(ax: Any, values: list[float]) -> None:
     """Log y where the values span more than 10x; linear (with its plain ticks) otherwise."""
     values = [v for v in values if v and v > 0]
@@ -211,12 +215,13 @@ def _sampling_panel(ax: Any, profile: dict[str, Any]) -> None:
     for p in pts:
         ax.plot([p["value"]] * len(p["rates"]), p["rates"], ".", color="C0", alpha=0.3)
     _mark_points(ax, pts, rates, c["num_envs"], c["base"]["num_envs"])
-    ax.set_xscale("log", base=2)
-    _scale_y(ax, [r for p in pts for r in p["rates"]])
-    ax.set_xlabel("num_envs")
-    ax.set_ylabel("env steps/s (policy in the loop)")
-    ax.set_title(f"sampling (stopped: {profile['sampling']['stop']})")
-    ax.grid(alpha=0.3, which="both")
+    _finish(
+        ax,
+        [r for p in pts for r in p["rates"]],
+        "num_envs",
+        "env steps/s (policy in the loop)",
+        f"sampling (stopped: {profile['sampling']['stop']})",
+    )
     ax.legend(loc="lower right", fontsize=8)
 
 
@@ -228,7 +233,7 @@ def _host_sampling_panel(ax: Any, profile: dict[str, Any]) -> None:
     for i, w in enumerate(sorted({p["workers"] for p in pts})):
         row = sorted((p for p in pts if p["workers"] == w), key=lambda p: p["value"])
         xs, ys = [p["value"] for p in row], [p["rate"] for p in row]
-        ax.plot(xs, ys, "o-", color=f"C{i}", label=f"{w} worker{'s' if w != 1 else ''}")
+        ax.plot(xs, ys, "o-", color=f"C{i}", label=describe_workers(w))
         for p in row:
             ax.plot([p["value"]] * len(p["rates"]), p["rates"], ".", color=f"C{i}", alpha=0.3)
             everything += p["rates"]
@@ -237,12 +242,13 @@ def _host_sampling_panel(ax: Any, profile: dict[str, Any]) -> None:
             _mark(ax, p["value"], p["rate"], pick, base)
     learner = c["predicted"]["learner_env_steps_per_s"]
     ax.axhline(learner, ls="--", color="gray", lw=1, label=f"learner at batch {c['batch_size']}")
-    ax.set_xscale("log", base=2)
-    _scale_y(ax, [*everything, learner])
-    ax.set_xlabel("num_envs (all workers)")
-    ax.set_ylabel("env steps/s (worker pool, policy in the loop)")
-    ax.set_title("host sampling")
-    ax.grid(alpha=0.3, which="both")
+    _finish(
+        ax,
+        [*everything, learner],
+        "num_envs (all workers)",
+        "env steps/s (worker pool, policy in the loop)",
+        "host sampling",
+    )
     _legend(ax, fontsize=8)
 
 
@@ -257,15 +263,16 @@ def _host_rate_panel(ax: Any, profile: dict[str, Any]) -> None:
             [x["env_steps_per_s"] for x in row],
             "o-",
             color=f"C{i}",
-            label=f"{w} worker{'s' if w != 1 else ''}",
+            label=describe_workers(w),
         )
     _mark(ax, c["num_envs"], c["predicted"]["env_steps_per_s"], True, False)
-    ax.set_xscale("log", base=2)
-    _scale_y(ax, [x["env_steps_per_s"] for x in cands])
-    ax.set_xlabel("num_envs (all workers)")
-    ax.set_ylabel("predicted env steps/s of the run")
-    ax.set_title(f"the run: min(sampling, learner), batch {c['batch_size']}")
-    ax.grid(alpha=0.3, which="both")
+    _finish(
+        ax,
+        [x["env_steps_per_s"] for x in cands],
+        "num_envs (all workers)",
+        "predicted env steps/s of the run",
+        f"the run: min(sampling, learner), batch {c['batch_size']}",
+    )
     _legend(ax, fontsize=8)
 
 
@@ -289,12 +296,13 @@ def _update_panel(ax: Any, profile: dict[str, Any]) -> None:
     limit = (1 + c["batch_tolerance"]) * c["base_step_s"] * 1e3
     ax.axhline(limit, ls="--", color="gray", lw=1, label=f"free: +{c['batch_tolerance']:.0%}")
     _mark_points(ax, pts, ms, c["batch_size"], c["base"]["batch_size"])
-    ax.set_xscale("log", base=2)
-    _scale_y(ax, [*ms, limit])
-    ax.set_xlabel("batch size")
-    ax.set_ylabel("ms per gradient step (critic + actor)")
-    ax.set_title(f"update (stopped: {profile['update']['stop']})")
-    ax.grid(alpha=0.3, which="both")
+    _finish(
+        ax,
+        [*ms, limit],
+        "batch size",
+        "ms per gradient step (critic + actor)",
+        f"update (stopped: {profile['update']['stop']})",
+    )
     ax.legend(loc="upper left", fontsize=8)
 
 
@@ -322,12 +330,13 @@ def _wall_panel(ax: Any, profile: dict[str, Any], cmap: Any) -> None:
     row = [x for x in cands if x["eligible"] and x["batch_size"] == c["batch_size"]]
     best = min((x["wall_s"] for x in row), default=pick)
     ax.axhline((1 + c["tolerance"]) * best, ls="--", color="gray", lw=1, label="fastest + tol")
-    ax.set_xscale("log", base=2)
-    _scale_y(ax, [x["wall_s"] for x in cands])
-    ax.set_xlabel("num_envs")
-    ax.set_ylabel("predicted wall time for the budget (s)")
-    ax.set_title(f"G = {c['update_ratio_target']:.3g} x n x T gradient steps per iteration")
-    ax.grid(alpha=0.3, which="both")
+    _finish(
+        ax,
+        [x["wall_s"] for x in cands],
+        "num_envs",
+        "predicted wall time for the budget (s)",
+        f"G = {c['update_ratio_target']:.3g} x n x T gradient steps per iteration",
+    )
     ax.legend(fontsize=7, ncol=2)
 
 

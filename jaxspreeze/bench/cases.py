@@ -8,6 +8,7 @@ Each ``prepare`` function builds and compiles the work outside any timer and ret
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +19,15 @@ import numpy as np
 
 from jaxspreeze import algos, devices, iteration, replay, schedules
 from jaxspreeze.algos.base import AgentState
-from jaxspreeze.bench.record import Record, Workload, flops_of, throughput_record
+from jaxspreeze.bench.record import (
+    Record,
+    Workload,
+    chained,
+    compile_timed,
+    evaluated_chunks,
+    flops_of,
+    throughput_record,
+)
 from jaxspreeze.config import RunConfig, resolve
 from jaxspreeze.envs import VecEnv, env_spec, make_env
 from jaxspreeze.evaluate import make_evaluate
@@ -49,12 +58,6 @@ def run_config(algo: str, env: str, hidden: tuple[int, ...] = HIDDEN, **fields: 
     base = RunConfig()
     algo_cfg = dataclasses.replace(getattr(base, algo), hidden=tuple(hidden))
     return resolve(dataclasses.replace(base, algo=algo, env=env, **{algo: algo_cfg}, **fields))
-
-
-def _compile(fn: Callable, *args: Any, donate: tuple[int, ...] = ()) -> tuple[Any, float]:
-    t0 = time.perf_counter()
-    compiled = jax.jit(fn, donate_argnums=donate).lower(*args).compile()
-    return compiled, time.perf_counter() - t0
 
 
 def _schedule(cfg: RunConfig) -> tuple[Schedule, TrainState, float]:
@@ -107,25 +110,16 @@ def sampling(
         carry, traj, _ = rollout(env, lambda obs, kk: act(params, obs, kk), carry, k, steps)
         return carry, key, traj
 
-    compiled, compile_s = _compile(collect, params, carry, key, donate=(1,))
-    state = [carry, key]
-
-    def run() -> None:
-        state[0], state[1], traj = compiled(params, state[0], state[1])
-        jax.block_until_ready((state, traj))
-
+    compiled, compile_s = compile_timed(collect, params, carry, key, donate=(1,))
+    policy = f"{policy_name} {'x'.join(map(str, hidden))}"
     return Workload(
-        name=f"sampling[{env_name}-n{num_envs}]",
-        run=run,
+        f"sampling[{env_name}-n{num_envs}]",
+        chained(functools.partial(compiled, params), carry, key),
         env_steps=num_envs * steps,
         compile_s=compile_s,
-        params={
-            "kind": "sampling",
-            "env": env_name,
-            "num_envs": num_envs,
-            "rollout_steps": steps,
-            "policy": f"{policy_name} {'x'.join(map(str, hidden))}",
-        },
+        params=dict(
+            kind="sampling", env=env_name, num_envs=num_envs, rollout_steps=steps, policy=policy
+        ),
     )
 
 
@@ -266,7 +260,7 @@ def update(
     cfg = _update_config(algo_name, env_name, batch_size, steps, hidden)
     step, agent, data, algo = _update_program(algo_name, cfg, spec, seed)
     key = jax.random.key(seed + 1)
-    compiled, compile_s = _compile(step, agent, data, key, donate=(0,))
+    compiled, compile_s = compile_timed(step, agent, data, key, donate=(0,))
 
     critic_flops, actor_flops = _flops_per_step(algo_name, env_name, batch_size, hidden, seed)
     flops = None
@@ -274,16 +268,10 @@ def update(
         flops = critic_flops * algo.critic_steps_per_iteration
         flops += (actor_flops or 0.0) * algo.actor_steps_per_iteration
 
-    state = [agent, key]
-
-    def run() -> None:
-        state[0], state[1], metrics = compiled(state[0], data, state[1])
-        jax.block_until_ready((state, metrics))
-
     critic_steps = algo.critic_steps_per_iteration
     return Workload(
         name=f"update[{algo_name}-b{batch_size}]",
-        run=run,
+        run=chained(lambda agent, key: compiled(agent, data, key), agent, key),
         update_samples=critic_steps * batch_size,
         grad_steps={"critic": critic_steps, "actor": algo.actor_steps_per_iteration},
         compile_s=compile_s,
@@ -334,37 +322,46 @@ def chunk(cfg: RunConfig) -> Workload:
     cfg = schedule.cfg
     state = schedule.warmup(state)
     jax.block_until_ready(state)
-    holder = [state]
-
-    def run() -> None:
-        holder[0], metrics = schedule.chunk(holder[0])
-        jax.block_until_ready((holder[0], metrics))
-
     k, s = schedule.iterations_per_chunk, cfg.num_seeds
-    critic_steps = k * schedule.algo.critic_steps_per_iteration * s
+    return _schedule_work(
+        f"chunk[{cfg.algo}-{cfg.env}-n{cfg.num_envs}]",
+        schedule,
+        k * s,
+        compile_s,
+        chained(schedule.chunk, state),
+        _params(
+            "chunk", cfg, "algo", "env", "num_envs", "rollout_steps", "grad_steps", "batch_size"
+        )
+        | {"chunk_iterations": k, "num_seeds": s},
+    )
+
+
+def _schedule_work(
+    name: str,
+    schedule: Schedule,
+    iterations: int,
+    compile_s: float,
+    run: Callable[[], None],
+    params: dict[str, Any],
+) -> Workload:
+    """The work of ``iterations`` iterations of ``schedule`` (all seeds') as a workload."""
+    cfg, algo = schedule.cfg, schedule.algo
+    critic_steps = iterations * algo.critic_steps_per_iteration
     return Workload(
-        name=f"chunk[{cfg.algo}-{cfg.env}-n{cfg.num_envs}]",
-        run=run,
-        env_steps=k * cfg.steps_per_iteration * s,
+        name,
+        run,
+        env_steps=iterations * cfg.steps_per_iteration,
         update_samples=critic_steps * cfg.batch_size,
-        grad_steps={
-            "critic": critic_steps,
-            "actor": k * schedule.algo.actor_steps_per_iteration * s,
-        },
+        grad_steps={"critic": critic_steps, "actor": iterations * algo.actor_steps_per_iteration},
         compile_s=compile_s,
         policy_lag=float(schedule.policy_lag),
-        params={
-            "kind": "chunk",
-            "algo": cfg.algo,
-            "env": cfg.env,
-            "num_envs": cfg.num_envs,
-            "rollout_steps": cfg.rollout_steps,
-            "grad_steps": cfg.grad_steps,
-            "batch_size": cfg.batch_size,
-            "chunk_iterations": k,
-            "num_seeds": s,
-        },
+        params=params,
     )
+
+
+def _params(kind: str, cfg: RunConfig, *fields: str) -> dict[str, Any]:
+    """A case's parameters: its kind, then ``fields`` of ``cfg`` in order."""
+    return {"kind": kind, **{f: getattr(cfg, f) for f in fields}}
 
 
 # ----------------------------------------------------------------------------- end to end
@@ -381,51 +378,33 @@ def end_to_end(cfg: RunConfig, threshold: float, eval_episodes: int = 16) -> Rec
         make_evaluate(schedule.algo.act, make_env(cfg.env, eval_episodes, cfg.obs_keys))
     )
     keys = jax.random.split(jax.random.key(cfg.seed + 10_000), cfg.num_seeds)
-    ev, ev_compile_s = _compile(evaluate, state.agent.actor, keys)
+    ev, ev_compile_s = compile_timed(evaluate, state.agent.actor, keys)
     compile_s += ev_compile_s
+    mean_return = lambda s: float(np.mean(jax.device_get(ev(s.agent.actor, keys).return_mean)))
 
     t0 = time.perf_counter()
     state = schedule.warmup(state)
     train_s = eval_s = 0.0
     curve: list[tuple[int, float, float]] = []
     reached_at: float | None = None
-    for _ in range(schedule.num_chunks):
-        t = time.perf_counter()
-        state, _ = schedule.chunk(state)
-        jax.block_until_ready(state)
-        train_s += time.perf_counter() - t
-        t = time.perf_counter()
-        ret = float(np.mean(jax.device_get(ev(state.agent.actor, keys).return_mean)))
-        eval_s += time.perf_counter() - t
-        steps = int(np.asarray(state.env_steps).sum())
-        curve.append((steps, time.perf_counter() - t0, ret))
-        if ret >= threshold:
+    for done in evaluated_chunks(schedule, state, mean_return):
+        train_s += done.chunk_s
+        eval_s += done.eval_s
+        steps = int(np.asarray(done.state.env_steps).sum())
+        curve.append((steps, time.perf_counter() - t0, done.result))
+        if done.result >= threshold:
             reached_at = time.perf_counter() - t0
             break
     wall = time.perf_counter() - t0
     steps = curve[-1][0] if curve else 0
-    k_done = len(curve) * schedule.iterations_per_chunk * cfg.num_seeds
-    critic_steps = k_done * schedule.algo.critic_steps_per_iteration
-    w = Workload(
-        name=f"end_to_end[{cfg.algo}-{cfg.env}]",
-        run=lambda: None,
-        env_steps=k_done * cfg.steps_per_iteration,
-        update_samples=critic_steps * cfg.batch_size,
-        grad_steps={
-            "critic": critic_steps,
-            "actor": k_done * schedule.algo.actor_steps_per_iteration,
-        },
-        compile_s=compile_s,
-        policy_lag=float(schedule.policy_lag),
-        params={
-            "kind": "end_to_end",
-            "algo": cfg.algo,
-            "env": cfg.env,
-            "num_envs": cfg.num_envs,
-            "batch_size": cfg.batch_size,
-            "grad_steps": cfg.grad_steps,
-            "threshold": threshold,
-        },
+    w = _schedule_work(
+        f"end_to_end[{cfg.algo}-{cfg.env}]",
+        schedule,
+        len(curve) * schedule.iterations_per_chunk * cfg.num_seeds,
+        compile_s,
+        lambda: None,
+        _params("end_to_end", cfg, "algo", "env", "num_envs", "batch_size", "grad_steps")
+        | {"threshold": threshold},
     )
     record = throughput_record(w, max(train_s, 1e-9))  # rates over the chunks only
     record.update(

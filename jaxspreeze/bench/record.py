@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
@@ -45,6 +45,56 @@ class Workload:
     """Updates between the parameters that acted and the newest ones, where it applies."""
     params: dict[str, Any] = field(default_factory=dict)
     """The case's parameters (env, num_envs, batch size, ...)."""
+
+
+def compile_timed(fn: Callable, *args: Any, donate: tuple[int, ...] = ()) -> tuple[Any, float]:
+    """``fn`` jitted and compiled ahead of time for ``args``, and the seconds that took."""
+    t0 = time.perf_counter()
+    compiled = jax.jit(fn, donate_argnums=donate).lower(*args).compile()
+    return compiled, time.perf_counter() - t0
+
+
+def chained(call: Callable[..., tuple], *carry: Any) -> Callable[[], None]:
+    """A workload's ``run``: ``call(*carry)``, whose outputs but the last are the next carry.
+
+    Each call consumes the previous one's (donated) outputs and blocks until all of its
+    outputs, the last one (a trajectory, metrics) too, are ready.
+    """
+    state = list(carry)
+
+    def run() -> None:
+        *state[:], out = call(*state)
+        jax.block_until_ready((state, out))
+
+    return run
+
+
+@dataclass
+class EvaluatedChunk:
+    """One training chunk, timed, and the evaluation after it, timed apart."""
+
+    state: Any
+    chunk_s: float
+    result: Any
+    eval_s: float
+
+
+def evaluated_chunks(
+    schedule: Any, state: Any, evaluate: Callable[[Any], Any]
+) -> Iterator[EvaluatedChunk]:
+    """``schedule``'s chunks from ``state``, each followed by ``evaluate(state)``.
+
+    The chunk is timed until its state is ready; ``evaluate`` (which returns host values)
+    is timed apart. The caller may stop early (a threshold reached).
+    """
+    for _ in range(schedule.num_chunks):
+        t = time.perf_counter()
+        state, _ = schedule.chunk(state)
+        jax.block_until_ready(state)
+        chunk_s = time.perf_counter() - t
+        t = time.perf_counter()
+        result = evaluate(state)
+        yield EvaluatedChunk(state, chunk_s, result, time.perf_counter() - t)
 
 
 def time_workload(w: Workload, rounds: int = 5, warmup: int = 1) -> list[float]:

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxspreeze.bench import brax_compat
-from jaxspreeze.bench.record import Record, Workload, flops_of
+from jaxspreeze.bench.record import Record, Workload, chained, compile_timed, flops_of
 from jaxspreeze.envs import env_spec
 
 HIDDEN = (256, 256)
@@ -126,18 +126,10 @@ def sampling(env_name: str, num_envs: int, steps: int, hidden=HIDDEN, seed: int 
     k_params, k_env, key = jax.random.split(jax.random.key(seed), 3)
     params = net.init(k_params, jnp.zeros((1, *spec.obs_shape)))
     carry = jax.jit(reset)(k_env)
-    t0 = time.perf_counter()
-    compiled = jax.jit(collect, donate_argnums=(1,)).lower(params, carry, key).compile()
-    compile_s = time.perf_counter() - t0
-    state = [carry, key]
-
-    def run() -> None:
-        state[0], state[1], traj = compiled(params, state[0], state[1])
-        jax.block_until_ready((state, traj))
-
+    compiled, compile_s = compile_timed(collect, params, carry, key, donate=(1,))
     return Workload(
-        name=f"reference-sampling[{env_name}-n{num_envs}]",
-        run=run,
+        f"reference-sampling[{env_name}-n{num_envs}]",
+        chained(functools.partial(compiled, params), carry, key),
         env_steps=num_envs * steps,
         compile_s=compile_s,
         params={"kind": "sampling", "env": env_name, "num_envs": num_envs, "rollout_steps": steps},
@@ -182,8 +174,6 @@ def sac_update(
     obs_dim, act_dim = spec.obs_shape[0], spec.action_dim
     actor, critic = MLP(tuple(hidden), 2 * act_dim), DoubleQ(tuple(hidden))
     tx = optax.adam(1e-3)
-    gamma, tau, target_entropy = 0.99, 0.005, -float(act_dim)
-    scale, bias = 2.0, 0.0
     k = jax.random.split(jax.random.key(seed), 8)
     buffer = {
         "obs": jax.random.normal(k[0], (capacity, obs_dim)),
@@ -204,6 +194,42 @@ def sac_update(
         tx.init(c_params),
         tx.init(log_alpha),
     )
+    one_step = _sac_step(actor, critic, tx, buffer, batch_size, -float(act_dim))
+
+    def update(s: SACState, key: jax.Array, n: int):
+        key, k = jax.random.split(key)
+        s, losses = jax.lax.scan(one_step, s, jax.random.split(k, n))
+        return s, key, losses
+
+    key = jax.random.key(seed + 1)
+    compiled, compile_s = compile_timed(
+        functools.partial(update, n=grad_steps), state, key, donate=(0,)
+    )
+    one = flops_of(jax.jit(functools.partial(update, n=1)).lower(state, key))
+    return Workload(
+        f"reference-update[sac-b{batch_size}]",
+        chained(compiled, state, key),
+        update_samples=grad_steps * batch_size,
+        grad_steps={"critic": grad_steps, "actor": grad_steps},
+        compile_s=compile_s,
+        flops=one * grad_steps if one else None,
+        params={"kind": "update", "algo": "sac", "env": env_name, "batch_size": batch_size},
+    )
+
+
+def _sac_step(
+    actor: MLP,
+    critic: DoubleQ,
+    tx: optax.GradientTransformation,
+    buffer: dict[str, jax.Array],
+    batch_size: int,
+    target_entropy: float,
+) -> Callable[[SACState, jax.Array], tuple[SACState, jax.Array]]:
+    """One SAC gradient step on a uniform batch of ``buffer``: critic, actor, temperature,
+    Polyak target (actions in [-2, 2], Pendulum's)."""
+    gamma, tau = 0.99, 0.005
+    scale, bias = 2.0, 0.0
+    capacity = buffer["reward"].shape[0]
 
     def pi(params, obs, key):
         mean, log_std = jnp.split(actor.apply(params, obs), 2, -1)
@@ -241,35 +267,7 @@ def sac_update(
         s = SACState(a_params, c_params, target, log_alpha, actor_opt, critic_opt, alpha_opt)
         return s, c_loss + a_loss
 
-    def update(s: SACState, key: jax.Array, n: int):
-        key, k = jax.random.split(key)
-        s, losses = jax.lax.scan(one_step, s, jax.random.split(k, n))
-        return s, key, losses
-
-    key = jax.random.key(seed + 1)
-    t0 = time.perf_counter()
-    compiled = (
-        jax.jit(functools.partial(update, n=grad_steps), donate_argnums=(0,))
-        .lower(state, key)
-        .compile()
-    )
-    compile_s = time.perf_counter() - t0
-    one = flops_of(jax.jit(functools.partial(update, n=1)).lower(state, key))
-    holder = [state, key]
-
-    def run() -> None:
-        holder[0], holder[1], losses = compiled(holder[0], holder[1])
-        jax.block_until_ready((holder, losses))
-
-    return Workload(
-        name=f"reference-update[sac-b{batch_size}]",
-        run=run,
-        update_samples=grad_steps * batch_size,
-        grad_steps={"critic": grad_steps, "actor": grad_steps},
-        compile_s=compile_s,
-        flops=one * grad_steps if one else None,
-        params={"kind": "update", "algo": "sac", "env": env_name, "batch_size": batch_size},
-    )
+    return one_step
 
 
 UPDATES = {"sac": sac_update}  # the algorithms with a bare update reference
@@ -399,24 +397,7 @@ def brax_trainer(
     """
     brax_compat.install()
     env_args = brax_environment(env_name)
-    log: list[tuple[int, float, dict]] = []
-    compiles = [0, 0]  # XLA compiles so far, and at the end of the last progress report
-    compiled: list[bool] = []  # per epoch: did brax compile during it (or its evaluation)?
-
-    def on_event(event: str, duration: float, **_: Any) -> None:
-        if event == BACKEND_COMPILE:
-            compiles[0] += 1
-
-    def progress(step: int, metrics: dict) -> None:
-        epoch_steps = step - log[-1][0] if log else step
-        log.append((step, time.perf_counter(), dict(metrics)))
-        if "training/sps" in metrics:
-            compiled.append(compiles[0] > compiles[1])
-            if between_epochs is not None:
-                between_epochs(int(epoch_steps))
-            log[-1] = (step, time.perf_counter(), log[-1][2])  # our round is not brax's time
-        compiles[1] = compiles[0]
-
+    epochs_log = _EpochLog(between_epochs)
     common = dict(
         **env_args,
         num_timesteps=num_timesteps,
@@ -424,14 +405,14 @@ def brax_trainer(
         num_evals=num_evals,
         num_eval_envs=1,
         seed=seed,
-        progress_fn=progress,
+        progress_fn=epochs_log.progress,
     )
     if algo not in BRAX_TRAINERS:
         raise ValueError(
             f"brax has no trainer {algo!r} here; choose one of {sorted(BRAX_TRAINERS)}"
         )
     t0 = time.perf_counter()
-    jax.monitoring.register_event_duration_secs_listener(on_event)
+    jax.monitoring.register_event_duration_secs_listener(epochs_log.on_event)
     try:
         samples_per_env_step = BRAX_TRAINERS[algo](
             common,
@@ -443,18 +424,9 @@ def brax_trainer(
             epochs=epochs,
         )
     finally:
-        jax.monitoring.unregister_event_duration_listener(on_event)
+        jax.monitoring.unregister_event_duration_listener(epochs_log.on_event)
     wall = time.perf_counter() - t0
-    # brax's own per-epoch rates, without the epochs that compiled (the first, and the
-    # second too: brax's epoch compiles again for its own outputs' sharding)
-    sps = [float(m["training/sps"]) for _, _, m in log if "training/sps" in m]
-    steady = [r for r, c in zip(sps, compiled, strict=True) if not c]
-    # and the rate a user sees between the last two progress reports (evaluation included)
-    interval = None
-    if len(log) >= 3:
-        (s0, t_a, _), (s1, t_b, _) = log[-2], log[-1]
-        interval = (s1 - s0) / (t_b - t_a) if t_b > t_a else None
-    rate = statistics.median(steady) if steady else interval
+    sps, interval, rate = epochs_log.rates()
     return {
         "name": f"brax-{algo}[{env_name}-n{num_envs}]",
         "kind": "trainer",
@@ -466,9 +438,52 @@ def brax_trainer(
         "replay_ratio": samples_per_env_step,
         "wall_s": wall,
         "brax_training_sps": sps,
-        "brax_epoch_compiled": compiled,
+        "brax_epoch_compiled": epochs_log.compiled,
         "interval_env_steps_per_s": interval,
-        "progress": [(int(step), t - t0) for step, t, _ in log],
+        "progress": [(int(step), t - t0) for step, t, _ in epochs_log.log],
         "num_timesteps": num_timesteps,
         "trainer": f"brax.training.agents.{algo}.train",
     }
+
+
+class _EpochLog:
+    """brax's progress reports, and whether JAX compiled during each training epoch."""
+
+    def __init__(self, between_epochs: Callable[[int], None] | None) -> None:
+        self.between_epochs = between_epochs
+        self.log: list[tuple[int, float, dict]] = []  # (env steps, time, brax's metrics)
+        self.compiles = [0, 0]  # XLA compiles so far, and at the end of the last report
+        self.compiled: list[bool] = []  # per epoch: did brax compile during it (or its eval)?
+
+    def on_event(self, event: str, duration: float, **_: Any) -> None:
+        """JAX's monitoring listener: counts the XLA compiles."""
+        if event == BACKEND_COMPILE:
+            self.compiles[0] += 1
+
+    def progress(self, step: int, metrics: dict) -> None:
+        """brax's ``progress_fn``: log the report, run ``between_epochs`` after an epoch."""
+        log = self.log
+        epoch_steps = step - log[-1][0] if log else step
+        log.append((step, time.perf_counter(), dict(metrics)))
+        if "training/sps" in metrics:
+            self.compiled.append(self.compiles[0] > self.compiles[1])
+            if self.between_epochs is not None:
+                self.between_epochs(int(epoch_steps))
+            log[-1] = (step, time.perf_counter(), log[-1][2])  # our round is not brax's time
+        self.compiles[1] = self.compiles[0]
+
+    def rates(self) -> tuple[list[float], float | None, float | None]:
+        """brax's per-epoch rates, the rate between the last two reports, and the rate.
+
+        The rate is the median of the epochs that compiled nothing (the first, and the
+        second too: brax's epoch compiles again for its own outputs' sharding), else the
+        rate a user sees between the last two progress reports (evaluation included).
+        """
+        log = self.log
+        sps = [float(m["training/sps"]) for _, _, m in log if "training/sps" in m]
+        steady = [r for r, c in zip(sps, self.compiled, strict=True) if not c]
+        interval = None
+        if len(log) >= 3:
+            (s0, t_a, _), (s1, t_b, _) = log[-2], log[-1]
+            interval = (s1 - s0) / (t_b - t_a) if t_b > t_a else None
+        return sps, interval, statistics.median(steady) if steady else interval

@@ -147,11 +147,8 @@ def learning_markdown(records: list[Record]) -> list[str]:
         "(same config) both runs compute the same thing and differ only by the machine's "
         "noise.",
         "",
-        "| " + " | ".join(LEARNING_COLUMNS) + " |",
-        "|" + "---|" * len(LEARNING_COLUMNS),
+        *_markdown_table(LEARNING_COLUMNS, [row for rec in recs for row in learning_rows(rec)]),
     ]
-    for rec in recs:
-        lines += ["| " + " | ".join(row) + " |" for row in learning_rows(rec)]
     lines += [
         "",
         "| task | autotune probe s | same config | sooner (speedup) | sooner at median speed "
@@ -234,12 +231,16 @@ def markdown(report: dict[str, Any]) -> str:
         "rows (jaxspreeze/bench/references.py); the default config for learning rows "
         "(time to threshold: > 1, the autotuned run got there sooner).",
         "",
-        "| " + " | ".join(COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
+        *_markdown_table(COLUMNS, [cells(r) for r in report["records"]]),
     ]
-    lines += ["| " + " | ".join(cells(r)) + " |" for r in report["records"]]
     lines += learning_markdown(report["records"])
     return "\n".join(lines) + "\n"
+
+
+def _markdown_table(columns: tuple[str, ...], rows: list[list[str]]) -> list[str]:
+    """A Markdown table's lines: the header, its rule, one line per row of cells."""
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
 def write(report: dict[str, Any], out: Path) -> tuple[Path, Path]:

@@ -44,7 +44,7 @@ import numpy as np
 from jaxspreeze import algos, config, devices, schedules
 from jaxspreeze.algos.base import RUN_SIZES
 from jaxspreeze.bench import brax_compat
-from jaxspreeze.bench.record import Record
+from jaxspreeze.bench.record import Record, evaluated_chunks
 from jaxspreeze.compiles import CompileLog
 from jaxspreeze.config import RunConfig
 from jaxspreeze.envs import make_env
@@ -168,17 +168,13 @@ def run_jaxspreeze(
     train_s = time.perf_counter() - t_start
     eval_s = 0.0
     curve: list[dict[str, Any]] = []
-    for _ in range(schedule.num_chunks):
-        t = time.perf_counter()
-        state, _ = schedule.chunk(state)
-        jax.block_until_ready(state)
-        train_s += time.perf_counter() - t
-        t = time.perf_counter()
-        result = jax.device_get(evaluate(state.agent.actor))
-        eval_s += time.perf_counter() - t
+    evaluated = lambda s: jax.device_get(evaluate(s.agent.actor))
+    for done in evaluated_chunks(schedule, state, evaluated):
+        train_s += done.chunk_s
+        eval_s += done.eval_s
         point = {
-            "env_steps": int(np.asarray(state.env_steps).reshape(-1)[0]),
-            "return": float(np.mean(result.return_mean)),
+            "env_steps": int(np.asarray(done.state.env_steps).reshape(-1)[0]),
+            "return": float(np.mean(done.result.return_mean)),
             "wall_s": time.perf_counter() - t_start,
             "train_s": train_s,
         }
@@ -229,26 +225,26 @@ def brax_env(env_name: str) -> tuple[Any, Callable[..., Any] | None]:
 def brax_kwargs(cfg: RunConfig, task: ScoreTask) -> dict[str, Any]:
     """brax trainer arguments matched to ``cfg`` (jaxspreeze's resolved preset)."""
     a = cfg.algo_config
-    evals = max(2, cfg.total_steps // task.eval_every + 1)
-    common = dict(
+    if task.algo not in BRAX_KWARGS:
+        raise ValueError(f"brax has no trainer {task.algo!r} here")
+    return dict(
         num_timesteps=cfg.total_steps,
         episode_length=EPISODE_LENGTH,
         num_envs=cfg.num_envs,
-        num_evals=evals,
+        num_evals=max(2, cfg.total_steps // task.eval_every + 1),
         num_eval_envs=task.eval_episodes,
         deterministic_eval=True,
         seed=cfg.seed,
-    )
-    if task.algo not in BRAX_KWARGS:
-        raise ValueError(f"brax has no trainer {task.algo!r} here")
-    return BRAX_KWARGS[task.algo](cfg, a, common)
-
-
-def _brax_sac_kwargs(cfg: RunConfig, a: Any, common: dict[str, Any]) -> dict[str, Any]:
-    return dict(
-        common,
-        learning_rate=a.critic_lr,
+        learning_rate=getattr(a, BRAX_LEARNING_RATE[task.algo]),
         discounting=a.gamma,
+        **BRAX_KWARGS[task.algo](cfg, a),
+        hidden=tuple(a.hidden),
+    )
+
+
+def _brax_sac_kwargs(cfg: RunConfig, a: Any) -> dict[str, Any]:
+    """brax's SAC arguments of its own: the batch, updates per env step, the buffer."""
+    return dict(
         tau=a.tau,
         batch_size=cfg.batch_size,
         grad_updates_per_step=cfg.grad_steps // cfg.rollout_steps,
@@ -256,24 +252,26 @@ def _brax_sac_kwargs(cfg: RunConfig, a: Any, common: dict[str, Any]) -> dict[str
         max_replay_size=cfg.buffer_size,
         normalize_observations=False,
         reward_scaling=1.0,
-        hidden=tuple(a.hidden),
     )
 
 
-def _brax_ppo_kwargs(cfg: RunConfig, a: Any, common: dict[str, Any]) -> dict[str, Any]:
-    samples = cfg.num_envs * cfg.rollout_steps
-    minibatches = max(1, samples // cfg.batch_size)
+# brax's PPO argument: the field of jaxspreeze's PPO config it takes as it is
+BRAX_PPO_NAMES = {
+    "gae_lambda": "gae_lambda",
+    "clipping_epsilon": "clip_eps",
+    "entropy_cost": "ent_coef",
+    "vf_loss_coefficient": "vf_coef",
+    "max_grad_norm": "max_grad_norm",
+    "normalize_advantage": "normalize_advantages",
+    "normalize_observations": "normalize_obs",
+}
+
+
+def _brax_ppo_kwargs(cfg: RunConfig, a: Any) -> dict[str, Any]:
+    """brax's PPO arguments of its own: the losses' settings, the rollout, the minibatches."""
+    minibatches = max(1, cfg.num_envs * cfg.rollout_steps // cfg.batch_size)
     return dict(
-        common,
-        learning_rate=a.lr,
-        discounting=a.gamma,
-        gae_lambda=a.gae_lambda,
-        clipping_epsilon=a.clip_eps,
-        entropy_cost=a.ent_coef,
-        vf_loss_coefficient=a.vf_coef,
-        max_grad_norm=a.max_grad_norm,
-        normalize_advantage=a.normalize_advantages,
-        normalize_observations=a.normalize_obs,
+        **{brax: getattr(a, ours) for brax, ours in BRAX_PPO_NAMES.items()},
         unroll_length=cfg.rollout_steps,
         num_minibatches=minibatches,
         batch_size=cfg.num_envs // minibatches,
@@ -283,11 +281,11 @@ def _brax_ppo_kwargs(cfg: RunConfig, a: Any, common: dict[str, Any]) -> dict[str
         # gamma * V(s) wherever an env sets info["time_out"], and brax's inverted_pendulum
         # sets it on every fall (its termination): no fall would cost anything
         bootstrap_on_timeout=False,
-        hidden=tuple(a.hidden),
     )
 
 
 BRAX_KWARGS = {"sac": _brax_sac_kwargs, "ppo": _brax_ppo_kwargs}  # by brax's trainer name
+BRAX_LEARNING_RATE = {"sac": "critic_lr", "ppo": "lr"}  # brax has one rate for all networks
 
 
 def run_brax(

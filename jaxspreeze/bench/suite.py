@@ -46,58 +46,74 @@ TRAINER_ROWS = (
     ("ppo", "playground/CartpoleBalance"),
 )
 
-# sizes per scale: "cpu" fits 2 cores, "gpu" goes to 65,536 envs and samples per batch
+SCALES = ("cpu", "gpu")
+# the sizes of each scale, side by side (cpu, gpu): "cpu" fits 2 cores, "gpu" goes to 65,536
+# envs and samples per batch
+SIZES_BY_NAME: dict[str, tuple[Any, Any]] = {
+    "sampling_envs": ((1, 64, 1024, 8192), (1, 1024, 16384, 65536)),
+    "sampling_envs_brax": ((16, 128, 512), (1024, 16384)),
+    "batch_sizes": ((256, 1024, 4096), (256, 4096, 65536)),
+    "sac_chunk": (
+        dict(num_envs=64, grad_steps=8, batch_size=256, chunk_iterations=8),
+        dict(num_envs=4096, grad_steps=16, batch_size=8192, chunk_iterations=16),
+    ),
+    "ppo_chunk": (
+        dict(num_envs=32, rollout_steps=64, batch_size=512, chunk_iterations=2),
+        dict(num_envs=4096, rollout_steps=32, batch_size=32768, chunk_iterations=2),
+    ),
+    # brax's trainers vs the chunk: one brax epoch = one chunk = chunk_iterations steps
+    "brax_sac": (
+        dict(num_envs=128, grad_steps=8, batch_size=256, chunk_iterations=32),
+        dict(num_envs=2048, grad_steps=16, batch_size=8192, chunk_iterations=64),
+    ),
+    "brax_ppo": (
+        dict(num_envs=256, rollout_steps=16, chunk_iterations=4),
+        dict(num_envs=4096, rollout_steps=16, chunk_iterations=4),
+    ),
+}
 SIZES: dict[str, dict[str, Any]] = {
-    "cpu": {
-        "sampling_envs": (1, 64, 1024, 8192),
-        "sampling_envs_brax": (16, 128, 512),
-        "batch_sizes": (256, 1024, 4096),
-        "sac_chunk": dict(num_envs=64, grad_steps=8, batch_size=256, chunk_iterations=8),
-        "ppo_chunk": dict(num_envs=32, rollout_steps=64, batch_size=512, chunk_iterations=2),
-        # brax's trainers vs the chunk: one brax epoch = one chunk = chunk_iterations steps
-        "brax_sac": dict(num_envs=128, grad_steps=8, batch_size=256, chunk_iterations=32),
-        "brax_ppo": dict(num_envs=256, rollout_steps=16, chunk_iterations=4),
-    },
-    "gpu": {
-        "sampling_envs": (1, 1024, 16384, 65536),
-        "sampling_envs_brax": (1024, 16384),
-        "batch_sizes": (256, 4096, 65536),
-        "sac_chunk": dict(num_envs=4096, grad_steps=16, batch_size=8192, chunk_iterations=16),
-        "ppo_chunk": dict(num_envs=4096, rollout_steps=32, batch_size=32768, chunk_iterations=2),
-        "brax_sac": dict(num_envs=2048, grad_steps=16, batch_size=8192, chunk_iterations=64),
-        "brax_ppo": dict(num_envs=4096, rollout_steps=16, chunk_iterations=4),
-    },
+    scale: {name: sizes[i] for name, sizes in SIZES_BY_NAME.items()}
+    for i, scale in enumerate(SCALES)
 }
 QUICK = {
     "cpu": {"sampling_envs": (1024,), "sampling_envs_brax": (16,), "batch_sizes": (256,)},
     "gpu": {"sampling_envs": (16384,), "sampling_envs_brax": (1024,), "batch_sizes": (4096,)},
 }
 
+
+@dataclass(frozen=True)
+class EndToEnd:
+    """An end-to-end case: ``algo`` trained on ``env`` until its return reaches ``threshold``."""
+
+    algo: str
+    env: str
+    threshold: float
+    sizes: dict[str, int]  # RunConfig fields
+    algo_config: dict[str, Any] = field(default_factory=dict)  # changes to its defaults
+
+    def config(self) -> RunConfig:
+        """The run: the sizes on one device, the algorithm's default networks and config."""
+        hidden = algos.get(self.algo).config_cls().hidden  # the algorithm's tuned default
+        cfg = cases.run_config(self.algo, self.env, hidden, **self.sizes, placement="single")
+        algo_cfg = dataclasses.replace(cfg.algo_config, **self.algo_config)
+        return dataclasses.replace(cfg, **{self.algo: algo_cfg})
+
+
 E2E = {
-    "sac": dict(
-        config=dict(
-            algo="sac",
-            env="gymnax/Pendulum-v1",
-            num_envs=8,
-            grad_steps=8,
-            batch_size=256,
-            chunk_iterations=125,
-            total_steps=30_000,
-        ),
-        threshold=-200.0,
+    "sac": EndToEnd(
+        "sac",
+        "gymnax/Pendulum-v1",
+        -200.0,
+        dict(num_envs=8, grad_steps=8, batch_size=256, chunk_iterations=125, total_steps=30_000),
     ),
-    "ppo": dict(
-        config=dict(
-            algo="ppo",
-            env="gymnax/CartPole-v1",
-            num_envs=16,
-            rollout_steps=64,
-            batch_size=256,
-            chunk_iterations=5,
-            total_steps=300_000,
+    "ppo": EndToEnd(
+        "ppo",
+        "gymnax/CartPole-v1",
+        475.0,
+        dict(
+            num_envs=16, rollout_steps=64, batch_size=256, chunk_iterations=5, total_steps=300_000
         ),
         algo_config=dict(lr=1e-3),
-        threshold=475.0,
     ),
 }
 
@@ -261,13 +277,8 @@ def measure(case: Case, refs: ModuleType | None = None, rounds: int = 3, warmup:
             )
             return {"id": case.id, **rec}
         if case.kind == "end_to_end":
-            spec = E2E[case.args["algo"]]
-            algo, env = spec["config"]["algo"], spec["config"]["env"]
-            hidden = algos.get(algo).config_cls().hidden  # the algorithm's tuned default
-            cfg = cases.run_config(algo, env, hidden, **_e2e_fields(spec["config"]))
-            algo_cfg = dataclasses.replace(cfg.algo_config, **spec.get("algo_config", {}))
-            cfg = dataclasses.replace(cfg, **{algo: algo_cfg})
-            return {"id": case.id, **cases.end_to_end(cfg, spec["threshold"])}
+            e2e = E2E[case.args["algo"]]
+            return {"id": case.id, **cases.end_to_end(e2e.config(), e2e.threshold)}
         w = prepare(case)
     except cases.Unavailable as e:
         return {"id": case.id, "kind": case.kind, **case.args, "skipped": str(e)}
@@ -299,12 +310,6 @@ def brax_reference(refs: ModuleType, kw: dict[str, Any]) -> Record:
         return refs.brax_trainer(**kw)
     except Exception as e:  # brax's trainers are a third party: report, do not crash
         return {"name": f"brax-{kw['algo']}", "error": f"{type(e).__name__}: {e}"}
-
-
-def _e2e_fields(config: dict[str, Any]) -> dict[str, Any]:
-    fields = {k: v for k, v in config.items() if k not in ("algo", "env")}
-    fields.setdefault("placement", "single")
-    return fields
 
 
 def run(

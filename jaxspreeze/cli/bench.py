@@ -19,7 +19,7 @@ from jaxspreeze.bench.record import (
     versions,
 )
 from jaxspreeze.cli.args import parse
-from jaxspreeze.cli.common import fail
+from jaxspreeze.cli.common import at_least_one
 from jaxspreeze.devices import describe_hardware
 
 DESCRIPTION = (
@@ -27,6 +27,8 @@ DESCRIPTION = (
     "brax's trainers and time to a return threshold) side by side with bare references in "
     "this process; print a table and write bench.json and bench.md."
 )
+
+FLAGS = (tyro.conf.FlagCreatePairsOff,)  # a bool option is one flag (no --no- pair)
 
 
 @dataclass
@@ -57,15 +59,9 @@ class BenchArgs:
 
 def main(argv: Sequence[str]) -> int:
     """Measure the selected cases; returns the exit code."""
-    args = parse(
-        BenchArgs,
-        argv,
-        "jaxspreeze bench",
-        markers=(tyro.conf.FlagCreatePairsOff,),
-        description=DESCRIPTION,
-    )
-    if args.rounds is not None and args.rounds < 1:
-        return fail("--rounds: must be >= 1")
+    args = parse(BenchArgs, argv, "jaxspreeze bench", markers=FLAGS, description=DESCRIPTION)
+    if code := at_least_one(rounds=args.rounds):
+        return code
     selected = suite.selection(args.full, args.scale)
     if args.only:
         selected = [c for c in selected if any(s in c.id for s in args.only)]

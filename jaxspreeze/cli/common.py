@@ -53,6 +53,14 @@ def flag(field_name: str) -> str:
     return "--" + field_name.replace("_", "-")
 
 
+def at_least_one(**options: int | None) -> int | None:
+    """Report the first option set below 1 (``--name: must be >= 1``): its exit code, or None."""
+    for name, value in options.items():
+        if value is not None and value < 1:
+            return fail(f"{flag(name)}: must be >= 1")
+    return None
+
+
 def config_error(e: ConfigError) -> int:
     """Report a ConfigError as ``--field: how to fix it`` and return the bad-input code."""
     return fail(f"{flag(e.field)}: {str(e).split(': ', 1)[1]}")

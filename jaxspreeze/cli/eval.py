@@ -17,13 +17,15 @@ import tyro
 
 from jaxspreeze.checkpoint import evaluate_checkpoint
 from jaxspreeze.cli.args import parse
-from jaxspreeze.cli.common import fail
+from jaxspreeze.cli.common import at_least_one, fail
 from jaxspreeze.errors import CheckpointError, ConfigError
 
 DESCRIPTION = (
     "Evaluate the newest intact checkpoint of a run directory (or the checkpoint directory "
     "given): one deterministic episode per env, N envs, every seed of the run."
 )
+
+FLAGS = (tyro.conf.FlagCreatePairsOff,)  # a bool option is one flag (no --no- pair)
 
 
 @dataclass
@@ -42,15 +44,9 @@ class EvalArgs:
 
 def main(argv: Sequence[str]) -> int:
     """Evaluate and print the return per seed (or one JSON line)."""
-    args = parse(
-        EvalArgs,
-        argv,
-        "jaxspreeze eval",
-        markers=(tyro.conf.FlagCreatePairsOff,),
-        description=DESCRIPTION,
-    )
-    if args.episodes is not None and args.episodes < 1:
-        return fail("--episodes: must be >= 1")
+    args = parse(EvalArgs, argv, "jaxspreeze eval", markers=FLAGS, description=DESCRIPTION)
+    if code := at_least_one(episodes=args.episodes):
+        return code
     try:
         result = evaluate_checkpoint(args.run_dir, args.episodes, args.seed)
     except (CheckpointError, ConfigError) as e:
