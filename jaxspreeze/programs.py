@@ -37,8 +37,17 @@ A program that JAX's persistent cache gave is used and not kept: XLA's CPU clien
 serialize it again (its kernels are missing from the copy), hence the names of
 :meth:`ProgramCache.jit`.
 
-Entries are pickles, like JAX's own cache: load them only from a directory you own.
-An entry that fails to load is compiled again and replaced; the cache never fails a run.
+A kept program is machine code that runs when loaded, so it is verified first. Each entry
+starts with a header line holding the SHA-256 and length of what follows (written with it
+in one atomic rename); an entry whose bytes do not match (flipped, truncated), that does not
+load, or whose load killed an earlier process (a ``.loading-<pid>`` mark left beside it by
+a process that no longer runs) is discarded with one warning line, and the program is
+compiled (past JAX's cache, which would give a copy XLA cannot keep) and kept again.
+Programs are loaded only from a directory the user owns and nobody else can write
+(:func:`jaxspreeze.cachedir.distrust`); otherwise every program is compiled and none kept,
+with one warning line saying why. After each program kept, the cache directory is held
+under its size cap (:func:`jaxspreeze.cachedir.max_size`, least recently used first). The
+cache never fails a run.
 """
 
 from __future__ import annotations
@@ -59,10 +68,14 @@ from pathlib import Path
 from typing import Any
 
 import jax
+from jax._src import config as jax_config
+
+from jaxspreeze import cachedir
 
 ENV_VAR = "JAXSPREEZE_PROGRAM_CACHE"  # "off": trace every program, keep none
-FORMAT = "jaxspreeze-programs-1"
-SUFFIX = ".jaxexe"
+FORMAT = cachedir.FORMAT
+SUFFIX = cachedir.PROGRAM_SUFFIX
+_MARK = ".loading-"  # ".<entry>.loading-<pid>": a process is loading the entry
 # distributions whose code or build shapes a traced program
 DISTRIBUTIONS = (
     "jax",
@@ -219,14 +232,27 @@ class ProgramCache:
     is answered by JAX's cache all the same is used and not kept.
     """
 
-    def __init__(self, directory: str | Path | None, run: Any = ()) -> None:
+    def __init__(
+        self,
+        directory: str | Path | None,
+        run: Any = (),
+        label: str = "",
+        warn: Callable[[str], None] | None = None,
+    ) -> None:
         self.directory = Path(directory) if directory is not None and enabled() else None
         self._run = run
+        self.label = label  # what the entries are for, in words (``jaxspreeze cache`` lists it)
+        self._warn = warn or _warn
         self._namespace: str | None = None
         self.loaded: list[str] = []
         self.compiled: list[str] = []
+        self.discarded: list[str] = []
         self.load_s = 0.0
         self._lock = threading.Lock()
+        self._fresh: set[str] = set()  # discarded: compile past JAX's cache, keep again
+        if self.directory is not None and (why := cachedir.distrust(self.directory)):
+            self._warn(f"kept programs not loaded nor kept: {why}")
+            self.directory = None
 
     @classmethod
     def off(cls) -> ProgramCache:
@@ -262,23 +288,50 @@ class ProgramCache:
         return self.directory / f"{name}-{key}{SUFFIX}"
 
     def load(self, name: str, *args: Any) -> jax.stages.Compiled | None:
-        """The program kept for ``name`` called on ``args`` (arrays or abstract), or None."""
+        """The program kept for ``name`` called on ``args`` (arrays or abstract), or None.
+        A damaged entry, or one whose load killed an earlier process, is discarded."""
         if self.directory is None:
             return None
         path = self._path(name, args)
         start = time.perf_counter()
         try:
+            if _crashed(path):
+                return self._discard(name, path, "a process died while loading it")
             with open(path, "rb") as f:
                 data = f.read()
-            program = _deserialize(data)
         except FileNotFoundError:
             return None
-        except Exception:  # damaged, or from another build: compiled again and replaced
-            return None
+        except OSError as e:
+            return self._discard(name, path, f"it cannot be read ({e.strerror})")
+        payload, why = cachedir.verified(data)
+        if payload is None:
+            return self._discard(name, path, why)
+        mark = path.with_name(f".{path.name}{_MARK}{os.getpid()}")
+        try:
+            with contextlib.suppress(OSError):
+                mark.touch()
+            program = _deserialize(payload)
+        except Exception as e:  # from another build, or its kernels are missing here
+            return self._discard(name, path, f"it does not load ({type(e).__name__})")
+        finally:
+            mark.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            os.utime(path)  # its last use: the size cap evicts the least recently used
         with self._lock:
             self.loaded.append(name)
             self.load_s += time.perf_counter() - start
         return program
+
+    def _discard(self, name: str, path: Path, why: str) -> None:
+        """Remove a bad entry (one warning line); the program is compiled and kept again."""
+        for p in (path, *_marks(path)):
+            with contextlib.suppress(OSError):
+                p.unlink()
+        with self._lock:
+            self.discarded.append(name)
+            self._fresh.add(name)
+        self._warn(f"kept program {path.name} discarded: {why}; compiling it again")
+        return None
 
     def store(
         self, name: str, args: tuple[Any, ...], program: jax.stages.Compiled, lapack: bool = False
@@ -296,19 +349,24 @@ class ProgramCache:
 
             with _SERIALIZE_LOCK:
                 serialized, in_tree, out_tree = serialize_executable.serialize(program)
-                data = pickle.dumps((serialized, in_tree, out_tree, ids, lapack))
+                payload = pickle.dumps((serialized, in_tree, out_tree, ids, lapack))
             path = self._path(name, args)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=SUFFIX)
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".part")
             try:
                 with os.fdopen(fd, "wb") as f:
-                    f.write(data)
+                    f.write(cachedir.header(payload, name, self.label))
+                    f.write(payload)
                 os.replace(tmp, path)
             except BaseException:
                 os.unlink(tmp)
                 raise
         except Exception:
             return False
+        limit = cachedir.max_size()
+        if limit is not None and self.directory.name == cachedir.PROGRAMS:
+            with contextlib.suppress(OSError):
+                cachedir.evict(self.directory.parent, limit, keep=path)
         return True
 
     def compile(self, name: str, jitted: Any, *args: Any) -> jax.stages.Compiled:
@@ -324,8 +382,13 @@ class ProgramCache:
     ) -> jax.stages.Compiled:
         """Compile ``lowered`` (the program ``name`` lowered for ``args``) and keep it when
         XLA compiled it (not JAX's cache) and another process can load it."""
+        past_jax_cache = name in self._fresh  # JAX's copy could not be kept again
         with _persistent_cache_hits() as hits:
-            program = lowered.compile()
+            if past_jax_cache:
+                with jax_config.enable_compilation_cache(False):
+                    program = lowered.compile()
+            else:
+                program = lowered.compile()
         with self._lock:
             self.compiled.append(name)
         if self.on and not hits:
@@ -342,6 +405,7 @@ class ProgramCache:
                 "programs_loaded": sorted(self.loaded),
                 "programs_compiled": sorted(self.compiled),
                 "programs_load_s": self.load_s,
+                "programs_discarded": sorted(self.discarded),
             }
 
 
@@ -444,3 +508,31 @@ def _ready_lapack() -> bool:
     except Exception:
         return False
     return True
+
+
+def _warn(message: str) -> None:
+    print(f"jaxspreeze: warning: {message}", file=sys.stderr, flush=True)
+
+
+def _marks(path: Path) -> list[Path]:
+    return list(path.parent.glob(f".{path.name}{_MARK}*"))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def _crashed(path: Path) -> bool:
+    """True when a process that no longer runs left a loading mark on ``path``'s entry
+    (its load killed it): loading it again would kill this one too."""
+    for mark in _marks(path):
+        pid = mark.name.rpartition(_MARK)[2]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            return True
+    return False

@@ -38,6 +38,7 @@ from typing import Any, Literal
 import jax
 
 from jaxspreeze import (
+    cachedir,
     algos,
     checkpoint,
     devices,
@@ -89,20 +90,17 @@ class RunResult:
 
 
 def enable_compile_cache(setting: str) -> str | None:
-    """Turn on JAX's persistent compilation cache; returns the directory (None if off)."""
-    if setting == "off":
+    """Turn on JAX's persistent compilation cache; returns the directory (None if off).
+    JAX keeps each entry's last use and evicts the least recently used above the size cap
+    (:func:`jaxspreeze.cachedir.max_size`)."""
+    path = cachedir.directory(setting)
+    if path is None:
         return None
-    path = (
-        setting
-        or os.environ.get("JAXSPREEZE_CACHE_DIR")
-        or str(
-            Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "jaxspreeze" / "xla"
-        )
-    )
-    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_compilation_cache_dir", str(path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    return path
+    jax.config.update("jax_compilation_cache_max_size", cachedir.max_size() or -1)
+    return str(path)
 
 
 def crossed(every: int, steps_before: int, steps_after: int) -> bool:
@@ -421,7 +419,8 @@ def program_cache(
     """
     if directory is None or distributed.process_count() > 1:
         return ProgramCache.off()
-    return ProgramCache(Path(directory) / "programs", program_run(cfg, schedule))
+    label = f"{cfg.algo} {cfg.env} {type(schedule).__name__}"
+    return ProgramCache(Path(directory) / "programs", program_run(cfg, schedule), label)
 
 
 def program_run(cfg: RunConfig, schedule: schedules.Schedule) -> tuple[Any, ...]:

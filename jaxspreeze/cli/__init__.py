@@ -1,4 +1,4 @@
-"""Command line: ``jaxspreeze train|eval|autotune|bench|render|plot|launch`` (also ``python -m jaxspreeze``).
+"""Command line: ``jaxspreeze train|eval|autotune|bench|render|plot|launch|cache`` (also ``python -m jaxspreeze``).
 
 One module per command (``jaxspreeze.cli.<command>``, each with ``main(argv) -> int``);
 :mod:`.common` holds the one-line errors and exit codes they share, :mod:`.args` the
@@ -35,11 +35,12 @@ commands:
   plot       learning-curve and throughput PNGs for one or more run directories
   launch     start N local processes of one data-parallel run:
              jaxspreeze launch --processes N -- train <train args>
+  cache      list, clear or cap the compile cache (compiled and kept programs)
 
 `jaxspreeze COMMAND --help` lists a command's options; `--debug` shows the traceback of an error.
 """
 
-COMMANDS = ("train", "eval", "autotune", "bench", "render", "plot", "launch")
+COMMANDS = ("train", "eval", "autotune", "bench", "render", "plot", "launch", "cache")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
