@@ -21,6 +21,11 @@ from pathlib import Path
 
 import pytest
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # (module of the copy that gets the import, the module it imports): each is a plausible
@@ -134,6 +139,17 @@ def test_a_module_on_no_floor_fails(results: dict[str, list]) -> None:
     rc, out = results["new module"]
     assert rc != 0, out
     assert "unplaced" in out, out
+
+
+def test_the_architecture_page_draws_the_contract_floors() -> None:
+    """docs/architecture.md's floor diagram is the layers contract, line for line."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (layers,) = [c for c in config["contracts"] if c["type"] == "layers"]
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    block = page.split("<!-- layers:", 1)[1].split("<!-- end layers -->", 1)[0]
+    lines = block.split("```")[1].strip("\n").splitlines()
+    drawn = [line.split("  ")[0].strip() for line in lines]
+    assert drawn == layers["layers"]
 
 
 if __name__ == "__main__":
