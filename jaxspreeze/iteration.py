@@ -46,7 +46,7 @@ import jax.numpy as jnp
 
 from jaxspreeze import replay
 from jaxspreeze.algos.base import AgentState, Algorithm
-from jaxspreeze.envs import VecEnv
+from jaxspreeze.envs.base import VecEnv
 from jaxspreeze.rollout import EnvCarry, env_init, random_policy, rollout
 from jaxspreeze.types import ObsOnly, PyTree, Transition
 

@@ -17,12 +17,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
-from jaxspreeze.types import Record
-
-if TYPE_CHECKING:
-    from jaxspreeze.sinks.base import Sink
+from jaxspreeze.types import Record, Sink
 
 Report = Callable[[str], None]
 _STOP = object()

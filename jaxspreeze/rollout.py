@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import jax
 
-from jaxspreeze.envs import EnvState, VecEnv
+from jaxspreeze.envs.base import EnvState, VecEnv
 from jaxspreeze.types import Transition
 
 Policy = Callable[[jax.Array, jax.Array], jax.Array]  # (obs [N, ...], key) -> action [N, ...]

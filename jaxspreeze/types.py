@@ -1,9 +1,9 @@
-"""The shared vocabulary: transitions, environment specs, device placements, records."""
+"""The shared vocabulary: transitions, environment specs, device placements, records, sinks."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import jax
 
@@ -147,3 +147,19 @@ class Placement:
         if not self.split:
             return f"single device {self.actor}"
         return f"split: actor on {self.actor}, critic on {self.critic}, eval on {self.eval}"
+
+
+class Sink(Protocol):
+    """Receives one record per chunk (and eval records); ``close`` flushes.
+
+    A sink may set ``queue_size`` to change how many records wait for it (the metrics
+    thread drops, and counts, what does not fit).
+    """
+
+    name: str
+
+    def write(self, record: Record) -> None:
+        """Consume one record."""
+
+    def close(self) -> None:
+        """Flush and release resources."""

@@ -1,28 +1,16 @@
-"""What every sink is: an object with ``name``, ``write(record)`` and ``close()``."""
+"""What the sinks share: the number helpers they write records with.
+
+The sink contract itself (:class:`~jaxspreeze.types.Sink`: ``name``, ``write(record)``,
+``close()``) lives in :mod:`jaxspreeze.types`, where the metrics thread reads it too.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import Any
 
 from jaxspreeze.types import Record
-
-
-class Sink(Protocol):
-    """Receives one record per chunk (and eval records); ``close`` flushes.
-
-    A sink may set ``queue_size`` to change how many records wait for it (the metrics
-    thread drops, and counts, what does not fit).
-    """
-
-    name: str
-
-    def write(self, record: Record) -> None:
-        """Consume one record."""
-
-    def close(self) -> None:
-        """Flush and release resources."""
 
 
 def finite_number(v: Any) -> bool:
