@@ -26,7 +26,6 @@ import contextlib
 import dataclasses
 import functools
 import math
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -38,8 +37,8 @@ from typing import Any, Literal
 import jax
 
 from jaxspreeze import (
-    cachedir,
     algos,
+    cachedir,
     checkpoint,
     devices,
     distributed,

@@ -167,6 +167,7 @@ def test_a_directory_others_can_write_is_not_loaded_from(tmp_path, capsys, cache
     (line,) = warnings
     assert str(directory) in line and "writable by others" in line and "chmod go-w" in line
     np.testing.assert_allclose(program(X), FN(X))
+    assert entry.exists() and len(list(directory.iterdir())) == 1  # neither read nor kept
     directory.chmod(0o700)
     (tmp_path / "xla").chmod(0o757)  # the directory above counts too
     assert "writable by others" in cachedir.distrust(directory)
