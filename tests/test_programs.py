@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from jaxspreeze import config, devices, programs, schedules
+from jaxspreeze.caches import program_run
 from jaxspreeze.programs import ProgramCache
-from jaxspreeze.trainer import program_run
 
 ON = {"JAXSPREEZE_PROGRAM_CACHE": "on"}
 
