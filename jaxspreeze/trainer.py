@@ -275,7 +275,9 @@ def _chunks(
             jax.block_until_ready(in_flight)
         in_flight = chunk_metrics
         host.tripwire.raise_if_tripped()
-        stopped = stop_at(stop, chunk)
+        # a stop at the last chunk changes nothing: the run is complete and ends as any
+        # complete run does (its checkpoint, the final evaluation)
+        stopped = None if (why := stop_at(stop, chunk)) and last else why
         if not last and (stopped or crossed(cfg.checkpoint_every, steps_before, steps)):
             save(state, steps, chunk, in_flight)
         if stopped:

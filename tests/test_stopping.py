@@ -152,3 +152,33 @@ def test_kill_mode_acts_while_the_main_thread_is_inside_xla(sig, times, starting
     assert out.returncode == -getattr(signal, sig), out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and line in lines[0], out.stderr
+
+
+@pytest.mark.parametrize("at", ["middle", "last"])
+def test_the_stop_line_matches_the_checkpoint_on_disk(at, tiny_cfg, monkeypatch, capsys):
+    """A stop after a middle chunk writes the checkpoint its line names; a stop after the
+    last chunk ends the run as a complete one (its checkpoint and final evaluation), never
+    a line promising a checkpoint that is not there."""
+    from jaxspreeze import checkpoint, trainer
+
+    first = []
+
+    def stop_at(stop, chunk):  # as if SIGINT arrived during this chunk
+        first.append(chunk)
+        if (at == "middle") != (chunk == first[0]):
+            return None
+        stop.request("SIGINT")
+        return "SIGINT"
+
+    monkeypatch.setattr(trainer, "stop_at", stop_at)
+    result = trainer.train(tiny_cfg.replace(checkpoint_every=10**6), signals="raise")
+    out = capsys.readouterr().out
+    newest = checkpoint.read_manifest(checkpoint.latest(result.run_dir))["env_steps"]
+    if at == "middle":
+        assert result.summary["stopped"] == "SIGINT"
+        assert f"stopped by SIGINT at {newest:,} env steps; checkpoint written" in out
+        assert newest < 600 and result.summary.get("final_eval_return") is None
+    else:
+        assert result.summary.get("stopped") is None and "stopped by" not in out
+        assert newest == result.summary["env_steps"] >= 600
+        assert result.summary["final_eval_return"] is not None
