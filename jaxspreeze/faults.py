@@ -26,8 +26,11 @@ PEER_WAIT_S = 30.0  # how long a process whose collective failed asks who died
 
 
 @contextlib.contextmanager
-def explained(run_dir: Path, metrics_thread: MetricsThread) -> Iterator[None]:
-    """Run the chunks: their failures re-raised with what the run directory keeps."""
+def explained(
+    run_dir: Path, metrics_thread: MetricsThread, checkpoint_every: int = 0
+) -> Iterator[None]:
+    """Run the chunks: their failures re-raised with what the run directory keeps
+    (``checkpoint_every``: the run's checkpoint cadence, for the advice)."""
     try:
         yield
     except jax.errors.JaxRuntimeError as e:
@@ -40,7 +43,7 @@ def explained(run_dir: Path, metrics_thread: MetricsThread) -> Iterator[None]:
         raise
     except NonFiniteError as e:
         metrics_thread.close(timeout=10.0)
-        note = checkpoint_note(checkpoint.latest(run_dir), run_dir)
+        note = checkpoint_note(checkpoint.latest(run_dir), run_dir, checkpoint_every)
         raise NonFiniteError(f"{e} {note}") from None
     except HostEnvError as e:
         # a host env's worker failed or stalled: the message names them; add what is kept

@@ -52,12 +52,19 @@ def nonfinite_message(record: dict[str, Any]) -> str | None:
     )
 
 
-def checkpoint_note(latest: Any, run_dir: Any) -> str:
-    """What a non-finite stop leaves: the newest checkpoint (a path or None) and how to go on.
+def checkpoint_note(latest: Any, run_dir: Any, checkpoint_every: int = 0) -> str:
+    """What a non-finite stop leaves: the newest checkpoint (a path or None) and how to go on
+    (``checkpoint_every``: the run's cadence, 0 for a checkpoint only at the end).
 
     A resumed run takes changed learning rates from its new config, so resuming with
     smaller ones is a real way on.
     """
+    if latest is None and checkpoint_every > 0:
+        return (
+            f"No checkpoint was written before it (the first was due at {checkpoint_every:,} "
+            "env steps: a smaller --checkpoint-every keeps an earlier one); start the run "
+            "again with smaller learning rates."
+        )
     if latest is None:
         return (
             "No checkpoint was written before it (set --checkpoint-every to keep one); "

@@ -186,7 +186,7 @@ def _run(
     host = start_threads(
         all_sinks, schedule, work, t_start, started.history, started.evaluate, main
     )
-    with explained(run.path, host.metrics):
+    with explained(run.path, host.metrics, cfg.checkpoint_every):
         ran = _chunks(setup, started, host, n_chunks, stop, t_start)
     sink_drops = host.metrics.close()
     if host.evaluator is None:  # not process 0: process 0 writes the summary and the policy

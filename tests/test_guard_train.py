@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxspreeze import checkpoint, config, devices, rundir, schedules
+from jaxspreeze import checkpoint, config, devices, guards, rundir, schedules
 from jaxspreeze.errors import NonFiniteError
 from jaxspreeze.trainer import train
 
@@ -74,3 +74,11 @@ def test_nan_before_any_checkpoint_says_none_was_kept(tiny_cfg, monkeypatch):
     assert "is kept" not in message
     run = rundir.RunDir(rundir.path_of(cfg))
     assert not checkpoint.list_checkpoints(run.path) and run.not_started
+    assert "set --checkpoint-every" in message  # it checkpoints only at the end
+
+
+def test_the_nan_advice_speaks_of_the_checkpoint_cadence_the_run_had():
+    with_cadence = guards.checkpoint_note(None, "runs/r", checkpoint_every=800)
+    assert "due at 800 env steps" in with_cadence and "smaller --checkpoint-every" in with_cadence
+    assert "set --checkpoint-every" not in with_cadence
+    assert "set --checkpoint-every" in guards.checkpoint_note(None, "runs/r", 0)
