@@ -77,6 +77,18 @@ def human(n: float) -> str:
     return f"{n:.1f} GB"
 
 
+def unwritable(path: Path) -> str | None:
+    """Why ``path`` (a cache directory, existing or to be made) cannot be written, or None."""
+    probe = Path(path).absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is not a directory"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} is not writable"
+    return None
+
+
 def distrust(path: Path) -> str | None:
     """Why machine code kept in ``path`` (a kept-programs directory) must not be loaded, or
     None when it may: it and the directory above it, where they exist, must be owned by

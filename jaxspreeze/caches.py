@@ -8,6 +8,7 @@ keyed by :func:`program_run`: the config's fields that reach a program (all but
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,14 @@ def enable_compile_cache(setting: str) -> str | None:
     (:func:`jaxspreeze.cachedir.max_size`)."""
     path = cachedir.directory(setting)
     if path is None:
+        return None
+    if why := cachedir.unwritable(path):  # JAX would warn twice per program, every run
+        print(
+            f"jaxspreeze: warning: compile cache not used: {why} (give --compile-cache a "
+            "writable directory, or off)",
+            file=sys.stderr,
+            flush=True,
+        )
         return None
     jax.config.update("jax_compilation_cache_dir", str(path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)

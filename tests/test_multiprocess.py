@@ -263,6 +263,44 @@ def test_launcher_returns_the_failed_process_code_and_stops_the_rest(tmp_path):
     assert time.monotonic() - t0 < 60
 
 
+NOISY = """
+import os, sys, time
+i = os.environ["JAXSPREEZE_PROCESS_ID"]
+print(f"[Gloo] Rank {i} is connected to 1 peer ranks. Expected number is : 1", file=sys.stderr)
+print(f"I1204 17:30:00.123456 {os.getpid()} coordination_service.cc:123] up", file=sys.stderr)
+print("jaxspreeze: warning: a warning passes through", file=sys.stderr, flush=True)
+if i == "1":
+    time.sleep(0.5)
+    print("jaxspreeze: error: --num-envs: must be at least 1", file=sys.stderr)
+    sys.exit(2)
+time.sleep(1.5)  # the survivor's report of its peer's death is left out
+print("jaxspreeze: error: process 1 of 2 died", file=sys.stderr, flush=True)
+print("E1204 17:30:02.000000 1 client.cc:9] connection reset", file=sys.stderr, flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_failed_process_is_one_line_on_the_launchers_console():
+    proc = subprocess.run(
+        [*LAUNCH, "--processes", "2", "--exec-command", "--grace-s", "2", "--",
+         sys.executable, "-c", NOISY],
+        env=clean_env(), capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    lines = proc.stderr.strip().splitlines()
+    warnings = [x for x in lines if "warning" in x]
+    errors = [x for x in lines if x not in warnings]
+    assert proc.returncode == 2 and len(warnings) == 2, proc.stderr
+    (line,) = errors
+    assert line.startswith("jaxspreeze: error: process 1 of 2") and "exited with code 2" in line
+    assert line.endswith(": --num-envs: must be at least 1; stopping the other 1 process(es)")
+    debug = subprocess.run(
+        [*LAUNCH, "--processes", "2", "--exec-command", "--grace-s", "2", "--",
+         sys.executable, "-c", NOISY],
+        env=clean_env(JAXSPREEZE_DEBUG="1"), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert "[Gloo] Rank 0" in debug.stderr and "--num-envs: must be" in debug.stderr
+
+
 def test_launcher_gives_each_process_its_place(monkeypatch):
     monkeypatch.delenv("JAXSPREEZE_PROGRAM_CACHE", raising=False)  # inherited, not the launcher's
     seen = []

@@ -230,3 +230,24 @@ def test_bad_sizes_and_directories_are_refused_in_one_line(tmp_path, capsys):
     assert cachedir.parse_size("4GB") == 4 * 2**30 and cachedir.parse_size("512") == 512
     with pytest.raises(ValueError, match="not a size"):
         cachedir.parse_size("4 parsecs")
+
+
+def test_a_read_only_compile_cache_is_one_warning_line(tmp_path, capsys, monkeypatch):
+    from jaxspreeze.caches import enable_compile_cache
+
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    read_only.chmod(0o555)
+    real_access = os.access  # (root may write anywhere: the check is what os.access says)
+    monkeypatch.setattr(
+        os, "access", lambda p, mode: False if str(p) == str(read_only) else real_access(p, mode)
+    )
+    assert enable_compile_cache(str(read_only / "xla")) is None
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "compile cache not used" in line and "not writable" in line and "--compile-cache" in line
+
+
+def test_unwritable_names_why(tmp_path):
+    (tmp_path / "file").write_text("")
+    assert "not a directory" in cachedir.unwritable(tmp_path / "file" / "xla")
+    assert cachedir.unwritable(tmp_path / "new" / "xla") is None

@@ -52,6 +52,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(USAGE)
         return 0 if argv else BAD_INPUT
     command, rest = argv[0], argv[1:]
+    if debug and command == "launch":  # the processes show their tracebacks, the launcher all
+        rest = [*rest, "--debug"] if "--" in rest else [*rest, "--", "--debug"]
     if command not in COMMANDS:
         return fail(f"unknown command {command!r}; choose one of {', '.join(COMMANDS)}")
     # imported when chosen: a command pulls in jax and its library, `jaxspreeze --help` does not

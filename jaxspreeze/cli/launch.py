@@ -10,6 +10,12 @@ Ctrl-C and SIGTERM are forwarded to every process (a training run stops at a chu
 boundary with a checkpoint). When a process fails (exits non-zero or is killed), the
 launcher names it, sends the others SIGTERM, kills what is left after ``--grace-s``
 seconds and exits non-zero: a dead process never leaves the others hanging.
+
+The processes' standard error passes through the launcher, so that a fault reads as one
+line: a process's own error line is held and joined to the launcher's line naming the
+process; what the others say after the first failure (they only report that a peer died)
+and the collective libraries' start-up and log lines (Gloo's, absl's ``I1204 ...`` lines)
+are left out. ``--debug`` (or ``JAXSPREEZE_DEBUG=1``) passes everything through.
 """
 
 from __future__ import annotations
@@ -17,10 +23,12 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,6 +46,9 @@ from jaxspreeze.distributed import (
 )
 
 POLL_S = 0.1
+ERROR_PREFIX = "jaxspreeze: error: "
+# lines of the collective and logging libraries: Gloo's start-up, absl's (glog-style) logs
+NOISE = re.compile(r"^\[Gloo\]|^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\]")
 PR_SET_PDEATHSIG = 1  # Linux prctl: a signal the child gets when the launcher dies
 
 DESCRIPTION = (
@@ -99,12 +110,14 @@ def launch(
     devices_per_process: int = 0,
     grace_s: float = 10.0,
     env: dict[str, str] | None = None,
+    debug: bool = False,
 ) -> int:
     """Run ``command`` in ``processes`` local processes of one run; return the exit code.
 
-    0 when every process exits 0. When one fails, the message names it (and any other
-    that had already failed), the others are stopped (SIGTERM, SIGKILL after
-    ``grace_s``) and the failed process's exit code is returned (1 if it was killed).
+    0 when every process exits 0. When one fails, one line names it (with its own error
+    line, and any other that had already failed), the others are stopped (SIGTERM,
+    SIGKILL after ``grace_s``) and the failed process's exit code is returned (1 if it
+    was killed). ``debug``: every line of the processes' standard error passes through.
     """
     port = port or free_port(host)
     base = dict(os.environ if env is None else env)
@@ -124,10 +137,14 @@ def launch(
             subprocess.Popen(
                 list(command),
                 env=child_env,
+                stderr=subprocess.PIPE,
+                text=True,
+                errors="replace",
                 start_new_session=True,  # the terminal's Ctrl-C reaches the launcher only
                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
             )
         )
+    relay = Relay(children, debug=debug)
 
     def forward(signum: int, _frame: object) -> None:
         for child in children:
@@ -137,26 +154,65 @@ def launch(
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return _watch(children, grace_s)
+        return _watch(children, grace_s, relay)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
         _stop(children, grace_s=0.0)
 
 
-def _watch(children: list[subprocess.Popen], grace_s: float) -> int:
-    """Wait for every process; on the first failure name it and stop the others."""
+class Relay:
+    """Passes the processes' standard error to the launcher's, a thread per process: a
+    process's ``jaxspreeze: error:`` line is held for the launcher's one line; noise, and
+    every line after the first failure, are dropped (unless ``debug``)."""
+
+    def __init__(self, children: list[subprocess.Popen], debug: bool = False) -> None:
+        self.debug = debug
+        self.errors: dict[int, str] = {}
+        self.failed = threading.Event()
+        self._threads = {
+            i: threading.Thread(target=self._pump, args=(i, c.stderr), daemon=True)
+            for i, c in enumerate(children)
+            if getattr(c, "stderr", None) is not None
+        }
+        for t in self._threads.values():
+            t.start()
+
+    def _pump(self, index: int, stream) -> None:
+        for line in stream:
+            if self.debug:
+                sys.stderr.write(line)
+            elif line.startswith(ERROR_PREFIX):
+                self.errors.setdefault(index, line[len(ERROR_PREFIX) :].strip())
+            elif not self.failed.is_set() and not NOISE.match(line):
+                sys.stderr.write(line)
+            sys.stderr.flush()
+
+    def error_of(self, index: int, wait_s: float = 2.0) -> str | None:
+        """The error line process ``index`` printed (waiting for its stream to end)."""
+        if index in self._threads:
+            self._threads[index].join(timeout=wait_s)
+        return self.errors.get(index)
+
+
+def _watch(children: list[subprocess.Popen], grace_s: float, relay: Relay | None = None) -> int:
+    """Wait for every process; on the first failure name it in one line and stop the others."""
     n = len(children)
     while True:
         codes = [c.poll() for c in children]
         exits = {i: code for i, code in enumerate(codes) if code is not None}
         failed = [i for i, code in exits.items() if code != 0]
         if failed:
+            if relay is not None:
+                relay.failed.set()
             # a process killed by a signal is the likelier first cause (its peers then
             # fail in their collectives), so it is named first
             failed.sort(key=lambda i: (exits[i] >= 0, i))
             first, code = failed[0], exits[failed[0]]
             message = f"process {first} of {n} (pid {children[first].pid}) {describe_exit(code)}"
+            said = relay.error_of(first) if relay is not None else None
+            if said:
+                message += f": {said}"
             also = [f"process {i} {describe_exit(exits[i])}" for i in failed[1:]]
             running = n - len(exits)
             if also:
@@ -215,4 +271,5 @@ def main(argv: Sequence[str]) -> int:
         port=args.port,
         devices_per_process=args.devices_per_process,
         grace_s=args.grace_s,
+        debug="--debug" in rest or os.environ.get("JAXSPREEZE_DEBUG", "") not in ("", "0"),
     )
