@@ -264,7 +264,8 @@ def test_launcher_returns_the_failed_process_code_and_stops_the_rest(tmp_path):
 
 
 def test_launcher_gives_each_process_its_place(monkeypatch):
-    monkeypatch.delenv("JAXSPREEZE_PROGRAM_CACHE", raising=False)  # inherited, not the launcher's
+    for inherited in ("JAXSPREEZE_PROGRAM_CACHE", "JAXSPREEZE_CACHE_DIR"):  # the tests', not
+        monkeypatch.delenv(inherited, raising=False)  # the launcher's
     seen = []
 
     class Fake:
