@@ -287,8 +287,8 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
         (["--env", CARTPOLE, "--algo", "ppo", "--batch-size", "1000"], ["batch", "1024"]),
     ],
 )
-def test_bad_host_input_exits_2_in_one_line(tmp_path, args, words):
-    out = run_cli("train", *args, "--logdir", str(tmp_path))
+def test_bad_host_input_exits_2_in_one_line(tmp_path, args, words, run_main):
+    out = run_main("train", *args, "--logdir", str(tmp_path))
     assert out.returncode == 2, out.stderr
     lines = [line for line in out.stderr.strip().splitlines() if line.strip()]
     assert len(lines) == 1 and all(w in lines[0] for w in words), out.stderr
