@@ -117,6 +117,21 @@ def test_a_bad_config_file_is_one_line(name, text, words, tmp_path, capsys):
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_wrong_type_in_a_config_file_is_one_line_and_no_warning(tmp_path):
+    """A TOML value of the wrong type: its one line, with no third-party warning before it
+    (a fresh interpreter: pytest would capture the warnings)."""
+    path = tmp_path / "bad.toml"
+    path.write_text('total_steps = "lots"\n')
+    proc = subprocess.run(
+        [sys.executable, "-m", "jaxspreeze", "train", "--config", str(path)],
+        env={**os.environ, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "jaxspreeze: error: --total-steps: must be an integer, got 'lots'"
+    ]
+
+
 # ------------------------------------------------------------------------------ damaged checkpoints
 def truncate_arrays(ckpt: Path) -> None:
     """Cut ``arrays.bin`` to 1000 bytes."""

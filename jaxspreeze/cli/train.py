@@ -135,6 +135,7 @@ def parse_run_args(
     """
     preset = option_value(argv, "--config") or base_file
     base = config.load(preset) if preset else RunConfig()
+    config.check_types(base)  # a wrong type in the file: its one line, before tyro warns
     default = cls(run=base)  # type: ignore[call-arg]
     return parse_grouped(cls, argv, prog, default, RUN_GROUPS, description=description)
 
