@@ -125,7 +125,7 @@ def ours(env_name: str, cfg, refresh_every: int | None = None) -> Iteration:
         family.auto_reset = real
     venv = VecEnv(parts.spec, cfg.num_envs, parts.reset_one, parts.step_batch)
     algo = algos.get("ppo").make(cfg.algo_config, venv.spec, cfg)
-    return Iteration.from_config(cfg, algo, venv, False)
+    return Iteration.from_plan(cfg, algo, venv, False)
 
 
 def our_programs(env_name: str, cfg) -> list[Program]:
