@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from jaxspreeze import config, devices, programs, schedules
+from jaxspreeze.plan import plan
 from jaxspreeze.programs import ProgramCache
 from jaxspreeze.trainer import program_run
 
@@ -36,7 +37,7 @@ def _schedule(cfg, directory, unique, dispatched=None):
     ``unique`` (a test's own namespace: JAX's persistent cache, on in the test process
     after any run, never answers its compiles); ``dispatched``: the split's pieces."""
     cfg = config.resolve(cfg)
-    schedule = schedules.make(cfg, devices.single(), dispatched=dispatched)
+    schedule = schedules.make(plan(cfg, devices.single()), dispatched=dispatched)
     schedule.programs = ProgramCache(directory, (program_run(cfg, schedule), unique))
     return schedule
 
@@ -85,7 +86,7 @@ def test_another_config_names_other_programs(tiny_cfg, tmp_path, cache_on):
 
     def namespace(cfg):
         cfg = config.resolve(cfg)
-        schedule = schedules.make(cfg, devices.single())
+        schedule = schedules.make(plan(cfg, devices.single()))
         return ProgramCache(tmp_path, program_run(cfg, schedule)).namespace
 
     base = namespace(tiny_cfg)

@@ -20,6 +20,7 @@ import pytest
 from jaxspreeze import devices, schedules
 from jaxspreeze.bench.record import Workload, throughput_record
 from jaxspreeze.config import RunConfig, resolve
+from jaxspreeze.plan import plan
 from jaxspreeze.schedules import Schedule
 
 pytestmark = pytest.mark.benchmark
@@ -35,7 +36,7 @@ def workload(placement: str) -> tuple[Workload, Schedule]:
         pytest.skip("the split needs two devices (JAX_NUM_CPU_DEVICES=2 on CPU)")
     cfg = RunConfig(chunk_iterations=K, placement=placement).replace(sac={"hidden": (256, 256)})
     cfg = resolve(cfg.replace(total_steps=cfg.warmup_steps + 4 * K * cfg.steps_per_iteration))
-    loop = schedules.make(cfg, devices.resolve(placement))
+    loop = schedules.make(plan(cfg, devices.resolve(placement)))
     state = loop.init()
     t0 = time.perf_counter()
     loop.compile(state)
