@@ -217,7 +217,7 @@ def resolve(cfg: RunConfig, spec: AlgoSpec | None = None) -> RunConfig:
         return cfg
     spec = spec or algos.get(cfg.algo)
     changes: dict[str, Any] = {n: spec.defaults[n] for n in RUN_SIZES if getattr(cfg, n) is None}
-    total = changes.get("total_steps", cfg.total_steps)
+    total = spec.defaults["total_steps"] if cfg.total_steps is None else cfg.total_steps
     if cfg.eval_every is None and isinstance(total, int) and not isinstance(total, bool):
         changes["eval_every"] = max(total // EVALUATIONS, 0)
     return dataclasses.replace(cfg, **changes) if changes else cfg
@@ -336,12 +336,10 @@ def check_types(cfg: Any, prefix: str = "") -> None:
     hints = typing.get_type_hints(type(cfg))
     for f in dataclasses.fields(cfg):
         value = getattr(cfg, f.name)
-        hint = hints.get(f.name)
+        hint = hints[f.name]  # every field is annotated
         name = f"{prefix}{f.name}"
         if dataclasses.is_dataclass(value):
             check_types(value, f"{name}.")
-            continue
-        if hint is None:
             continue
         if not _type_ok(value, hint):
             raise ConfigError(name, f"must be {_describe(hint)}, got {value!r}")
@@ -360,30 +358,12 @@ def _non_negative(cfg: RunConfig, names: tuple[str, ...]) -> None:
 MAX_SEED = 2**31 - 1
 
 
-def _check_host(cfg: RunConfig) -> None:
-    """What the host schedules (gymnasium/, envpool/ envs) support so far."""
-    if cfg.num_seeds != 1:
-        raise ConfigError(
-            "num_seeds", f"host envs ({cfg.env}) train one seed per run so far, got {cfg.num_seeds}"
-        )
-    if cfg.placement in ("data", "split-data"):
-        raise ConfigError(
-            "placement",
-            f"host envs ({cfg.env}) do not run data-parallel ({cfg.placement}); use auto or single",
-        )
-    if cfg.num_envs % cfg.host_workers:
-        raise ConfigError(
-            "num_envs",
-            f"{cfg.num_envs} envs do not split evenly over host_workers {cfg.host_workers}",
-        )
-
-
 def check_fields(cfg: RunConfig) -> None:
     """Check every field on its own; raise :class:`ConfigError` naming the first bad one.
 
     ``cfg`` is resolved (:func:`resolve`). Covers the types of every field and section,
-    the ranges and names of RunConfig's fields, the env's name and observation keys and
-    what host envs support; what needs the algorithm or the env spec is checked by
+    the ranges and names of RunConfig's fields, the env's name and observation keys; what
+    needs the schedule, the algorithm or the env spec is checked by
     :func:`jaxspreeze.plan.plan` after this.
     """
     if cfg.placement not in PLACEMENTS:
@@ -446,5 +426,3 @@ def check_fields(cfg: RunConfig) -> None:
     except UnknownEnvError as e:
         raise ConfigError("env", str(e)) from None
     envs.check_obs_keys(cfg.env, cfg.obs_keys)
-    if envs.is_host_env(cfg.env):
-        _check_host(cfg)

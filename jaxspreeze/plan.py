@@ -98,11 +98,12 @@ def plan(cfg: RunConfig, placement: Placement | None = None, *, on_devices: bool
     """Resolve and check ``cfg`` once; the :class:`RunPlan` of a run of it.
 
     Resolves the run-level sizes left unset (:func:`jaxspreeze.config.resolve`), checks
-    every field (:func:`jaxspreeze.config.check_fields`), then what needs the algorithm
-    and the env: the off-policy limits (buffer, warm-up), the algorithm's own checks (its
-    section with the run's sizes; every other section on its own), the budget (the
-    warm-up and one whole iteration), and that the algorithm can train the env (the env
-    spec is built here: no compile). Raises :class:`~jaxspreeze.errors.ConfigError`
+    every field (:func:`jaxspreeze.config.check_fields`), then what needs the schedule,
+    the algorithm or the env: what the host schedules support (host envs), the off-policy
+    limits (buffer, warm-up), the algorithm's own checks (its section with the run's
+    sizes; every other section on its own), the budget (the warm-up and one whole
+    iteration), and that the algorithm can train the env (the env spec is built here: no
+    compile). Raises :class:`~jaxspreeze.errors.ConfigError`
     naming the first bad field.
 
     ``placement``: the devices the run uses; None: ``cfg.placement`` resolved on this
@@ -150,7 +151,10 @@ def _schedule_kind(cfg: RunConfig, spec: AlgoSpec, placement: Placement | None) 
 
 
 def _check_run(cfg: RunConfig, spec: AlgoSpec) -> EnvSpec:
-    """The checks that need the algorithm or the env (``plan``'s list); the env spec."""
+    """The checks that need the schedule, the algorithm or the env (``plan``'s list); the
+    env spec."""
+    if envs.is_host_env(cfg.env):
+        _check_host(cfg)
     if not spec.on_policy:
         _check_replay(cfg)
     spec.validate(getattr(cfg, spec.name), f"{spec.name}.", cfg)
@@ -163,6 +167,24 @@ def _check_run(cfg: RunConfig, spec: AlgoSpec) -> EnvSpec:
     if reason:
         raise ConfigError("algo", f"{cfg.algo} cannot train {cfg.env}: {reason}")
     return env
+
+
+def _check_host(cfg: RunConfig) -> None:
+    """What the host schedules (gymnasium/, envpool/ envs) support so far."""
+    if cfg.num_seeds != 1:
+        raise ConfigError(
+            "num_seeds", f"host envs ({cfg.env}) train one seed per run so far, got {cfg.num_seeds}"
+        )
+    if cfg.placement in ("data", "split-data"):
+        raise ConfigError(
+            "placement",
+            f"host envs ({cfg.env}) do not run data-parallel ({cfg.placement}); use auto or single",
+        )
+    if cfg.num_envs % cfg.host_workers:
+        raise ConfigError(
+            "num_envs",
+            f"{cfg.num_envs} envs do not split evenly over host_workers {cfg.host_workers}",
+        )
 
 
 def _check_replay(cfg: RunConfig) -> None:

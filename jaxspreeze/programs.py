@@ -10,7 +10,7 @@ loads it back in a later process instead of tracing, lowering and compiling it a
 A program is found again only when everything that went into its trace is the same. Its
 key holds:
 
-- the run (the caller's ``run``; the trainer's ``program_run``): the config's fields that
+- the run (the caller's ``run``; :func:`jaxspreeze.caches.program_run`): the config's fields that
   reach a program (not the seed, which programs take as keys, nor the run's name,
   directory, sinks, checkpointing and cache directory), the schedule, the placement, and
   the env object's classes (their source files' contents, their packages' files by size

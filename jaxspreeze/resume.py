@@ -50,6 +50,10 @@ from jaxspreeze.plan import RunPlan
 from jaxspreeze.rundir import RunDir
 from jaxspreeze.types import Placement
 
+# what each field is to a resume, read once from the fields' metadata (config.fields_of):
+# RunConfig's fields of each kind, and the shape fields of every algorithm's config
+KINDS = {kind: fields_of(kind) for kind in ("shape", "start", "off_policy", "autotune", "location")}
+ALGO_SHAPE = {spec.name: fields_of("shape", spec.config_cls) for spec in algos.all_specs()}
 # the names of the agent-state leaves that hold a hyperparameter (set from the config)
 HYPERPARAMETER_LEAVES = frozenset({"learning_rate", "lr", "gamma", "tau", "gae_lambda"})
 
@@ -128,7 +132,7 @@ def find(run_dir: str | Path, plan: RunPlan) -> tuple[ResumePoint, RunPlan]:
             f"to continue it give --total-steps above {env_steps}",
         )
     plan = plan.relocated(logdir=str(run_dir.parent), run_name=run_dir.name)
-    location = fields_of("location")
+    location = KINDS["location"]
     changes = {k: v for k, v in config_changes(saved, plan.cfg).items() if k not in location}
     point = ResumePoint(
         run_dir=run_dir,
@@ -186,9 +190,9 @@ def _used(cfg: RunConfig, spec: AlgoSpec, name: str) -> bool:
     section = name.split(".", 1)[0] if "." in name else None
     if section is not None:
         return section == cfg.algo
-    if name in fields_of("autotune"):
+    if name in KINDS["autotune"]:
         return False
-    return not (spec.on_policy and name in fields_of("off_policy"))
+    return not (spec.on_policy and name in KINDS["off_policy"])
 
 
 def restore(point: ResumePoint, template: TrainState) -> TrainState:
@@ -233,8 +237,8 @@ def shape_fields(spec: AlgoSpec) -> list[str]:
     """The fields of a run of algorithm ``spec`` (dotted for the algorithm's) that change
     the state's shapes: the ``shape`` fields of RunConfig (the off-policy ones only for an
     off-policy algorithm) and of the algorithm's config."""
-    fields = list(fields_of("shape", on_policy=spec.on_policy))
-    fields += [f"{spec.name}.{name}" for name in fields_of("shape", spec.config_cls)]
+    fields = [n for n in KINDS["shape"] if not (spec.on_policy and n in KINDS["off_policy"])]
+    fields += [f"{spec.name}.{name}" for name in ALGO_SHAPE[spec.name]]
     return fields
 
 
@@ -312,11 +316,13 @@ def start_only_fields(saved_cfg: RunConfig, spec: AlgoSpec, plan: RunPlan) -> di
     """
     out: dict[str, str] = {}
     cfg = plan.cfg
-    for name in fields_of("start", on_policy=spec.on_policy):
+    for name in KINDS["start"]:
+        if spec.on_policy and name in KINDS["off_policy"]:
+            continue
         if getattr(saved_cfg, name) != getattr(cfg, name):
             out[name] = "it acts only when a run starts (the saved state carries its effect)"
     old_algo, new_algo = getattr(saved_cfg, spec.name), getattr(cfg, spec.name)
-    shape = fields_of("shape", spec.config_cls)
+    shape = ALGO_SHAPE[spec.name]
     changed = [
         f.name
         for f in dataclasses.fields(old_algo)

@@ -30,6 +30,9 @@ What "now" does depends on ``second``:
   ends) raise :class:`StopRequested`. Both take effect as soon as the main thread runs
   Python again, i.e. after the XLA call it is blocked in.
 
+Several processes stop together: :func:`stop_at` turns a signal on any of them into the
+same chunk boundary for all.
+
 Handlers are installed only in the main thread (elsewhere the context manager is a no-op
 that never requests) and the previous ones (and wakeup fd) are restored on exit.
 """
@@ -47,6 +50,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, Literal
+
+from jaxspreeze import distributed
 
 
 class StopRequested(KeyboardInterrupt):
@@ -225,3 +230,23 @@ class GracefulStop:
             f"stopped by {self.signal_name}{at}; checkpoint written. Resume with: "
             f"jaxspreeze train --resume {run_dir}"
         )
+
+
+def stop_at(stop: GracefulStop | None, chunk: int) -> str | None:
+    """Why the run stops after chunk ``chunk`` (a signal's name), or None to go on.
+
+    One process: when a signal arrived. Several: a signal on any process stops every
+    process at the same chunk, a little later (:func:`jaxspreeze.distributed.propose_stop`).
+    """
+    requested = stop.signal_name if stop is not None and stop.requested else None
+    if distributed.process_count() == 1:
+        return requested
+    agreed = distributed.agreed_stop()
+    if agreed is None and requested is not None:
+        distributed.propose_stop(chunk, requested)  # the first proposal holds
+        agreed = distributed.agreed_stop()
+    if agreed is None or chunk < agreed[0]:
+        return None
+    if stop is not None and not stop.requested:
+        stop.request(agreed[1])  # for the resume hint
+    return agreed[1]

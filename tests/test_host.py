@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from test_sinks import read_csv, read_tensorboard
 
-from jaxspreeze import metrics, trainer
+from jaxspreeze import metrics, threads, trainer
 from jaxspreeze.algos.sac import SACConfig
 from jaxspreeze.config import RunConfig
 from jaxspreeze.evaluate import EvalResult, Evaluator, make_seed_evaluate, snapshot_copy
@@ -145,7 +145,7 @@ def held_run(tmp_path_factory):
     )
     gate, held, reports = threading.Event(), {}, []
     traces: collections.Counter = collections.Counter()
-    real = trainer.make_seed_evaluate
+    real = threads.make_seed_evaluate
 
     def held_eval_fn(act, env, keys):
         fn = real(act, env, keys)
@@ -166,7 +166,7 @@ def held_run(tmp_path_factory):
     jax.monitoring.register_event_duration_secs_listener(listen)
     try:
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(trainer, "make_seed_evaluate", held_eval_fn)
+            mp.setattr(threads, "make_seed_evaluate", held_eval_fn)
             mp.setattr(metrics, "warn", reports.append)
             result = trainer.train(cfg, quiet=True, sinks=[recorder, Boom()])
     finally:

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 from jaxspreeze import config, devices, programs, schedules
+from jaxspreeze.caches import program_run
 from jaxspreeze.plan import plan
 from jaxspreeze.programs import ProgramCache
-from jaxspreeze.trainer import program_run
 
 ON = {"JAXSPREEZE_PROGRAM_CACHE": "on"}
 
@@ -38,7 +38,7 @@ def _schedule(cfg, directory, unique, dispatched=None):
     after any run, never answers its compiles); ``dispatched``: the split's pieces."""
     cfg = config.resolve(cfg)
     schedule = schedules.make(plan(cfg, devices.single()), dispatched=dispatched)
-    schedule.programs = ProgramCache(directory, (program_run(cfg, schedule), unique))
+    schedule.programs = ProgramCache(directory, (program_run(schedule), unique))
     return schedule
 
 
@@ -87,7 +87,7 @@ def test_another_config_names_other_programs(tiny_cfg, tmp_path, cache_on):
     def namespace(cfg):
         cfg = config.resolve(cfg)
         schedule = schedules.make(plan(cfg, devices.single()))
-        return ProgramCache(tmp_path, program_run(cfg, schedule)).namespace
+        return ProgramCache(tmp_path, program_run(schedule)).namespace
 
     base = namespace(tiny_cfg)
     assert namespace(tiny_cfg.replace(batch_size=16)) != base

@@ -81,10 +81,10 @@ from jaxspreeze.autotune.profile import (
 )
 from jaxspreeze.autotune.profile import write as write_profile
 from jaxspreeze.autotune.report import describe_workers, table
+from jaxspreeze.caches import enable_compile_cache
 from jaxspreeze.config import RunConfig
 from jaxspreeze.errors import ConfigError
 from jaxspreeze.plan import plan
-from jaxspreeze.trainer import enable_compile_cache
 
 __all__ = [
     "HOST_TUNED",

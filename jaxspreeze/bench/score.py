@@ -45,12 +45,12 @@ from jaxspreeze import algos, config, devices, schedules
 from jaxspreeze.algos.base import RUN_SIZES
 from jaxspreeze.bench import brax_compat
 from jaxspreeze.bench.record import Record, evaluated_chunks
+from jaxspreeze.caches import enable_compile_cache
 from jaxspreeze.compiles import CompileLog
 from jaxspreeze.config import RunConfig
 from jaxspreeze.envs import make_env
 from jaxspreeze.evaluate import make_seed_evaluate
 from jaxspreeze.plan import RunPlan, plan
-from jaxspreeze.trainer import enable_compile_cache
 
 PRESETS = Path(__file__).resolve().parents[2] / "experiments" / "presets"
 EPISODE_LENGTH = 1000  # jaxspreeze's time limit on brax and Playground envs

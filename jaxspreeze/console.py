@@ -1,0 +1,92 @@
+"""The run's console lines: the header, the start, a resume, the failures, the end.
+
+Plain formatters (strings in, strings out); the trainer decides whether to print them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jaxspreeze import memory, rundir
+from jaxspreeze.config import RunConfig
+from jaxspreeze.plan import RunPlan
+from jaxspreeze.resume import ResumePoint
+from jaxspreeze.types import Record
+
+
+def header(planned: RunPlan, estimate: dict[str, int]) -> str:
+    """The first console line of a run (``estimate``: the memory estimate)."""
+    cfg, placement, total = planned.cfg, planned.placement, estimate["total"]
+    assert placement is not None
+    each = " per device" if placement.data_parallel else ""  # one shard's share
+    buffer = memory.buffer_nbytes(planned) // placement.data_devices
+    return (
+        f"jaxspreeze: {cfg.algo} on {cfg.env} | {cfg.num_seeds} seed(s) x {cfg.num_envs} envs | "
+        f"{placement.describe()} | memory estimate {total / 2**20:.1f} MiB{each} "
+        f"(replay buffer {buffer / 2**20:.1f} MiB)"
+    )
+
+
+def start_line(run_dir: Path, resumed: bool) -> str:
+    """What stopping during the start leaves, in one line."""
+    if resumed:
+        return (
+            f"the resumed run had not started; {run_dir} is unchanged: resume it "
+            f"again with --resume {run_dir}"
+        )
+    return (
+        f"the run had not started; {run_dir} is marked {rundir.NOT_STARTED} (no "
+        "checkpoint): start it again with the same --run-name"
+    )
+
+
+def resumed(point: ResumePoint) -> list[str]:
+    """The console lines of a resumed run: damaged checkpoints skipped, what changed."""
+    lines = [
+        f"  checkpoint {path} is damaged ({why}); set aside as damaged-{path.name}"
+        for path, why in point.damaged
+    ]
+    lines.append(f"  resumed from {point.checkpoint} at {point.env_steps:,} env steps")
+    if point.applied:
+        listing = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in point.applied.items())
+        lines.append(f"  changed since the checkpoint (applied from the first update): {listing}")
+    if point.unused:
+        listing = ", ".join(
+            f"{k} {point.changes[k][0]!r} -> {point.changes[k][1]!r}" for k in point.unused
+        )
+        lines.append(f"  changed but not used by this run ({point.saved.algo}): {listing}")
+    return lines
+
+
+def host_env_note(latest: Path | None, run_dir: Path) -> str:
+    """What a host env's failure leaves: the newest checkpoint (or none) and how to go on."""
+    if latest is None:
+        return "no checkpoint was written before it (set --checkpoint-every to keep one)"
+    return (
+        f"the last checkpoint, {latest}, is kept: once the env is fixed, resume it with "
+        f"jaxspreeze train --resume {run_dir}"
+    )
+
+
+def start_times_line(summary: Record) -> str:
+    """One console line: the command's start to the first chunk, and compiling in all."""
+    first = summary.get("command_to_first_chunk_s")
+    loaded = len(summary.get("programs_loaded") or ())
+    kept = f"; {loaded} programs loaded from the program cache" if loaded else ""
+    if first is None:
+        return f"  compiling in all {summary.get('compile_all_s') or 0:.1f}s{kept}"
+    return (
+        f"  first chunk dispatched {first:.1f}s after the command started "
+        f"({summary['command_to_train_s']:.1f}s before train()); compiling in all "
+        f"{summary['compile_all_s']:.1f}s{kept} (every program: see summary.json)"
+    )
+
+
+def final_line(cfg: RunConfig, summary: Record) -> str:
+    """The last console line of a finished run."""
+    ret = summary["final_eval_return"]
+    return (
+        f"final eval return: {'n/a' if ret is None else f'{ret:.1f}'} (mean over "
+        f"{cfg.num_seeds} seed(s), {cfg.eval_episodes} episodes each) | "
+        f"{summary['env_steps_per_s']:,.0f} env steps/s | wall {summary['wall_s']:.1f}s"
+    )
