@@ -12,7 +12,9 @@ compiled or allocated; a bad config is one :class:`~jaxspreeze.errors.ConfigErro
 
 A plan without devices (``plan(cfg, on_devices=False)``) serves the tools that only read
 sizes or check a config (the CLI's early check, autotune's candidates, the benchmarks'
-cases): its ``placement`` is None, and so is ``schedule`` for a device env.
+cases): its ``placement`` is None, and so is ``schedule`` for a device env. A finished
+run's saved config is planned by :meth:`RunPlan.saved` (resolved, not checked again), for
+its policy and its checkpoints' evaluation.
 """
 
 from __future__ import annotations
@@ -75,6 +77,16 @@ class RunPlan:
         """Iterations after the warm-up needed to reach ``total_steps``."""
         remaining = max(self.cfg.total_steps - self.warmup_steps, 0)
         return math.ceil(remaining / self.steps_per_iteration)
+
+    @classmethod
+    def saved(cls, cfg: RunConfig) -> RunPlan:
+        """The plan of a saved run's config (its ``config.json``, a checkpoint's), without
+        devices: resolved, not checked again (it was when the run started, and a check
+        added since must not lock a finished run out of its policy)."""
+        spec = algos.get(cfg.algo)
+        cfg = config.resolve(cfg, spec)
+        env = envs.env_spec(cfg.env, cfg.obs_keys)
+        return cls(cfg, spec, env, schedule=_schedule_kind(cfg, spec, None))
 
     def make_algorithm(self) -> Algorithm:
         """The run's algorithm bound to its config, env spec and sizes (nothing compiled)."""

@@ -20,7 +20,7 @@ from jaxspreeze import config as config_lib
 from jaxspreeze.algos.base import Algorithm
 from jaxspreeze.config import RunConfig
 from jaxspreeze.errors import ConfigError
-from jaxspreeze.plan import plan
+from jaxspreeze.plan import RunPlan
 from jaxspreeze.types import PyTree
 
 POLICY_FILE = "policy.msgpack"
@@ -55,7 +55,7 @@ def load_policy(run_dir: str | Path) -> Policy:
             f"{path} not found: the run has no saved policy (train it to the end first)"
         )
     try:  # the saved run's plan: its algorithm bound to its env (no devices needed)
-        saved = plan(config_lib.load(run_dir / "config.json"), on_devices=False)
+        saved = RunPlan.saved(config_lib.load(run_dir / "config.json"))
     except ConfigError as e:
         raise ValueError(f"{run_dir / 'config.json'}: {str(e).split(': ', 1)[1]}") from None
     cfg, algo = saved.cfg, saved.make_algorithm()

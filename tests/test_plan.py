@@ -152,3 +152,41 @@ def test_plan_rejects_what_is_not_a_config():
         plan({"algo": "sac"})  # type: ignore[arg-type]
     assert e.value.field == "config"
     assert isinstance(plan_lib.plan(RunConfig(), on_devices=False), RunPlan)
+
+
+def test_a_run_plans_once(tmp_path, monkeypatch):
+    """``train`` plans its config once: one plan, one registry look-up, one resolution
+    (nothing re-derives the config after the set-up)."""
+    from jaxspreeze import starting, trainer
+
+    calls = {"plan": 0, "get": 0, "resolve": 0}
+    real_plan, real_get, real_resolve = starting.plan, algos.get, config.resolve
+
+    def counted(name, fn):
+        def wrapper(*a, **k):
+            calls[name] += 1
+            return fn(*a, **k)
+
+        return wrapper
+
+    monkeypatch.setattr(starting, "plan", counted("plan", real_plan))
+    monkeypatch.setattr(algos, "get", counted("get", real_get))
+    monkeypatch.setattr(config, "resolve", counted("resolve", real_resolve))
+    cfg = RunConfig(
+        total_steps=64, num_envs=4, learning_starts=8, batch_size=8, buffer_size=64,
+        grad_steps=1, chunk_iterations=4, sinks=(), logdir=str(tmp_path), placement="single",
+    )  # fmt: skip
+    result = trainer.train(cfg, quiet=True, save=False)
+    assert result.summary["env_steps"] >= 64
+    assert calls == {"plan": 1, "get": 1, "resolve": 1}
+
+
+def test_a_saved_config_is_planned_without_its_checks_again():
+    """A finished run's config (here one today's budget check refuses) still gives its
+    plan: resolved, its algorithm and env spec, no placement."""
+    cfg = RunConfig(total_steps=1000)  # SAC's warm-up of 1000 leaves no room today
+    with pytest.raises(ConfigError):
+        plan(cfg, on_devices=False)
+    saved = RunPlan.saved(cfg)
+    assert saved.cfg == config.resolve(cfg) and saved.algo_spec is algos.get("sac")
+    assert saved.placement is None and saved.make_algorithm().name == "sac"

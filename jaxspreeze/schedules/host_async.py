@@ -131,7 +131,7 @@ class HostAsync(HostSchedule):
     metric_names: ClassVar[tuple[str, ...]] = HOST_METRICS
 
     def __post_init__(self) -> None:
-        self.split = self.placement.split  # the learner's phases on two devices
+        self.split = self.plan.placement.split  # the learner's phases on two devices
         super().__post_init__()
         cfg = self.cfg
         self.units = self.algo.critic_steps_per_iteration * cfg.batch_size  # update samples
