@@ -29,6 +29,7 @@ from jaxspreeze.cli.common import fail
 from jaxspreeze.config import RunConfig
 from jaxspreeze.envs import is_host_env
 from jaxspreeze.errors import ConfigError
+from jaxspreeze.plan import plan
 from jaxspreeze.trainer import train
 
 if sys.version_info >= (3, 11):
@@ -225,7 +226,7 @@ def main(argv: Sequence[str]) -> int:
     if several and (args.autotune or args.profile):
         return fail("--autotune: tune in one process, then train the processes with its sizes")
     cfg = args.run
-    config.validate(cfg)
+    plan(cfg, on_devices=False)  # exit 2 on a bad config, before any device is touched
     tuned: dict[str, Any] | None = None
     profile = str(profile_file(args.profile)) if args.profile else None
     if args.autotune or profile:
