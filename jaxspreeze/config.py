@@ -119,6 +119,9 @@ class _RunFields:
     """Evaluate every this many env steps (0: only at the end; None: total_steps // 10)."""
     eval_episodes: int = 16
     """Episodes per evaluation (deterministic policy, vmapped envs)."""
+    stop_at_return: float | None = _is(None, "program_free")
+    """Stop at the first evaluation whose return (mean over seeds) is at or above this: a
+    clean stop with a checkpoint and the policy (None: train to total_steps)."""
     logdir: str = _is("runs", "location", "program_free")
     """Directory that holds run directories."""
     run_name: str = _is("", "location", "program_free")

@@ -9,6 +9,7 @@ actor's columns of it.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -38,11 +39,14 @@ class Policy(NamedTuple):
         return jax.tree.map(lambda x: x[i], self.actor)
 
 
-def save_policy(run_dir: str | Path, actor: PyTree) -> Path:
-    """Write the actor of every seed to ``<run_dir>/policy.msgpack``; returns the path."""
-    path = Path(run_dir) / POLICY_FILE
+def save_policy(run_dir: str | Path, actor: PyTree, name: str = POLICY_FILE) -> Path:
+    """Write the actor of every seed to ``<run_dir>/<name>`` (``policy.msgpack``, or
+    ``policy-best.msgpack`` for the best evaluation's), atomically; returns the path."""
+    path = Path(run_dir) / name
     host = jax.tree.map(np.asarray, jax.device_get(actor))
-    path.write_bytes(serialization.to_bytes(host))
+    tmp = path.with_name(f".{name}.tmp")
+    tmp.write_bytes(serialization.to_bytes(host))
+    os.replace(tmp, path)
     return path
 
 

@@ -30,6 +30,7 @@ PROGRAM_FREE = {
     "compile_cache",
     "autotune_budget_s",
     "host_stall_timeout_s",
+    "stop_at_return",
 }
 ALGO_SHAPE = {"sac": {"hidden"}, "td3": {"hidden"}, "ddpg": {"hidden"}, "ppo": {"hidden", "normalize_obs"}}
 
