@@ -17,8 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from jaxspreeze import distributed
 from jaxspreeze.evaluate import EvalResult, Snapshot
 from jaxspreeze.policy import save_policy
+from jaxspreeze.stopping import GracefulStop, stop_at
 
 BEST_POLICY_FILE = "policy-best.msgpack"
 REACHED = "reached"  # a stop reason the watch gives starts with it
@@ -81,3 +83,21 @@ class EvalWatch:
         if why is not None and not snap.final:
             with self._lock:
                 self._reason = self._reason or why
+
+
+def stop_reason(stop: GracefulStop | None, watch: EvalWatch | None, chunk: int) -> str | None:
+    """Why the run stops after chunk ``chunk``: a signal (:func:`jaxspreeze.stopping.stop_at`)
+    or a target an evaluation reached (``watch``, process 0's). Several processes: process
+    0 proposes the stop and every process stops at the same, agreed chunk."""
+    reached = watch.reason if watch is not None else None
+    several = distributed.process_count() > 1
+    if reached and several and distributed.agreed_stop() is None:
+        distributed.propose_stop(chunk, reached)
+    return stop_at(stop, chunk) or (None if several else reached)
+
+
+def stopped_line(stopped: str | None, run_dir: Path) -> str | None:
+    """The console's last line of a run a reached target stopped (None for any other)."""
+    if stopped is None or not stopped.startswith(REACHED):
+        return None
+    return f"stopped: {stopped}; checkpoint and policy written in {run_dir}"

@@ -42,14 +42,14 @@ from jaxspreeze.checkpointing import save_checkpoint
 from jaxspreeze.compiles import CompileLog, process_started
 from jaxspreeze.config import RunConfig
 from jaxspreeze.evaluate import EvalResult
-from jaxspreeze.evalwatch import REACHED, EvalWatch, OnEval
+from jaxspreeze.evalwatch import EvalWatch, OnEval, stop_reason, stopped_line
 from jaxspreeze.faults import explained
 from jaxspreeze.iteration import TrainState
 from jaxspreeze.policy import save_policy
 from jaxspreeze.records import Work
 from jaxspreeze.sinks import Sink
 from jaxspreeze.starting import BEFORE_SETUP, Setup, Started, budget_warnings, set_up, start
-from jaxspreeze.stopping import GracefulStop, stop_at
+from jaxspreeze.stopping import GracefulStop
 from jaxspreeze.summary import compiles, run_summary
 from jaxspreeze.threads import HostThreads, start_threads
 from jaxspreeze.threads import sinks as run_sinks
@@ -153,19 +153,8 @@ def train(
                 for line in budget_warnings(setup.plan) if main else []:
                     metrics.warn(line)
                 started = start(setup, say, stop)
-            return _run(
-                setup,
-                started,
-                t_start,
-                say,
-                quiet,
-                sinks,
-                save,
-                stop,
-                compile_log,
-                before_train_s,
-                on_eval,
-            )
+            return _run(setup, started, t_start, say, quiet, sinks, save, stop,
+                        compile_log, before_train_s, on_eval)  # fmt: skip
     finally:
         if setup is not None:
             setup.schedule.close()  # the host schedule's workers and envs
@@ -238,11 +227,8 @@ def _run(
     run.write_summary(summary)
     say(console.start_times_line(summary))
     say(f"run directory: {run.path}")
-    if ran.stopped and ran.stopped.startswith(REACHED):
-        end = f"stopped: {ran.stopped}; checkpoint and policy written in {run.path}"
-    else:
-        end = stop.resume_hint(run.path, ran.steps) if stop and ran.stopped else None
-    say(end or console.final_line(cfg, summary))
+    hint = stop.resume_hint(run.path, ran.steps) if stop and ran.stopped else None
+    say(stopped_line(ran.stopped, run.path) or hint or console.final_line(cfg, summary))
     return RunResult(run.path, summary, ran.state, schedule)
 
 
@@ -302,10 +288,7 @@ def _chunks(
         host.tripwire.raise_if_tripped()
         # a stop at the last chunk changes nothing: the run is complete and ends as any
         # complete run does (its checkpoint, the final evaluation)
-        reached = watch.reason if watch is not None else None  # process 0's evaluator
-        if reached and distributed.process_count() > 1 and distributed.agreed_stop() is None:
-            distributed.propose_stop(chunk, reached)  # every process stops at one chunk
-        why = stop_at(stop, chunk) or (reached if distributed.process_count() == 1 else None)
+        why = stop_reason(stop, watch, chunk)  # a signal, or a target an evaluation reached
         stopped = None if why and last else why
         if not last and (stopped or crossed(cfg.checkpoint_every, steps_before, steps)):
             save(state, steps, chunk, in_flight)
