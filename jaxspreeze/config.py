@@ -412,6 +412,10 @@ def check_fields(cfg: RunConfig) -> None:
             "seed",
             f"must be in [0, {MAX_SEED - cfg.num_seeds + 1}] (seed + i per seed), got {cfg.seed!r}",
         )
+    if cfg.stop_at_return is not None and not math.isfinite(cfg.stop_at_return):
+        raise ConfigError(
+            "stop_at_return", f"must be a finite return (or None), got {cfg.stop_at_return!r}"
+        )
     if not cfg.logdir.strip():
         raise ConfigError("logdir", "must name a directory, got an empty string")
     if Path(cfg.logdir).exists() and not Path(cfg.logdir).is_dir():
