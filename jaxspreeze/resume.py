@@ -124,7 +124,10 @@ def find(run_dir: str | Path, plan: RunPlan) -> tuple[ResumePoint, RunPlan]:
     check_layout(path, manifest, placement)
     _check_all(saved, saved_algo, plan, saved_split=checkpoint.saved_split(path))
     env_steps = int(manifest["env_steps"])
-    if cfg.total_steps <= env_steps:
+    # a run stopped after its last checkpoint but before its summary (killed, a power cut)
+    # is finished by resuming it as it was: the final evaluation, the summary, the policy
+    unfinished = cfg.total_steps == saved.total_steps and not (run_dir / "summary.json").exists()
+    if cfg.total_steps <= env_steps and not unfinished:
         raise ConfigError(
             "total_steps",
             f"the run already has {env_steps:,} env steps per seed (checkpoint {path}); "

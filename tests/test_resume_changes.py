@@ -205,6 +205,29 @@ def test_every_refused_field_is_named_in_the_one_line(trained_run, tmp_path, cap
     assert all(name in line for name in ("num_envs", "sac.hidden", "seed 0 -> 3")), line
 
 
+def test_a_run_killed_after_its_last_checkpoint_is_finished_by_resuming_it(
+    trained_run, tmp_path, capsys
+):
+    """Killed after the last checkpoint, before the summary and the policy: resuming it as
+    it was trains nothing more and writes the final evaluation, the summary and the
+    policy, as the run would have (the final evaluation's record once, not twice)."""
+    run_dir = copy_run(trained_run, tmp_path)
+    (run_dir / "summary.json").unlink()
+    (run_dir / "policy.msgpack").unlink()
+    code = cli.main(["train", "--resume", str(run_dir)])
+    capsys.readouterr()
+    assert code == 0
+    before = json.loads((trained_run / "summary.json").read_text())
+    after = json.loads((run_dir / "summary.json").read_text())
+    assert after["env_steps"] == before["env_steps"] == T1
+    assert after["final_eval_return"] == before["final_eval_return"]
+    policy = lambda d: (d / "policy.msgpack").read_bytes()
+    assert policy(run_dir) == policy(trained_run)
+    rows = lambda d: [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+    assert sum(bool(r.get("final")) for r in rows(run_dir)) == 1
+    assert len(rows(run_dir)) == len(rows(trained_run))
+
+
 # ------------------------------------------------------------------------------ applied
 def test_a_changed_learning_rate_applies_from_the_first_resumed_update(
     trained_run, tmp_path, capsys

@@ -51,8 +51,10 @@ def keep_until(run_dir: str | Path, env_steps: int) -> list[Record]:
     """Drop the records past ``env_steps`` from ``metrics.jsonl`` and ``metrics.csv``.
 
     What a resume from a checkpoint at ``env_steps`` does first: the records of the chunks
-    it runs again go, and so do lines cut short by a crash. Each file is rewritten
-    atomically, only when something goes. Returns the records ``metrics.jsonl`` keeps.
+    it runs again go, and so do lines cut short by a crash, and the final evaluation's
+    record (taken after the last checkpoint, it is taken again when the resumed run ends).
+    Each file is rewritten atomically, only when something goes. Returns the records
+    ``metrics.jsonl`` keeps.
     """
     run_dir = Path(run_dir)
     kept: list[Record] = []
@@ -65,7 +67,11 @@ def keep_until(run_dir: str | Path, env_steps: int) -> list[Record]:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            if isinstance(record, dict) and _steps(record.get("env_steps")) <= env_steps:
+            if (
+                isinstance(record, dict)
+                and _steps(record.get("env_steps")) <= env_steps
+                and record.get("final") is not True
+            ):
                 kept.append(record)
                 keep.append(line)
         if len(keep) != len(lines):
@@ -82,6 +88,7 @@ def keep_until(run_dir: str | Path, env_steps: int) -> list[Record]:
             if None not in row
             and None not in row.values()
             and _steps(row.get("env_steps")) <= env_steps
+            and row.get("final") not in ("True", "true", "1")
         ]
         if len(good) != len(rows):
 
