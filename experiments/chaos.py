@@ -193,10 +193,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"the uninterrupted run failed: {reference}", file=sys.stderr)
         return 1
     history = []
-    for _ in range(args.kills):
+    landed = lambda: sum(h["killed"] is not None for h in history)
+    while landed() < args.kills and not (run / "summary.json").exists():
         history.append(attempt(args, run, rng, kill=True))
-        if history[-1]["killed"] is None and history[-1]["rc"] == 0:
-            break  # finished before the kill
+        if history[-1]["rc"] not in (0, -9) and history[-1]["killed"] is None:
+            break  # refused or failed without a kill: reported below
     finishes = 0
     while not (run / "summary.json").exists() and finishes < 3:
         history.append(attempt(args, run, rng, kill=False))
