@@ -239,17 +239,18 @@ class Evaluator:
             except Exception as e:
                 self.failed += 1
                 self._fail(f"evaluation at {snap.env_steps} env steps failed", e)
+                snap.actor = None  # free the copy
                 snap.future.set_exception(e)
                 continue
             finally:
                 self.eval_s += time.perf_counter() - t0
-                snap.actor = None  # free the copy
             self.done += 1
             if self._on_result is not None:
-                try:
+                try:  # (it may keep the actor: the best evaluation's policy)
                     self._on_result(snap, result, time.perf_counter() - t0)
                 except Exception as e:
                     self._fail("handling an evaluation result failed", e)
+            snap.actor = None  # free the copy
             snap.future.set_result((snap, result))
 
     def _fail(self, what: str, e: BaseException) -> None:

@@ -12,6 +12,12 @@ from jaxspreeze.evalwatch import BEST_POLICY_FILE, REACHED, EvalWatch
 from jaxspreeze.trainer import train
 
 
+def _leaves(tree):
+    if isinstance(tree, dict):
+        return [x for v in tree.values() for x in _leaves(v)]
+    return [tree]
+
+
 def _result(mean):
     return EvalResult(np.array([mean]), np.array([1.0]), np.array([200.0]))
 
@@ -36,7 +42,8 @@ def test_stop_at_return_stops_early_with_a_resumable_checkpoint(tiny_cfg, capsys
     assert f"stopped: {REACHED} --stop-at-return" in out
     assert checkpoint.read_manifest(checkpoint.latest(result.run_dir))["env_steps"] == steps
     assert (result.run_dir / "policy.msgpack").exists()
-    assert (result.run_dir / BEST_POLICY_FILE).exists()
+    best = serialization.msgpack_restore((result.run_dir / BEST_POLICY_FILE).read_bytes())
+    assert best and all(np.all(np.isfinite(x)) for x in _leaves(best))  # a real actor
     resumed = train(cfg.replace(stop_at_return=None, total_steps=steps + 400), resume=result.run_dir)
     assert resumed.summary["env_steps"] >= steps + 400 and resumed.summary["stopped"] is None
 

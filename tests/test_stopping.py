@@ -159,7 +159,7 @@ def test_the_stop_line_matches_the_checkpoint_on_disk(at, tiny_cfg, monkeypatch,
     """A stop after a middle chunk writes the checkpoint its line names; a stop after the
     last chunk ends the run as a complete one (its checkpoint and final evaluation), never
     a line promising a checkpoint that is not there."""
-    from jaxspreeze import checkpoint, trainer
+    from jaxspreeze import checkpoint, evalwatch, trainer
 
     first = []
 
@@ -170,7 +170,7 @@ def test_the_stop_line_matches_the_checkpoint_on_disk(at, tiny_cfg, monkeypatch,
         stop.request("SIGINT")
         return "SIGINT"
 
-    monkeypatch.setattr(trainer, "stop_at", stop_at)
+    monkeypatch.setattr(evalwatch, "stop_at", stop_at)
     result = trainer.train(tiny_cfg.replace(checkpoint_every=10**6), signals="raise")
     out = capsys.readouterr().out
     newest = checkpoint.read_manifest(checkpoint.latest(result.run_dir))["env_steps"]
