@@ -51,6 +51,7 @@ from jaxspreeze.types import EnvSpec
 FAMILIES = ("gymnasium", "envpool")
 ENVPOOL_INSTALL = 'pip install "jaxspreeze[envpool]"'
 GYMNASIUM_INSTALL = 'pip install "gymnasium[mujoco]>=1.1"'
+HOST_INSTALL = 'pip install "jaxspreeze[host]"'  # gymnasium[mujoco] and envpool (pyproject)
 # gymnasium's async vectorisation starts its env processes from a fork server: forking a
 # process that runs JAX's threads can deadlock
 ASYNC_CONTEXT = "forkserver"
@@ -486,7 +487,10 @@ def make_host_env(
                 **kwargs,
             )
         except gym.error.DependencyNotInstalled as e:
-            raise UnknownEnvError(f"{env}: a package it needs is missing: {e}") from None
+            raise UnknownEnvError(
+                f"{env}: a package it needs is missing: {e} (gymnasium's MuJoCo tasks: "
+                f"{HOST_INSTALL})"
+            ) from None
         return GymnasiumHostEnv(env, vec, kwargs.get("max_episode_steps"))
     gym = _import_gymnasium()
     if isinstance(env, gym.vector.VectorEnv):
