@@ -264,5 +264,5 @@ def test_a_mujoco_id_without_its_packages_names_the_host_extra(monkeypatch):
         raise gym.error.DependencyNotInstalled("MuJoCo is not installed")
 
     monkeypatch.setattr(gym, "make_vec", missing)
-    with pytest.raises(UnknownEnvError, match=r'MuJoCo is not installed.*jaxspreeze\[host\]'):
+    with pytest.raises(UnknownEnvError, match=r"MuJoCo is not installed.*jaxspreeze\[host\]"):
         make_host_env("gymnasium/HalfCheetah-v5", 1)
