@@ -436,6 +436,15 @@ def check_host_env_name(name: str) -> None:
         raise UnknownEnvError(f"unknown gymnasium id {bare!r} in {name!r}{_near(bare, known)}")
 
 
+def env_names(family: str) -> list[str]:
+    """Every id of gymnasium's registry or every envpool task (sorted), without the prefix."""
+    if family == "envpool":
+        return sorted(_import_envpool().list_all_envs())
+    if family == "gymnasium":
+        return sorted(_import_gymnasium().registry)
+    raise UnknownEnvError(f"unknown host env family {family!r}; one of {', '.join(FAMILIES)}")
+
+
 @functools.cache
 def host_env_spec(name: str) -> EnvSpec:
     """The :class:`EnvSpec` of a named host env (checks the name and its spaces; builds one env)."""
