@@ -19,12 +19,11 @@ import jax
 import numpy as np
 from flax import serialization
 
-from jaxspreeze import algos
 from jaxspreeze import config as config_lib
 from jaxspreeze.algos.base import Algorithm
 from jaxspreeze.config import RunConfig
-from jaxspreeze.envs import env_spec
 from jaxspreeze.errors import ConfigError
+from jaxspreeze.plan import RunPlan
 from jaxspreeze.types import PyTree
 
 POLICY_FILE = "policy.msgpack"
@@ -50,12 +49,6 @@ def save_policy(run_dir: str | Path, actor: PyTree) -> Path:
     host = jax.tree.map(np.asarray, jax.device_get(actor))
     path.write_bytes(serialization.to_bytes(host))
     return path
-
-
-def make_algorithm(cfg: RunConfig) -> Algorithm:
-    """The run's algorithm bound to its env spec (no compile)."""
-    cfg = config_lib.resolve(cfg)
-    return algos.get(cfg.algo).make(cfg.algo_config, env_spec(cfg.env, cfg.obs_keys), cfg)
 
 
 def save_policy_file(path: str | Path, policy: Policy, seed_index: int = 0) -> Path:
@@ -105,10 +98,10 @@ def load_policy(path: str | Path) -> Policy:
             seed_index, state = int(state["seed_index"]), state["actor"]
         else:
             cfg = config_lib.load(config_file)
-        cfg = config_lib.resolve(cfg)
+        saved = RunPlan.saved(cfg)  # the saved run's plan: its algorithm bound to its env
     except ConfigError as e:
         raise ValueError(f"{config_file}: {str(e).split(': ', 1)[1]}") from None
-    algo = make_algorithm(cfg)
+    cfg, algo = saved.cfg, saved.make_algorithm()
     keys = jax.random.split(jax.random.key(0), cfg.num_seeds)
     target: Any = jax.eval_shape(jax.vmap(algo.init), keys).actor
     try:
