@@ -119,6 +119,9 @@ class _RunFields:
     """Evaluate every this many env steps (0: only at the end; None: total_steps // 10)."""
     eval_episodes: int = 16
     """Episodes per evaluation (deterministic policy, vmapped envs)."""
+    stop_at_return: float | None = _is(None, "program_free")
+    """Stop at the first evaluation whose return (mean over seeds) is at or above this: a
+    clean stop with a checkpoint and the policy (None: train to total_steps)."""
     logdir: str = _is("runs", "location", "program_free")
     """Directory that holds run directories."""
     run_name: str = _is("", "location", "program_free")
@@ -408,6 +411,10 @@ def check_fields(cfg: RunConfig) -> None:
         raise ConfigError(
             "seed",
             f"must be in [0, {MAX_SEED - cfg.num_seeds + 1}] (seed + i per seed), got {cfg.seed!r}",
+        )
+    if cfg.stop_at_return is not None and not math.isfinite(cfg.stop_at_return):
+        raise ConfigError(
+            "stop_at_return", f"must be a finite return (or None), got {cfg.stop_at_return!r}"
         )
     if not cfg.logdir.strip():
         raise ConfigError("logdir", "must name a directory, got an empty string")

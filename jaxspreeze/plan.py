@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from jaxspreeze import algos, config, devices, envs
-from jaxspreeze.algos.base import Algorithm, AlgoSpec, check_positive
+from jaxspreeze.algos.base import RUN_SIZES, Algorithm, AlgoSpec, check_positive
 from jaxspreeze.config import RunConfig
 from jaxspreeze.errors import ConfigError
 from jaxspreeze.types import EnvSpec, Placement
@@ -126,9 +126,10 @@ def plan(cfg: RunConfig, placement: Placement | None = None, *, on_devices: bool
     if not isinstance(cfg, RunConfig):
         raise ConfigError("config", f"expected a RunConfig, got {type(cfg).__name__}")
     spec = algos.get(cfg.algo)
+    given = frozenset(n for n in RUN_SIZES if getattr(cfg, n) is not None)  # the user's
     cfg = config.resolve(cfg, spec)
     config.check_fields(cfg)
-    env = _check_run(cfg, spec)
+    env = _check_run(cfg, spec, given)
     planned = RunPlan(cfg, spec, env, schedule=_schedule_kind(cfg, spec, None))
     if placement is None and on_devices:
         placement = devices.resolve(cfg.placement)
@@ -162,13 +163,13 @@ def _schedule_kind(cfg: RunConfig, spec: AlgoSpec, placement: Placement | None) 
     return "split" if placement.split else "fused"
 
 
-def _check_run(cfg: RunConfig, spec: AlgoSpec) -> EnvSpec:
+def _check_run(cfg: RunConfig, spec: AlgoSpec, given: frozenset[str] = frozenset()) -> EnvSpec:
     """The checks that need the schedule, the algorithm or the env (``plan``'s list); the
     env spec."""
     if envs.is_host_env(cfg.env):
         _check_host(cfg)
     if not spec.on_policy:
-        _check_replay(cfg)
+        _check_replay(cfg, given)
     spec.validate(getattr(cfg, spec.name), f"{spec.name}.", cfg)
     _check_budget(cfg, warmup_steps(cfg, spec.on_policy))
     for other in algos.all_specs():  # the sections not in use: their own fields only
@@ -199,17 +200,27 @@ def _check_host(cfg: RunConfig) -> None:
         )
 
 
-def _check_replay(cfg: RunConfig) -> None:
-    """The run-level checks of an off-policy algorithm (replay buffer, warm-up, updates)."""
+def _check_replay(cfg: RunConfig, given: frozenset[str] = frozenset()) -> None:
+    """The run-level checks of an off-policy algorithm (replay buffer, warm-up, updates).
+    ``given``: the sizes the user set (the rest are the algorithm's defaults): a refusal
+    names the user's flag, not a default that follows from it."""
     check_positive(cfg, "", ("buffer_size",))
     if cfg.batch_size > cfg.buffer_size:
         raise ConfigError(
-            "batch_size",
+            "buffer_size" if "buffer_size" in given and "batch_size" not in given else "batch_size",
             f"{cfg.batch_size} is larger than buffer_size {cfg.buffer_size}; "
             "lower --batch-size or raise --buffer-size",
         )
     spi, warmup = steps_per_iteration(cfg), warmup_steps(cfg, on_policy=False)
     if spi > cfg.buffer_size:
+        if "buffer_size" not in given and given & {"num_envs", "rollout_steps"}:
+            name = "num_envs" if "num_envs" in given else "rollout_steps"
+            raise ConfigError(
+                name,
+                f"one iteration's {spi:,} transitions (num_envs x rollout_steps) do not fit "
+                f"in the replay buffer (buffer_size {cfg.buffer_size:,}); lower --"
+                f"{name.replace('_', '-')} or raise --buffer-size",
+            )
         raise ConfigError(
             "buffer_size",
             f"must hold one iteration's {spi} transitions (num_envs x rollout_steps)",

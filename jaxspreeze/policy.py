@@ -12,6 +12,7 @@ actor's columns of it.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -43,11 +44,14 @@ class Policy(NamedTuple):
         return jax.tree.map(lambda x: x[i], self.actor)
 
 
-def save_policy(run_dir: str | Path, actor: PyTree) -> Path:
-    """Write the actor of every seed to ``<run_dir>/policy.msgpack``; returns the path."""
-    path = Path(run_dir) / POLICY_FILE
+def save_policy(run_dir: str | Path, actor: PyTree, name: str = POLICY_FILE) -> Path:
+    """Write the actor of every seed to ``<run_dir>/<name>`` (``policy.msgpack``, or
+    ``policy-best.msgpack`` for the best evaluation's), atomically; returns the path."""
+    path = Path(run_dir) / name
     host = jax.tree.map(np.asarray, jax.device_get(actor))
-    path.write_bytes(serialization.to_bytes(host))
+    tmp = path.with_name(f".{name}.tmp")
+    tmp.write_bytes(serialization.to_bytes(host))
+    os.replace(tmp, path)
     return path
 
 
@@ -64,7 +68,9 @@ def save_policy_file(path: str | Path, policy: Policy, seed_index: int = 0) -> P
         "actor": serialization.to_state_dict(host),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(serialization.msgpack_serialize(data))
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(serialization.msgpack_serialize(data))
+    os.replace(tmp, path)
     return path
 
 

@@ -122,8 +122,7 @@ def find(run_dir: str | Path, plan: RunPlan) -> tuple[ResumePoint, RunPlan]:
     saved = config_lib.resolve(saved, saved_algo)
     manifest = checkpoint.read_manifest(path)
     check_layout(path, manifest, placement)
-    check_compatible(saved, saved_algo, plan, saved_split=checkpoint.saved_split(path))
-    check_start_fields(saved, saved_algo, plan)
+    _check_all(saved, saved_algo, plan, saved_split=checkpoint.saved_split(path))
     env_steps = int(manifest["env_steps"])
     if cfg.total_steps <= env_steps:
         raise ConfigError(
@@ -247,6 +246,29 @@ def _get(cfg: RunConfig, dotted: str) -> Any:
     for part in dotted.split("."):
         value = getattr(value, part)
     return value
+
+
+def _check_all(
+    saved: RunConfig, saved_algo: AlgoSpec, plan: RunPlan, saved_split: bool | None
+) -> None:
+    """One ConfigError naming every refused field: those that change the state's shapes
+    (:func:`check_compatible`) and those that act only at a run's start
+    (:func:`check_start_fields`), in one line."""
+    refused: list[ConfigError] = []
+    try:
+        check_compatible(saved, saved_algo, plan, saved_split=saved_split)
+    except ConfigError as e:
+        refused.append(e)
+    try:
+        check_start_fields(saved, saved_algo, plan)
+    except ConfigError as e:
+        refused.append(e)
+    except Exception:  # the shapes differ too much to build the start state: named above
+        if not refused:
+            raise
+    if refused:
+        why = "; and ".join(str(e).split(": ", 1)[1] for e in refused)
+        raise ConfigError(refused[0].field, why)
 
 
 def check_compatible(

@@ -32,6 +32,7 @@ from jaxspreeze.evaluate import (
     make_host_evaluate,
     make_seed_evaluate,
 )
+from jaxspreeze.evalwatch import EvalWatch
 from jaxspreeze.guards import Tripwire
 from jaxspreeze.iteration import TrainState
 from jaxspreeze.metrics import MetricsThread, Report
@@ -71,17 +72,21 @@ def start_threads(
     history: list[Record],
     evaluate: Callable[[Any], EvalResult] | None,
     main: bool,
+    watch: EvalWatch | None = None,
 ) -> HostThreads:
     """Start the metrics thread over ``all_sinks`` and, on process 0 (``main``), the
     evaluator running ``evaluate`` (made here if None); ``history``: the records kept from
-    before a resume (their wall time goes on)."""
+    before a resume (their wall time goes on); ``watch`` sees every evaluation after its
+    record (the best policy, a stop at a target)."""
     report = metrics.warn  # how the host threads report a problem (stderr)
     metrics_thread = MetricsThread(all_sinks, report=report)
     t_train = time.perf_counter()
     wall_offset = _last_wall(history)
     builder = RecordBuilder(schedule.cfg.num_seeds, work, t_start, t_train, wall_offset=wall_offset)
     tripwire = Tripwire()
-    evaluator = _evaluator(schedule, evaluate, metrics_thread, builder, report) if main else None
+    evaluator = (
+        _evaluator(schedule, evaluate, metrics_thread, builder, report, watch) if main else None
+    )
     return HostThreads(metrics_thread, builder, tripwire, evaluator, work, t_train)
 
 
@@ -167,6 +172,7 @@ def _evaluator(
     metrics_thread: MetricsThread,
     builder: RecordBuilder,
     report: Report,
+    watch: EvalWatch | None = None,
 ) -> Evaluator:
     """The evaluator thread, on the eval device, running ``evaluate`` (compiled ahead by
     :func:`jaxspreeze.starting.start`, else made here); its results go to the metrics
@@ -176,7 +182,7 @@ def _evaluator(
     return Evaluator(
         evaluate,
         device=schedule.placement.eval,
-        on_result=functools.partial(_eval_record, metrics_thread, builder),
+        on_result=functools.partial(_eval_record, metrics_thread, builder, watch),
         report=report,
     )
 
@@ -184,16 +190,19 @@ def _evaluator(
 def _eval_record(
     metrics_thread: MetricsThread,
     builder: RecordBuilder,
+    watch: EvalWatch | None,
     snap: Snapshot,
     result: EvalResult,
     eval_s: float,
 ) -> None:
-    """On the evaluator thread: hand an evaluation to the metrics thread.
+    """On the evaluator thread: hand an evaluation to the metrics thread, then to ``watch``.
 
     The record is built there, after the record of the chunk the snapshot was taken at
     (FIFO), whose ``wall_s`` it reuses.
     """
     metrics_thread.submit(functools.partial(builder.eval, snap, result, eval_s))
+    if watch is not None:
+        watch.seen(snap, result)
 
 
 def _chunk_record(builder: RecordBuilder, tripwire: Tripwire, metrics: Any, chunk: int) -> Record:

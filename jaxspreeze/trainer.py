@@ -42,13 +42,14 @@ from jaxspreeze.checkpointing import save_checkpoint
 from jaxspreeze.compiles import CompileLog, process_started
 from jaxspreeze.config import RunConfig
 from jaxspreeze.evaluate import EvalResult
+from jaxspreeze.evalwatch import EvalWatch, OnEval, stop_reason, stopped_line
 from jaxspreeze.faults import explained
 from jaxspreeze.iteration import TrainState
 from jaxspreeze.policy import save_policy
 from jaxspreeze.records import Work
 from jaxspreeze.sinks import Sink
 from jaxspreeze.starting import BEFORE_SETUP, Setup, Started, budget_warnings, set_up, start
-from jaxspreeze.stopping import GracefulStop, stop_at
+from jaxspreeze.stopping import GracefulStop
 from jaxspreeze.summary import compiles, run_summary
 from jaxspreeze.threads import HostThreads, start_threads
 from jaxspreeze.threads import sinks as run_sinks
@@ -77,6 +78,7 @@ def train(
     resume: str | Path | None = None,
     signals: Literal["raise", "kill"] | None = "raise",
     overwrite: bool = False,
+    on_eval: OnEval | None = None,
 ) -> RunResult:
     """Train an agent as configured; returns the run directory and summary.
 
@@ -111,6 +113,13 @@ def train(
     or parameter stops training with :class:`~jaxspreeze.errors.NonFiniteError` naming
     the step, the quantity and the newest checkpoint, if any.
 
+    Every evaluation's actor that is the best so far is kept in ``policy-best.msgpack``.
+    ``cfg.stop_at_return``: the first evaluation at or above it (the mean over seeds) stops
+    the run at the next chunk boundary, with a checkpoint and the policy
+    (``summary["stopped"]`` says why). ``on_eval(record)``: called on the evaluator thread
+    with every evaluation (``env_steps``, ``eval_return``, ``eval_return_std``,
+    ``eval_length``, ``final``); returning True stops the run the same way.
+
     Several processes (after :func:`jaxspreeze.distributed.initialize`; the placement is
     then data-parallel): every process calls ``train`` with the same config (checked at
     the start: a difference is refused with a ConfigError on every process). Process 0
@@ -144,9 +153,8 @@ def train(
                 for line in budget_warnings(setup.plan) if main else []:
                     metrics.warn(line)
                 started = start(setup, say, stop)
-            return _run(
-                setup, started, t_start, say, quiet, sinks, save, stop, compile_log, before_train_s
-            )
+            return _run(setup, started, t_start, say, quiet, sinks, save, stop,
+                        compile_log, before_train_s, on_eval)  # fmt: skip
     finally:
         if setup is not None:
             setup.schedule.close()  # the host schedule's workers and envs
@@ -169,6 +177,7 @@ def _run(
     stop: GracefulStop | None,
     compile_log: CompileLog | None = None,
     before_train_s: float | None = None,
+    on_eval: OnEval | None = None,
 ) -> RunResult:
     """Run the chunks of a started run, then its final evaluation, summary and policy."""
     cfg, schedule, run = setup.cfg, setup.schedule, setup.run
@@ -183,11 +192,12 @@ def _run(
 
     # the host threads: metrics -> sinks, snapshots -> evaluator -> metrics
     work = Work.per_chunk(setup.plan, schedule.algo, k)
+    watch = EvalWatch(run.path, cfg.stop_at_return, on_eval, metrics.warn) if main else None
     host = start_threads(
-        all_sinks, schedule, work, t_start, started.history, started.evaluate, main
+        all_sinks, schedule, work, t_start, started.history, started.evaluate, main, watch
     )
     with explained(run.path, host.metrics, cfg.checkpoint_every):
-        ran = _chunks(setup, started, host, n_chunks, stop, t_start)
+        ran = _chunks(setup, started, host, n_chunks, stop, t_start, watch)
     sink_drops = host.metrics.close()
     if host.evaluator is None:  # not process 0: process 0 writes the summary and the policy
         index = {"process_index": distributed.process_index()}
@@ -217,8 +227,8 @@ def _run(
     run.write_summary(summary)
     say(console.start_times_line(summary))
     say(f"run directory: {run.path}")
-    end = stop.resume_hint(run.path, ran.steps) if stop and ran.stopped else None
-    say(end or console.final_line(cfg, summary))
+    hint = stop.resume_hint(run.path, ran.steps) if stop and ran.stopped else None
+    say(stopped_line(ran.stopped, run.path) or hint or console.final_line(cfg, summary))
     return RunResult(run.path, summary, ran.state, schedule)
 
 
@@ -242,6 +252,7 @@ def _chunks(
     n_chunks: int,
     stop: GracefulStop | None,
     t_start: float,
+    watch: EvalWatch | None = None,
 ) -> _Ran:
     """Dispatch ``n_chunks`` chunks, with evaluations, checkpoints and stops at their
     boundaries; then the last checkpoint and the final evaluation (unless stopped)."""
@@ -277,7 +288,8 @@ def _chunks(
         host.tripwire.raise_if_tripped()
         # a stop at the last chunk changes nothing: the run is complete and ends as any
         # complete run does (its checkpoint, the final evaluation)
-        stopped = None if (why := stop_at(stop, chunk)) and last else why
+        why = stop_reason(stop, watch, chunk)  # a signal, or a target an evaluation reached
+        stopped = None if why and last else why
         if not last and (stopped or crossed(cfg.checkpoint_every, steps_before, steps)):
             save(state, steps, chunk, in_flight)
         if stopped:

@@ -22,7 +22,8 @@ from jaxspreeze.cli.train import RUN_GROUPS, TrainArgs, parse_run_args, parse_tr
 from jaxspreeze.config import RunConfig, load
 
 EVERYDAY = ["-h", "--algo", "--env", "--total-steps", "--seed", "--num-seeds", "--num-envs",
-            "--logdir", "--config", "--resume", "--eval-every", "--eval-episodes"]  # fmt: skip
+            "--logdir", "--config", "--resume", "--eval-every", "--eval-episodes",
+            "--stop-at-return"]  # fmt: skip
 BOXES = [
     ("options", EVERYDAY),
     ("algorithm options", ["--rollout-steps", "--grad-steps", "--batch-size", "--buffer-size",
@@ -138,7 +139,7 @@ def test_every_flag_once_with_its_metavar_and_default():
     sections = {flag for name in algos.NAMES for flag in section_flags(name)}
     assert set(flags) == {"-h"} | leaves | sections
     assert entries(help_text(["train"])) == entries(flat_help(TrainArgs, RunConfig()))
-    assert len(flags) == 71  # help, 9 options of train, 27 run fields, 34 in sections
+    assert len(flags) == 72  # help, 9 options of train, 28 run fields, 34 in sections
 
 
 def test_the_table_names_real_fields_once():

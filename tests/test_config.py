@@ -57,6 +57,8 @@ BAD: list[tuple[dict, str]] = [
     ({"host_stall_timeout_s": INF}, "host_stall_timeout_s"),
     ({"eval_every": -5}, "eval_every"),
     ({"eval_episodes": 0}, "eval_episodes"),
+    ({"stop_at_return": NAN}, "stop_at_return"),
+    ({"stop_at_return": "high"}, "stop_at_return"),
     ({"logdir": ""}, "logdir"),
     ({"run_name": "a/b"}, "run_name"),
     ({"sinks": ("console", "nope")}, "sinks"),

@@ -30,6 +30,7 @@ PROGRAM_FREE = {
     "compile_cache",
     "autotune_budget_s",
     "host_stall_timeout_s",
+    "stop_at_return",
 }
 ALGO_SHAPE = {"sac": {"hidden"}, "td3": {"hidden"}, "ddpg": {"hidden"}, "ppo": {"hidden", "normalize_obs"}}
 
@@ -190,3 +191,18 @@ def test_a_saved_config_is_planned_without_its_checks_again():
     saved = RunPlan.saved(cfg)
     assert saved.cfg == config.resolve(cfg) and saved.algo_spec is algos.get("sac")
     assert saved.placement is None and saved.make_algorithm().name == "sac"
+
+
+def test_a_refusal_names_the_flag_the_user_gave_not_a_default_that_follows():
+    from jaxspreeze.config import RunConfig
+    from jaxspreeze.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        plan(RunConfig(num_envs=10**9), on_devices=False)
+    assert e.value.field == "num_envs" and "raise --buffer-size" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        plan(RunConfig(buffer_size=100), on_devices=False)
+    assert e.value.field == "buffer_size"
+    with pytest.raises(ConfigError) as e:  # both given: the buffer is what is too small
+        plan(RunConfig(num_envs=10**9, buffer_size=10**6), on_devices=False)
+    assert e.value.field == "buffer_size"

@@ -195,6 +195,16 @@ def test_a_refused_resume_exits_2_and_changes_nothing(
     assert snapshot(run_dir) == before
 
 
+def test_every_refused_field_is_named_in_the_one_line(trained_run, tmp_path, capsys):
+    """Shape fields and start fields refused together: one line naming all of them."""
+    run_dir = copy_run(trained_run, tmp_path)
+    args = ["--num-envs", "4", "--sac.hidden", "16", "16", "--seed", "3"]
+    code = cli.main(["train", "--resume", str(run_dir), *args])
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and line.startswith("jaxspreeze: error: --num-envs:"), line
+    assert all(name in line for name in ("num_envs", "sac.hidden", "seed 0 -> 3")), line
+
+
 # ------------------------------------------------------------------------------ applied
 def test_a_changed_learning_rate_applies_from_the_first_resumed_update(
     trained_run, tmp_path, capsys

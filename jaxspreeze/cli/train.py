@@ -80,7 +80,7 @@ RUN_GROUPS = (
         "",
         (
             *("algo", "env", "total_steps", "seed", "num_seeds", "num_envs", "logdir"),
-            *("config", "resume", "eval_every", "eval_episodes"),
+            *("config", "resume", "eval_every", "eval_episodes", "stop_at_return"),
         ),
     ),
     Group(

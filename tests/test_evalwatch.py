@@ -1,0 +1,61 @@
+"""What an evaluation does beyond its record: the best policy kept, a stop at a target
+return (``--stop-at-return``) or by the ``on_eval`` callback, with a resumable checkpoint."""
+
+from __future__ import annotations
+
+import numpy as np
+from flax import serialization
+
+from jaxspreeze import checkpoint, cli
+from jaxspreeze.evaluate import EvalResult, Snapshot
+from jaxspreeze.evalwatch import BEST_POLICY_FILE, REACHED, EvalWatch
+from jaxspreeze.trainer import train
+
+
+def _result(mean):
+    return EvalResult(np.array([mean]), np.array([1.0]), np.array([200.0]))
+
+
+def test_the_best_evaluation_is_kept_and_a_target_asks_to_stop(tmp_path):
+    watch = EvalWatch(tmp_path, stop_at_return=-50.0)
+    for i, mean in enumerate([-300.0, -120.0, -200.0]):
+        watch.seen(Snapshot({"w": np.full(2, float(i))}, 100 * (i + 1), i, False), _result(mean))
+    best = serialization.msgpack_restore((tmp_path / BEST_POLICY_FILE).read_bytes())
+    assert watch.best == -120.0 and np.all(best["w"] == 1.0)  # the second, not the last
+    assert watch.reason is None
+    watch.seen(Snapshot({"w": np.zeros(2)}, 400, 3, False), _result(-40.0))
+    assert watch.reason.startswith(REACHED) and "-40.0" in watch.reason and "400" in watch.reason
+
+
+def test_stop_at_return_stops_early_with_a_resumable_checkpoint(tiny_cfg, capsys):
+    cfg = tiny_cfg.replace(total_steps=8200, eval_every=200, stop_at_return=-1e9)
+    result = train(cfg)
+    out = capsys.readouterr().out
+    steps = result.summary["env_steps"]
+    assert result.summary["stopped"].startswith(REACHED) and steps < 8200
+    assert f"stopped: {REACHED} --stop-at-return" in out
+    assert checkpoint.read_manifest(checkpoint.latest(result.run_dir))["env_steps"] == steps
+    assert (result.run_dir / "policy.msgpack").exists()
+    assert (result.run_dir / BEST_POLICY_FILE).exists()
+    resumed = train(cfg.replace(stop_at_return=None, total_steps=steps + 400), resume=result.run_dir)
+    assert resumed.summary["env_steps"] >= steps + 400 and resumed.summary["stopped"] is None
+
+
+def test_on_eval_sees_every_evaluation_and_can_stop_the_run(tiny_cfg):
+    seen = []
+
+    def on_eval(record):
+        seen.append(record)
+        return len(seen) == 2  # stop at the second evaluation
+
+    result = train(tiny_cfg.replace(total_steps=8200, eval_every=200), quiet=True, on_eval=on_eval)
+    assert "on_eval" in result.summary["stopped"] and result.summary["env_steps"] < 8200
+    assert [r["env_steps"] for r in seen[:2]] == sorted(r["env_steps"] for r in seen[:2])
+    assert all(np.isfinite(r["eval_return"]) for r in seen)
+
+
+def test_the_flag_is_on_the_command_line(tmp_path):
+    from jaxspreeze.cli.train import parse_train_args
+
+    assert parse_train_args(["--stop-at-return", "-200"]).stop_at_return == -200.0
+    assert cli.main(["train", "--stop-at-return", "lots", "--logdir", str(tmp_path)]) == 2
