@@ -4,7 +4,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["RunConfig", "__version__", "train"]
+__all__ = ["RunConfig", "__version__", "load", "train"]
 
 
 def __getattr__(name: str):
@@ -17,4 +17,8 @@ def __getattr__(name: str):
         from jaxspreeze.trainer import train
 
         return train
+    if name == "load":
+        from jaxspreeze.agent import load
+
+        return load
     raise AttributeError(name)

@@ -51,6 +51,7 @@ from jaxspreeze.types import EnvSpec
 FAMILIES = ("gymnasium", "envpool")
 ENVPOOL_INSTALL = 'pip install "jaxspreeze[envpool]"'
 GYMNASIUM_INSTALL = 'pip install "gymnasium[mujoco]>=1.1"'
+HOST_INSTALL = 'pip install "jaxspreeze[host]"'  # gymnasium[mujoco] and envpool (pyproject)
 # gymnasium's async vectorisation starts its env processes from a fork server: forking a
 # process that runs JAX's threads can deadlock
 ASYNC_CONTEXT = "forkserver"
@@ -435,6 +436,15 @@ def check_host_env_name(name: str) -> None:
         raise UnknownEnvError(f"unknown gymnasium id {bare!r} in {name!r}{_near(bare, known)}")
 
 
+def env_names(family: str) -> list[str]:
+    """Every id of gymnasium's registry or every envpool task (sorted), without the prefix."""
+    if family == "envpool":
+        return sorted(_import_envpool().list_all_envs())
+    if family == "gymnasium":
+        return sorted(_import_gymnasium().registry)
+    raise UnknownEnvError(f"unknown host env family {family!r}; one of {', '.join(FAMILIES)}")
+
+
 @functools.cache
 def host_env_spec(name: str) -> EnvSpec:
     """The :class:`EnvSpec` of a named host env (checks the name and its spaces; builds one env)."""
@@ -486,7 +496,10 @@ def make_host_env(
                 **kwargs,
             )
         except gym.error.DependencyNotInstalled as e:
-            raise UnknownEnvError(f"{env}: a package it needs is missing: {e}") from None
+            raise UnknownEnvError(
+                f"{env}: a package it needs is missing: {e} (gymnasium's MuJoCo tasks: "
+                f"{HOST_INSTALL})"
+            ) from None
         return GymnasiumHostEnv(env, vec, kwargs.get("max_episode_steps"))
     gym = _import_gymnasium()
     if isinstance(env, gym.vector.VectorEnv):

@@ -2,6 +2,8 @@
 
 A small, separate format for rendering and evaluating a finished run: the actor side of
 every seed (leaves ``[S, ...]``). Full resumable checkpoints are a different module.
+:func:`save_policy_file` writes a standalone file that also holds the run's config (what
+``jaxspreeze.load(...).save(path)`` writes); :func:`load_policy` reads either.
 The policy acts on the observation of the run's env built with the run's observation
 keys (``make_env(cfg.env, n, cfg.obs_keys)``); with asymmetric keys it reads only the
 actor's columns of it.
@@ -9,6 +11,7 @@ actor's columns of it.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -25,6 +28,7 @@ from jaxspreeze.plan import RunPlan
 from jaxspreeze.types import PyTree
 
 POLICY_FILE = "policy.msgpack"
+FILE_FORMAT = "jaxspreeze-policy"  # the marker of a standalone policy file
 
 
 class Policy(NamedTuple):
@@ -33,6 +37,7 @@ class Policy(NamedTuple):
     cfg: RunConfig
     algo: Algorithm
     actor: PyTree  # leaves [S, ...]
+    seed_index: int = 0  # the seed to act with (a standalone policy file names one)
 
     def seed(self, i: int = 0) -> PyTree:
         """The actor of seed ``i`` (leaves without the seed axis)."""
@@ -50,32 +55,68 @@ def save_policy(run_dir: str | Path, actor: PyTree, name: str = POLICY_FILE) -> 
     return path
 
 
-def load_policy(run_dir: str | Path) -> Policy:
-    """Read ``config.json`` and ``policy.msgpack`` of a finished run."""
-    run_dir = Path(run_dir)
-    path = run_dir / POLICY_FILE
-    if not path.exists():
-        raise FileNotFoundError(
-            f"{path} not found: the run has no saved policy (train it to the end first)"
-        )
-    try:  # the saved run's plan: its algorithm bound to its env (no devices needed)
-        saved = RunPlan.saved(config_lib.load(run_dir / "config.json"))
+def save_policy_file(path: str | Path, policy: Policy, seed_index: int = 0) -> Path:
+    """Write ``policy`` as one self-contained file (its config, the actor of every seed and
+    the seed to act with), which :func:`load_policy` reads back; returns the path."""
+    path = Path(path)
+    host = jax.tree.map(np.asarray, jax.device_get(policy.actor))
+    data = {
+        "format": FILE_FORMAT,
+        "version": 1,
+        "config": json.dumps(config_lib.to_dict(policy.cfg)),
+        "seed_index": int(seed_index),
+        "actor": serialization.to_state_dict(host),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(serialization.msgpack_serialize(data))
+    os.replace(tmp, path)
+    return path
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Read a policy: a finished run directory (its ``config.json`` and ``policy.msgpack``),
+    a run's policy file (``config.json`` read beside it) or a file :func:`save_policy_file`
+    wrote (self-contained)."""
+    path = Path(path)
+    file = path / POLICY_FILE if path.is_dir() else path
+    if not file.exists():
+        if path.is_dir():
+            raise FileNotFoundError(
+                f"{file} not found: the run has no saved policy (train it to the end first)"
+            )
+        raise FileNotFoundError(f"{file} not found: give a run directory or a policy file")
+    damaged = (
+        f"{file} is damaged or is not this run's policy ({{}}); "
+        "evaluate the run's checkpoint instead (jaxspreeze eval RUN_DIR)"
+    )
+    try:
+        state = serialization.msgpack_restore(file.read_bytes())
+    except Exception as e:  # msgpack raises many kinds for a damaged file
+        raise ValueError(damaged.format(f"{type(e).__name__}: {e}")) from None
+    seed_index = 0
+    standalone = isinstance(state, dict) and state.get("format") == FILE_FORMAT
+    config_file = file.parent / "config.json"
+    try:
+        if standalone:
+            config_file = file
+            cfg = config_lib.from_dict(json.loads(state["config"]))
+            seed_index, state = int(state["seed_index"]), state["actor"]
+        else:
+            cfg = config_lib.load(config_file)
+        saved = RunPlan.saved(cfg)  # the saved run's plan: its algorithm bound to its env
     except ConfigError as e:
-        raise ValueError(f"{run_dir / 'config.json'}: {str(e).split(': ', 1)[1]}") from None
+        raise ValueError(f"{config_file}: {str(e).split(': ', 1)[1]}") from None
     cfg, algo = saved.cfg, saved.make_algorithm()
     keys = jax.random.split(jax.random.key(0), cfg.num_seeds)
     target: Any = jax.eval_shape(jax.vmap(algo.init), keys).actor
     try:
-        state = serialization.msgpack_restore(path.read_bytes())
         actor = serialization.from_state_dict(target, state)
         actor = jax.tree.map(np.asarray, actor)
         _check_shapes(actor, target)
-    except Exception as e:  # msgpack and flax raise many kinds for a damaged file
-        raise ValueError(
-            f"{path} is damaged or is not this run's policy ({type(e).__name__}: {e}); "
-            "evaluate the run's checkpoint instead (jaxspreeze eval RUN_DIR)"
-        ) from None
-    return Policy(cfg, algo, actor)
+    except Exception as e:  # flax raises many kinds for a state of another shape
+        raise ValueError(damaged.format(f"{type(e).__name__}: {e}")) from None
+    return Policy(cfg, algo, actor, seed_index)
 
 
 def _check_shapes(actor: PyTree, target: PyTree) -> None:

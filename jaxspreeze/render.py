@@ -1,17 +1,21 @@
-"""Watch a trained policy: a GIF for gymnax tasks, an HTML viewer for brax tasks.
+"""Watch a trained policy: a GIF for gymnax and gymnasium tasks, an HTML viewer for brax tasks.
 
 :func:`render_run` loads a run's ``policy.msgpack``, rolls out one deterministic episode
 with the policy of one seed (0 by default) and writes a file (default
 ``<run>/render.gif`` or ``render.html``). gymnax frames are drawn here from the env state
 (gymnax's own renderer needs gym): see :data:`DRAWERS` for the supported tasks. brax
-episodes use ``brax.io.html.render``.
+episodes use ``brax.io.html.render``. gymnasium runs are drawn by the env itself
+(``render_mode="rgb_array"``) or, for the classic-control tasks of :data:`DRAWERS` when it
+cannot (no pygame), by the same drawings (:func:`gymnasium_frames`).
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import imageio.v3 as iio
@@ -20,7 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 from PIL import Image, ImageDraw
 
-from jaxspreeze.envs import make_env
+from jaxspreeze import hostenvs
+from jaxspreeze.envs import env_spec, is_host_env, make_env
 from jaxspreeze.policy import Policy, load_policy
 
 WIDTH, HEIGHT = 320, 240
@@ -179,6 +184,81 @@ def gif_frames(policy: Policy, seed_index: int = 0, max_steps: int | None = None
     return [draw(jax.tree.map(lambda x: x[t, 0], inner), params, t) for t in range(max(length, 1))]
 
 
+# --------------------------------------------------------------------- gymnasium runs
+def _classic_state(name: str, env: Any) -> tuple[Any, Any]:
+    """(state, params) of a gymnasium classic-control env as :data:`DRAWERS` read them."""
+    u = env.unwrapped
+    s = [float(x) for x in np.asarray(u.state, np.float64).reshape(-1)]
+    if name == "Pendulum-v1":
+        last_u = 0.0 if u.last_u is None else float(np.asarray(u.last_u).reshape(-1)[0])
+        return SimpleNamespace(theta=s[0], last_u=last_u), None
+    if name == "CartPole-v1":
+        return SimpleNamespace(x=s[0], theta=s[2]), SimpleNamespace(length=float(u.length))
+    if name in ("MountainCar-v0", "MountainCarContinuous-v0"):
+        params = SimpleNamespace(
+            min_position=u.min_position, max_position=u.max_position, goal_position=u.goal_position
+        )
+        return SimpleNamespace(position=s[0], velocity=s[1]), params
+    params = SimpleNamespace(link_length_1=u.LINK_LENGTH_1, link_length_2=u.LINK_LENGTH_2)
+    return SimpleNamespace(joint_angle1=s[0], joint_angle2=s[1]), params  # Acrobot-v1
+
+
+def _frame_of(env: Any, name: str, t: int, own: bool) -> Frame:
+    if own:
+        return np.asarray(env.render())[..., :3].astype(np.uint8)
+    state, params = _classic_state(name, env)
+    return DRAWERS[name](state, params, t)
+
+
+def gymnasium_frames(
+    policy: Policy, seed_index: int = 0, max_steps: int | None = None
+) -> list[Frame]:
+    """The frames of one deterministic episode of a gymnasium run (reset with seed 0).
+
+    The env draws them itself (``render_mode="rgb_array"``); where it cannot (gymnasium's
+    classic control needs pygame, ``gymnasium[classic-control]``) the drawings of
+    :data:`DRAWERS` are used for the tasks they cover. Another env that draws no frames
+    (e.g. MuJoCo without an OpenGL backend) is refused with the reason.
+    """
+    name = policy.cfg.env
+    family, _, env_id = name.partition("/")
+    if family != "gymnasium":
+        raise ValueError(
+            f"no renderer for {name}: envpool pools draw no frames; render the same task "
+            "through gymnasium (a run of gymnasium/<id>)"
+        )
+    hostenvs.check_host_env_name(name)  # imports the module of a "module:Env" id
+    gym = importlib.import_module("gymnasium")  # lazy: heavy, and only for host runs
+    bare = env_id.rpartition(":")[2]
+    spec = env_spec(name, policy.cfg.obs_keys)
+    env = gym.make(bare, render_mode="rgb_array")
+    try:
+        to_env = hostenvs._Actions(spec, env.action_space)
+        act = jax.jit(policy.algo.act, static_argnums=3)
+        actor = jax.tree.map(jnp.asarray, policy.seed(seed_index))
+        key = jax.random.key(0)
+        obs, _ = env.reset(seed=0)
+        try:
+            first = env.render()
+            own = isinstance(first, np.ndarray) and first.ndim == 3
+            why = "its render() gave no rgb_array frame"
+        except Exception as e:  # gymnasium raises DependencyNotInstalled, MuJoCo GL errors
+            own, why = False, f"{type(e).__name__}: {e}"
+        if not own and bare not in DRAWERS:
+            raise ValueError(f"{name} draws no frames here ({why})")
+        frames = [_frame_of(env, bare, 0, own)]
+        for t in range(max_steps or spec.max_episode_steps):
+            x = np.asarray(obs, np.float32).reshape(spec.obs_shape)[None]
+            action = to_env(np.asarray(act(actor, x, key, True)))[0]
+            obs, _, terminated, truncated, _ = env.step(action)
+            frames.append(_frame_of(env, bare, t + 1, own))
+            if terminated or truncated:
+                break
+    finally:
+        env.close()
+    return frames
+
+
 def write_gif(frames: Sequence[Frame], out: str | Path, fps: int = 30) -> Path:
     """Write ``frames`` as a looping GIF (imageio)."""
     out = Path(out)
@@ -207,7 +287,7 @@ def render_run(
     max_steps: int | None = None,
     fps: int = 30,
 ) -> Path:
-    """Render a finished run's policy to ``out`` (GIF for gymnax, HTML for brax)."""
+    """Render a finished run's policy to ``out`` (GIF for gymnax and gymnasium, HTML for brax)."""
     policy = load_policy(run_dir)
     brax = policy.cfg.env.startswith("brax/")
     if out is None:
@@ -224,5 +304,7 @@ def render_run(
         out.write_text(brax_html(policy, seed_index, max_steps))
         return out
     if out.suffix.lower() != ".gif":
-        raise ValueError(f"gymnax tasks render to a GIF; got --out {out}")
+        raise ValueError(f"gymnax and gymnasium tasks render to a GIF; got --out {out}")
+    if is_host_env(policy.cfg.env):
+        return write_gif(gymnasium_frames(policy, seed_index, max_steps), out, fps)
     return write_gif(gif_frames(policy, seed_index, max_steps), out, fps)

@@ -19,6 +19,7 @@ from test_playground import PointMass
 from test_split import run_worker
 
 from jaxspreeze import algos, config, envs, networks, resume
+from jaxspreeze.agent import load
 from jaxspreeze.checkpoint import evaluate_checkpoint
 from jaxspreeze.cli import main
 from jaxspreeze.envs import VecEnv
@@ -181,6 +182,13 @@ def test_sac_trains_asymmetric_and_its_policy_sees_only_the_actor_key(standins, 
     assert np.isfinite(evaluated["return_mean"]).all()
     _, length, _ = rollout_episode(policy, max_steps=25)
     assert 1 <= length <= 25
+    # the agent (jaxspreeze.load) takes the whole observation row, the actor reads its
+    # column; it evaluates the run's env with the run's keys
+    agent = load(result.run_dir)
+    rows = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
+    want = policy.algo.act(policy.seed(0), rows, jax.random.key(0), True)
+    np.testing.assert_array_equal(agent.predict(rows), np.asarray(want))
+    assert np.isfinite(agent.evaluate(cfg.env, episodes=2).return_mean)
     # a resume that reads other keys is refused, naming the field, before anything runs
     with pytest.raises(ConfigError, match="critic_obs_key 'privileged_state' -> ''") as e:
         train(cfg.replace(critic_obs_key="", total_steps=1200), quiet=True, resume=result.run_dir)

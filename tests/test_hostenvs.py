@@ -255,3 +255,14 @@ def test_envpool_async_rows_chain_per_env():
 def test_envpool_unknown_task():
     with pytest.raises(UnknownEnvError, match=r"'HalfCheetah-v9'.*nearest known: HalfCheetah-v5"):
         hostenvs.check_host_env_name("envpool/HalfCheetah-v9")
+
+
+def test_a_mujoco_id_without_its_packages_names_the_host_extra(monkeypatch):
+    """gymnasium's DependencyNotInstalled (MuJoCo missing): one line naming jaxspreeze[host]."""
+
+    def missing(*args, **kwargs):
+        raise gym.error.DependencyNotInstalled("MuJoCo is not installed")
+
+    monkeypatch.setattr(gym, "make_vec", missing)
+    with pytest.raises(UnknownEnvError, match=r"MuJoCo is not installed.*jaxspreeze\[host\]"):
+        make_host_env("gymnasium/HalfCheetah-v5", 1)

@@ -57,6 +57,8 @@ WRONG = [
     ("evaluate.py", "checkpoint"),  # the evaluator below checkpoints
     ("render.py", "evaluate"),  # independent host services
     ("policy.py", "render"),  # the saved actor below rendering
+    ("evaluate.py", "agent"),  # the evaluation below the agent that runs it
+    ("agent.py", "records"),  # the agent and the records are independent
     ("checkpoint.py", "resume"),  # checkpoints below resume
     ("sinks/files.py", "rundir"),  # sinks below the run directory
     ("devices.py", "memory"),  # placement below the memory estimate

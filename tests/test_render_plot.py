@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import ClassVar
 
+import gymnasium as gym
 import jax
+import numpy as np
 import pytest
 
 from jaxspreeze import cli, plots, render, rundir
@@ -144,3 +147,87 @@ def test_render_brax_html(tmp_path):
     path = render.render_run(run_dir, tmp_path / "brax.html", max_steps=20)
     text = path.read_text()
     assert "<html" in text[:200].lower() and "Brax visualizer" in text
+
+
+# ------------------------------------------------------------------- gymnasium runs
+def test_render_a_trained_gymnasium_cartpole_ppo_run(tmp_path, capsys):
+    """`jaxspreeze render` of a tiny PPO run on gymnasium/CartPole-v1 writes the GIF of one
+    deterministic episode (reset with seed 0): one frame per step and the last state."""
+    import imageio.v3 as iio
+
+    import jaxspreeze
+    from jaxspreeze.trainer import train
+
+    cfg = RunConfig(
+        algo="ppo",
+        env="gymnasium/CartPole-v1",
+        total_steps=256,
+        num_envs=4,
+        rollout_steps=16,
+        batch_size=32,
+        chunk_iterations=2,
+        eval_episodes=1,
+        logdir=str(tmp_path),
+        run_name="gym",
+        sinks=("jsonl",),
+        ppo=PPOConfig(hidden=(16, 16), epochs=1),
+    )
+    run_dir = train(cfg, quiet=True).run_dir
+    out = tmp_path / "g.gif"
+    assert cli.main(["render", str(run_dir), "--out", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == str(out)
+    frames = iio.imread(out, index=None)
+    episode = jaxspreeze.load(run_dir).evaluate(gym.make("CartPole-v1"), episodes=1, seed=0)
+    assert frames.shape[0] == episode.length_mean + 1 and frames.shape[-1] == 3
+    assert frames[0].std() > 0 and (frames[0] != frames[-1]).any()  # the pole moved
+    # --max-steps caps the episode
+    assert len(render.gymnasium_frames(render.load_policy(run_dir), max_steps=3)) == 4
+
+
+class Dots(gym.Env):
+    """A gymnasium env drawing its own rgb_array frames (a bright column at the position)."""
+
+    metadata: ClassVar[dict] = {"render_modes": ["rgb_array"]}
+    observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def __init__(self, render_mode=None):
+        self.render_mode = render_mode
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.pos = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        self.pos += 1
+        return np.full(1, self.pos / 10, np.float32), 0.0, False, False, {}
+
+    def render(self):
+        if self.render_mode != "rgb_array":
+            return None
+        frame = np.zeros((8, 12, 4), np.uint8)  # RGBA: the alpha is dropped
+        frame[:, self.pos % 12] = 255
+        return frame
+
+
+def test_render_a_gymnasium_env_with_its_own_frames(tmp_path):
+    gym.register("JaxspreezeRenderDots-v0", entry_point=Dots, max_episode_steps=5)
+    run_dir = short_run(tmp_path, "dots", env="gymnasium/JaxspreezeRenderDots-v0")
+    frames = render.gymnasium_frames(render.load_policy(run_dir))
+    assert len(frames) == 6  # the reset frame and one per step of the 5-step time limit
+    for t, frame in enumerate(frames):
+        assert frame.shape == (8, 12, 3) and frame.dtype == np.uint8
+        assert (frame[:, t] == 255).all() and frame.sum() == 8 * 3 * 255
+
+
+def test_render_refuses_a_gymnasium_env_without_frames(tmp_path, capsys, monkeypatch):
+    gym.register("JaxspreezeNoFrames-v0", entry_point=Dots, max_episode_steps=5)
+    run_dir = short_run(tmp_path, "noframes", env="gymnasium/JaxspreezeNoFrames-v0")
+    make = gym.make
+    # the env ignores the render mode asked for: its render() gives None
+    monkeypatch.setattr(gym, "make", lambda *a, **kw: make(*a, **{**kw, "render_mode": None}))
+    assert cli.main(["render", str(run_dir), "--out", str(tmp_path / "x.gif")]) == 2
+    line = capsys.readouterr().err
+    assert "gymnasium/JaxspreezeNoFrames-v0 draws no frames here" in line
+    assert "no rgb_array frame" in line and not (tmp_path / "x.gif").exists()

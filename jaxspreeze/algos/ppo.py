@@ -51,7 +51,8 @@ class PPOConfig:
     max_grad_norm: float = 0.5
     """Global gradient-norm clip."""
     anneal_lr: bool = True
-    """Anneal the learning rate linearly to 0 over training."""
+    """Anneal the learning rate linearly to 0 over training (on by default; give
+    --ppo.no-anneal-lr to keep it constant)."""
     normalize_obs: bool = field(default=False, metadata=base.kinds("shape"))
     """Normalise observations with running statistics."""
     normalize_advantages: bool = True

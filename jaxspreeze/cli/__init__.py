@@ -36,11 +36,12 @@ commands:
   launch     start N local processes of one data-parallel run:
              jaxspreeze launch --processes N -- train <train args>
   cache      list, clear or cap the compile cache (compiled and kept programs)
+  envs       list the env ids of a family (gymnax, brax, playground, gymnasium, envpool)
 
 `jaxspreeze COMMAND --help` lists a command's options; `--debug` shows the traceback of an error.
 """
 
-COMMANDS = ("train", "eval", "autotune", "bench", "render", "plot", "launch", "cache")
+COMMANDS = ("train", "eval", "autotune", "bench", "render", "plot", "launch", "cache", "envs")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -13,8 +13,8 @@ from jaxspreeze.cli.common import fail
 from jaxspreeze.render import render_run
 
 DESCRIPTION = (
-    "Roll out a trained policy (deterministic, one episode) to a GIF (gymnax) or an HTML "
-    "viewer (brax)."
+    "Roll out a trained policy (deterministic, one episode) to a GIF (gymnax, gymnasium) or "
+    "an HTML viewer (brax)."
 )
 
 
@@ -25,7 +25,7 @@ class RenderArgs:
     run_dir: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="RUN_DIR")]
     """A finished run directory."""
     out: Annotated[str | None, tyro.conf.arg(metavar="FILE")] = None
-    """Output file (.gif for gymnax, .html for brax)."""
+    """Output file (.gif for gymnax and gymnasium, .html for brax)."""
     seed_index: int = 0
     """Which seed's policy."""
     max_steps: int | None = None

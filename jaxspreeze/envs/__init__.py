@@ -49,6 +49,7 @@ __all__ = [
     "available_envs",
     "check_env_name",
     "check_obs_keys",
+    "env_ids",
     "env_spec",
     "host_placeholder",
     "is_host_env",
@@ -72,6 +73,31 @@ def available_envs() -> list[str]:
         names = family.available() if hasattr(family, "available") else family.names()
         out += [f"{prefix}/{n}" for n in names]
     return out
+
+
+def env_ids(family: str) -> list[str]:
+    """The env ids of one family that load on this machine, ``<family>/<name>``.
+
+    gymnax and brax: every task; Playground: the tasks whose models are present (the
+    dm_control suite always); gymnasium: every id of its registry (not all of them have the
+    Box observation and Box or Discrete action the algorithms take); envpool: every task.
+    UnknownEnvError for a family that is not installed (naming its install command) or
+    unknown (naming the families).
+    """
+    if family in hostenvs.FAMILIES:
+        return [f"{family}/{n}" for n in hostenvs.env_names(family)]
+    module = FAMILIES.get(family)
+    if module is None:
+        near = difflib.get_close_matches(family, [*FAMILIES, *hostenvs.FAMILIES], n=2)
+        hint = f"did you mean {' or '.join(near)}? " if near else ""
+        raise UnknownEnvError(
+            f"unknown env family {family!r}; {hint}families: "
+            + ", ".join((*FAMILIES, *hostenvs.FAMILIES))
+        )
+    if hasattr(module, "installed") and not module.installed():
+        module.check("")  # raises with the install command
+    names = module.available() if hasattr(module, "available") else module.names()
+    return [f"{family}/{n}" for n in names]
 
 
 def check_env_name(name: str) -> None:
