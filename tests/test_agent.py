@@ -158,11 +158,6 @@ def test_evaluate_on_a_gymnasium_instance_equals_its_env_id(runs):
         sac.evaluate(42, episodes=1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="main's Evaluator frees snap.actor (evaluate.py: snap.actor = None) before its "
-    "on_result runs EvalWatch.seen, so policy-best.msgpack holds None (found by i28)",
-)
 def test_the_best_evaluations_policy_file_loads(runs):
     agent = load(runs["sac"])
     best = load(runs["sac"] / "policy-best.msgpack")
