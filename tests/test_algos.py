@@ -3,6 +3,7 @@ validation, the shared plumbing, and (slow) learning on Pendulum and CartPole.""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import os
@@ -176,7 +177,7 @@ def test_all_algorithms_share_loop_buffer_and_networks():
 def test_registry_lists_every_algorithm_once():
     """``algos/__init__.py`` is the list: one spec per algorithm module, its ``SPEC``;
     each spec's defaults give every run-level size and pass its own validation."""
-    assert algos.NAMES == ("sac", "td3", "ddpg", "ppo")
+    assert algos.NAMES == ("sac", "td3", "ddpg", "ppo", "fasttd3")
     assert [s.name for s in algos.all_specs()] == list(algos.NAMES)
     for name in algos.NAMES:
         spec = algos.get(name)
@@ -187,7 +188,11 @@ def test_registry_lists_every_algorithm_once():
         run = resolve(RunConfig(algo=name))
         spec.validate(run.algo_config, f"{name}.", run)  # with its run-level checks
         assert spec.grad_step_multiple(spec.config_cls()) >= 1
-        assert "hidden" in spec.shape_fields
+        # the widths change the shapes (FastTD3: the actor's and the critic's own)
+        assert "hidden" in spec.shape_fields or {"actor_hidden", "critic_hidden"} <= set(
+            spec.shape_fields
+        )
+        assert set(spec.shape_fields) <= {f.name for f in dataclasses.fields(spec.config_cls)}
     assert [s.name for s in algos.all_specs() if s.on_policy] == ["ppo"]
     assert algos.get("td3").grad_step_multiple(td3.TD3Config(policy_delay=3)) == 3
     assert algos.get("ppo").shape_fields == ("hidden", "normalize_obs")

@@ -300,3 +300,21 @@ def test_fasttd3_learns_pendulum_with_its_defaults(tmp_path):
 
     result = train(RunConfig(algo="fasttd3", logdir=str(tmp_path), sinks=("jsonl",)), quiet=True)
     assert result.summary["final_eval_return"] > -400, result.summary
+
+
+def test_split_equals_the_single_device_run():
+    """Two fake CPU devices: the distributional critic on the critic device, the actor
+    (and its noise seed) on the actor device; bitwise the single-device run, each chunk
+    program traced once."""
+    from test_split import PROGRAMS, run_worker
+
+    f = run_worker("equal", "fasttd3", timeout=900)["fasttd3"]
+    assert f["state"]["bitwise"], f["state"]
+    assert f["metrics"]["max_abs_diff"] <= 1e-4, f["metrics"]
+    assert f["metric_keys_equal"]
+    for when in ("init", "warm", "end"):
+        w = f["where_split"][when]
+        assert w["actor"] == [0] and w["critic"] == [1] and w["buffer"] == [1], (when, w)
+    for placement, names in PROGRAMS.items():
+        for name in names:
+            assert f[f"traces_{placement}"].get(name) == 1, (placement, name)
