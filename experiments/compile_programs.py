@@ -27,6 +27,7 @@ from jaxspreeze import devices, schedules
 from jaxspreeze.config import RunConfig, resolve
 from jaxspreeze.envs import make_env
 from jaxspreeze.evaluate import make_seed_evaluate
+from jaxspreeze.plan import plan
 from jaxspreeze.schedules.base import abstract_on
 
 
@@ -40,7 +41,7 @@ def measure(algo: str, env: str) -> dict:
     jax.config.update("jax_enable_compilation_cache", False)
     cfg = resolve(dataclasses.replace(RunConfig(), algo=algo, env=env))
     t0 = time.perf_counter()
-    schedule = schedules.make(cfg, devices.single())
+    schedule = schedules.make(plan(cfg, devices.single()))
     build_s = time.perf_counter() - t0
     rows: dict[str, dict[str, float]] = {}
 
@@ -58,7 +59,7 @@ def measure(algo: str, env: str) -> dict:
     keys = jax.random.split(jax.random.key(0), cfg.num_seeds)
     init = program("init", schedule._init, keys)
     state = init(keys)
-    if not schedule.algo.on_policy and cfg.warmup_steps:
+    if not schedule.algo.on_policy and schedule.plan.warmup_steps:
         program("warmup", jax.jit(jax.vmap(schedule.per_seed.warmup), donate_argnums=0), state)
     program("chunk", jax.jit(schedule.fused_chunk, donate_argnums=0), state)
     # the start's compile phase as the trainer runs it: the warm-up on a thread beside the

@@ -43,6 +43,7 @@ from jaxspreeze.algos.ppo import PPOConfig
 from jaxspreeze.algos.sac import SACConfig
 from jaxspreeze.cli import launch
 from jaxspreeze.config import RunConfig, resolve
+from jaxspreeze.plan import plan
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ("sac", "ppo")
@@ -69,10 +70,10 @@ def worker(case: str, out: Path, shards_on_one: int, placement_mode: str = "data
     distributed.check_same_config(cfg)
     if shards_on_one:
         placement = devices.data_parallel(jax.devices()[:1])
-        schedule = schedules.DataParallel(cfg, placement, shards=shards_on_one)
+        schedule = schedules.DataParallel(plan(cfg, placement), shards=shards_on_one)
     else:
         placement = devices.resolve(placement_mode)
-        schedule = schedules.make(cfg, placement)
+        schedule = schedules.make(plan(cfg, placement))
     t0 = time.perf_counter()
     state = schedule.init()
     schedule.compile(state)

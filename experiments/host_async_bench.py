@@ -35,6 +35,7 @@ import sys
 import time
 from pathlib import Path
 
+from jaxspreeze.plan import plan
 from jaxspreeze.schedules.host_async import cpu_settings
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -44,7 +45,7 @@ def build(env: str, grad_steps: int, args: argparse.Namespace):
     """A compiled host schedule with a warm buffer (no workers started yet)."""
     import jax
 
-    from jaxspreeze import config, devices, schedules
+    from jaxspreeze import devices, schedules
     from jaxspreeze.config import RunConfig
 
     cfg = RunConfig().replace(
@@ -61,8 +62,8 @@ def build(env: str, grad_steps: int, args: argparse.Namespace):
         host_workers=1,
         sac={"hidden": tuple(args.hidden)},
     )
-    cfg = config.validate(cfg)
-    schedule = schedules.make(cfg, devices.resolve("single"))
+    cfg = plan(cfg, on_devices=False).cfg
+    schedule = schedules.make(plan(cfg, devices.resolve("single")))
     state = schedule.init()
     schedule.compile(state)
     return schedule, jax.block_until_ready(state)

@@ -25,6 +25,7 @@ from jaxspreeze import devices, schedules
 from jaxspreeze.bench import references
 from jaxspreeze.bench.record import versions
 from jaxspreeze.config import RunConfig, resolve
+from jaxspreeze.plan import plan
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,15 +39,16 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     k = args.chunk_iterations
     cfg = RunConfig(chunk_iterations=k, placement="single").replace(sac={"hidden": (256, 256)})
-    cfg = resolve(cfg.replace(total_steps=cfg.warmup_steps + 4 * k * cfg.steps_per_iteration))
+    sizes = plan(cfg, on_devices=False)
+    cfg = resolve(cfg.replace(total_steps=sizes.warmup_steps + 4 * k * sizes.steps_per_iteration))
     g, b = cfg.grad_steps, cfg.batch_size
     one = devices.single()
 
-    fused = schedules.make(cfg, one)
+    fused = schedules.make(plan(cfg, one))
     s = fused.init()
     fused.compile(s)
     s = jax.block_until_ready(fused.warmup(s))
-    pieces = schedules.make(cfg, one, dispatched=True)  # the fused program cut at the seams
+    pieces = schedules.make(plan(cfg, one), dispatched=True)  # the fused program cut at the seams
     p = pieces.init()
     pieces.compile(p)
     p = jax.block_until_ready(pieces.warmup(p))
@@ -56,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         f.collect(p.agent.actor, p.env, p.key, es, it, au)
     )
     view = jax.block_until_ready(f.critic_view(p.agent.critic))
-    ref = references.sac_update(b, g, hidden=cfg.algo_config.hidden)
+    ref = references.sac_update(b, g, hidden=cfg.sac.hidden)
     a = jnp.ones((1024, 1024), jnp.float32)
     mm = jax.jit(jnp.matmul).lower(a, a).compile()
     st = {"s": s, "p": p, "env": env, "key": key}

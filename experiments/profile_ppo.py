@@ -48,6 +48,7 @@ from jaxspreeze.config import resolve
 from jaxspreeze.envs import FAMILIES, VecEnv
 from jaxspreeze.envs import base as env_base
 from jaxspreeze.iteration import Iteration, update_step
+from jaxspreeze.plan import plan
 
 ROOT = Path(__file__).resolve().parents[1]
 OPS = (
@@ -124,8 +125,8 @@ def ours(env_name: str, cfg, refresh_every: int | None = None) -> Iteration:
     finally:
         family.auto_reset = real
     venv = VecEnv(parts.spec, cfg.num_envs, parts.reset_one, parts.step_batch)
-    algo = algos.get("ppo").make(cfg.algo_config, venv.spec, cfg)
-    return Iteration.from_config(cfg, algo, venv, False)
+    algo = algos.get("ppo").make(cfg.ppo, venv.spec, cfg)
+    return Iteration.from_plan(plan(cfg, on_devices=False), algo, venv, False)
 
 
 def our_programs(env_name: str, cfg) -> list[Program]:
@@ -341,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     jax.config.update("jax_compilation_cache_dir", args.cache_dir)  # reruns skip compiles
     cfg, kw = suite.trainer_config("ppo", args.env, "cpu")
     cfg = resolve(cfg)
-    hidden = cfg.algo_config.hidden
+    hidden = cfg.ppo.hidden
     print(f"{args.env}: {cfg.num_envs} envs x {cfg.rollout_steps} steps, batch {cfg.batch_size}")
     Program.skip = tuple(args.skip)
     progs: list[Program] = []
@@ -379,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         "num_envs": cfg.num_envs,
         "rollout_steps": cfg.rollout_steps,
         "batch_size": cfg.batch_size,
-        "epochs": cfg.algo_config.epochs,
+        "epochs": cfg.ppo.epochs,
         "hidden": list(hidden),
         "rounds": args.rounds,
         "load_avg_1min": [load0[0], load1[0]],

@@ -35,6 +35,7 @@ import jax
 from jaxspreeze import devices, schedules
 from jaxspreeze.bench.record import matmul_peak_flops, versions
 from jaxspreeze.config import RunConfig, resolve
+from jaxspreeze.plan import plan
 from jaxspreeze.types import Placement
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -52,7 +53,8 @@ def make_config(args: argparse.Namespace) -> RunConfig:
         learning_starts=1000,
         placement="single",
     ).replace(sac={"hidden": tuple(args.hidden)})
-    total = cfg.warmup_steps + 4 * args.chunk_iterations * cfg.steps_per_iteration
+    sizes = plan(cfg, on_devices=False)
+    total = sizes.warmup_steps + 4 * args.chunk_iterations * sizes.steps_per_iteration
     return resolve(cfg.replace(total_steps=total))
 
 
@@ -60,7 +62,7 @@ class ChunkTimer:
     """A schedule, its state and one timed chunk per call (seconds per iteration)."""
 
     def __init__(self, cfg: RunConfig, placement: Placement, dispatched: bool):
-        self.loop = schedules.make(cfg, placement, dispatched=dispatched)
+        self.loop = schedules.make(plan(cfg, placement), dispatched=dispatched)
         state = self.loop.init()
         t0 = time.perf_counter()
         self.loop.compile(state)
@@ -155,7 +157,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             "num_envs": cfg.num_envs,
             "batch_size": cfg.batch_size,
             "grad_steps": cfg.grad_steps,
-            "hidden": list(cfg.algo_config.hidden),
+            "hidden": list(getattr(cfg, cfg.algo).hidden),
             "chunk_iterations": cfg.chunk_iterations,
             "num_seeds": cfg.num_seeds,
             "rounds": args.rounds,

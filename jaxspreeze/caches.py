@@ -3,7 +3,7 @@
 :func:`enable_compile_cache` turns on JAX's cache (the trainer, autotune and bench call
 it first); :func:`program_cache` is the run's :class:`~jaxspreeze.programs.ProgramCache`,
 keyed by :func:`program_run`: the config's fields that reach a program (all but
-:data:`PROGRAM_FREE_FIELDS`), the schedule, the placement and the env's classes.
+the ``program_free`` fields), the schedule, the placement and the env's classes.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import jax
 
 from jaxspreeze import cachedir, distributed, schedules
 from jaxspreeze import config as config_lib
-from jaxspreeze.config import RunConfig
 from jaxspreeze.programs import ProgramCache, object_fingerprint
 
 
@@ -42,25 +41,7 @@ def enable_compile_cache(setting: str) -> str | None:
     return str(path)
 
 
-# config fields that reach no program: a run differing only in these loads the same ones
-# (the seeds reach them as arguments, the keys, never as constants: a test checks it)
-PROGRAM_FREE_FIELDS = (
-    "seed",
-    "eval_every",
-    "logdir",
-    "run_name",
-    "sinks",
-    "checkpoint_every",
-    "keep_checkpoints",
-    "compile_cache",
-    "autotune_budget_s",
-    "host_stall_timeout_s",
-)
-
-
-def program_cache(
-    directory: str | None, cfg: RunConfig, schedule: schedules.Schedule
-) -> ProgramCache:
+def program_cache(directory: str | None, schedule: schedules.Schedule) -> ProgramCache:
     """The run's :class:`~jaxspreeze.programs.ProgramCache`, in ``<directory>/programs``
     (off without a compile cache, and for runs of several processes).
 
@@ -69,14 +50,20 @@ def program_cache(
     """
     if directory is None or distributed.process_count() > 1:
         return ProgramCache.off()
+    cfg = schedule.cfg
     label = f"{cfg.algo} {cfg.env} {type(schedule).__name__}"
-    return ProgramCache(Path(directory) / "programs", program_run(cfg, schedule), label)
+    return ProgramCache(Path(directory) / "programs", program_run(schedule), label)
 
 
-def program_run(cfg: RunConfig, schedule: schedules.Schedule) -> tuple[Any, ...]:
-    """What a run's programs are made of beyond the code (the program cache's ``run``)."""
-    fields = config_lib.to_dict(cfg)
-    fields = {k: v for k, v in fields.items() if k not in PROGRAM_FREE_FIELDS}
+def program_run(schedule: schedules.Schedule) -> tuple[Any, ...]:
+    """What a run's programs are made of beyond the code (the program cache's ``run``).
+
+    The fields of the schedule's config that reach a program: all but the
+    ``program_free`` ones (:func:`jaxspreeze.config.fields_of`; the seeds reach the
+    programs as arguments, the keys, never as constants: a test checks it).
+    """
+    free = config_lib.fields_of("program_free")
+    fields = {k: v for k, v in config_lib.to_dict(schedule.cfg).items() if k not in free}
     env = schedule.env.render_state
     env_objects = env if isinstance(env, (tuple, list)) else (env,)
     return (

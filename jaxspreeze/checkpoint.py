@@ -52,7 +52,7 @@ from jaxspreeze.envs import is_host_env, make_env
 from jaxspreeze.errors import CheckpointError, ConfigError, NonFiniteError
 from jaxspreeze.evaluate import make_evaluate, make_host_evaluate
 from jaxspreeze.iteration import TrainState
-from jaxspreeze.policy import make_algorithm
+from jaxspreeze.plan import RunPlan
 from jaxspreeze.records import clean
 
 FORMAT = 1
@@ -507,9 +507,9 @@ def evaluate_checkpoint(
             raise CheckpointError(f"{run_dir / CONFIG} is damaged ({e})") from None
     if cfg is None:
         raise CheckpointError(f"{path} has no {CONFIG}, and neither has {run_dir}")
-    cfg = config_lib.resolve(cfg)
+    saved = RunPlan.saved(cfg)  # the saved run's algorithm, bound to its env
+    cfg, algo = saved.cfg, saved.make_algorithm()
     episodes = episodes or cfg.eval_episodes
-    algo = make_algorithm(cfg)
     # only the agent is needed: a template without the (possibly huge) replay buffer
     agent = jax.jit(jax.vmap(algo.init))(jax.random.split(jax.random.key(0), cfg.num_seeds))
     template = TrainState(*[None] * len(TrainState._fields))._replace(agent=agent)

@@ -9,7 +9,13 @@ and the help of the run-level sizes whose default depends on the algorithm. Thos
 (``total_steps``, ``num_envs``, ``rollout_steps``, ``grad_steps``, ``batch_size``,
 ``buffer_size``, ``learning_starts``, ``chunk_iterations``) and ``eval_every`` are None
 until :func:`resolve` fills them from the chosen algorithm's defaults; what the user set
-is kept. :func:`validate` resolves first and returns the resolved config.
+is kept. :func:`check_fields` checks every field on its own (types, ranges, names);
+what needs the algorithm or the env (its limits, the budget, whether it can train the env)
+is :func:`jaxspreeze.plan.plan`'s, which resolves and checks a config once for a run.
+
+What a field is to a run beyond its value (a shape field, a start field, one that reaches
+no program, ...: :data:`~jaxspreeze.algos.base.FIELD_KINDS`) is metadata on the field
+itself, on RunConfig and on every algorithm's config; :func:`fields_of` reads it.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from jaxspreeze import algos, envs
-from jaxspreeze.algos.base import RUN_SIZES, AlgoSpec, check_positive
+from jaxspreeze.algos.base import FIELD_KINDS, RUN_SIZES, AlgoSpec, check_positive, kinds
 from jaxspreeze.errors import ConfigError, UnknownEnvError
 from jaxspreeze.types import ObsKeys
 
@@ -39,52 +45,62 @@ PLACEMENTS = ("auto", "single", "split", "data", "split-data")
 EVALUATIONS = 10  # the default eval_every gives about this many evaluations per run
 
 
-def _per_algorithm(help_text: str) -> Any:
-    """A run-level size that defaults to the chosen algorithm's value (None until resolved)."""
-    return field(default=None, metadata={"help": help_text, "per_algorithm": True})
+def _per_algorithm(help_text: str, *kind: str) -> Any:
+    """A run-level size that defaults to the chosen algorithm's value (None until resolved);
+    ``kind``: its :data:`~jaxspreeze.algos.base.FIELD_KINDS`."""
+    return field(default=None, metadata=kinds(*kind, help=help_text, per_algorithm=True))
+
+
+def _is(default: Any, *kind: str) -> Any:
+    """A field with ``default`` that is of ``kind`` (:data:`~jaxspreeze.algos.base.FIELD_KINDS`)."""
+    return field(default=default, metadata=kinds(*kind))
 
 
 @dataclass(frozen=True)
 class _RunFields:
     """A training run. Sizes are per seed; ``--num-seeds K`` trains K agents at once."""
 
-    algo: str = algos.NAMES[0]
+    algo: str = _is(algos.NAMES[0], "shape")
     """Algorithm."""
-    env: str = "gymnax/Pendulum-v1"
+    env: str = _is("gymnax/Pendulum-v1", "shape")
     """Environment, ``gymnax/<Name>``, ``brax/<name>`` or ``playground/<Name>`` (on the
     device), or ``gymnasium/<id>`` or ``envpool/<task>`` (on the host CPU, through sampling
     workers)."""
-    actor_obs_key: str = ""
+    actor_obs_key: str = _is("", "shape")
     """Dict observations (Playground's locomotion tasks: ``state``, ``privileged_state``):
     the key the actor (the policy: acting, evaluation, the saved policy) reads; '' = ``state``.
     Refused for envs that observe one array."""
-    critic_obs_key: str = ""
+    critic_obs_key: str = _is("", "shape")
     """Dict observations: the key the critic (Q or value network) reads; '' = the actor's
     key. A different key gives asymmetric actor-critic: the env observes both keys side by
     side and each network reads only its own."""
     total_steps: int | None = _per_algorithm(
         "Environment steps to train for (summed over envs, per seed)."
     )
-    num_envs: int | None = _per_algorithm("Parallel environments (vmapped on the device).")
+    num_envs: int | None = _per_algorithm(
+        "Parallel environments (vmapped on the device).", "shape"
+    )
     rollout_steps: int | None = _per_algorithm(
         "Env steps per iteration per env (T); PPO's rollout length."
     )
     grad_steps: int | None = _per_algorithm(
-        "Gradient steps per iteration (G) for the critic (off-policy algorithms)."
+        "Gradient steps per iteration (G) for the critic (off-policy algorithms).", "off_policy"
     )
     batch_size: int | None = _per_algorithm(
         "Samples per gradient step (off-policy) or per minibatch (PPO)."
     )
-    buffer_size: int | None = _per_algorithm("Replay buffer capacity in transitions (off-policy).")
+    buffer_size: int | None = _per_algorithm(
+        "Replay buffer capacity in transitions (off-policy).", "shape", "off_policy"
+    )
     learning_starts: int | None = _per_algorithm(
-        "Random-action env steps before the first update (off-policy)."
+        "Random-action env steps before the first update (off-policy).", "start", "off_policy"
     )
     chunk_iterations: int | None = _per_algorithm(
         "Iterations fused into one jitted chunk (K); the host dispatches once per chunk."
     )
-    seed: int = 0
+    seed: int = _is(0, "start", "program_free")
     """Random seed; seed i of a ``--num-seeds`` run uses ``seed + i``."""
-    num_seeds: int = 1
+    num_seeds: int = _is(1, "shape")
     """Independent agents trained together with vmap in one program."""
     placement: Literal["auto", "single", "split", "data", "split-data"] = "auto"
     """Device placement: split = actor and critic on two devices, single = one device, data =
@@ -96,70 +112,34 @@ class _RunFields:
     host_workers: int = 1
     """Sampling worker threads for host envs (gymnasium/<id>, envpool/<task>); num_envs are
     split evenly over them."""
-    host_stall_timeout_s: float = 60.0
+    host_stall_timeout_s: float = _is(60.0, "program_free")
     """Host envs: a sampling worker stuck this many seconds inside one env step (or policy
     call) is reported as stalled and the run stops (exit 1, naming the env and the worker)."""
-    eval_every: int | None = None
+    eval_every: int | None = _is(None, "program_free")
     """Evaluate every this many env steps (0: only at the end; None: total_steps // 10)."""
     eval_episodes: int = 16
     """Episodes per evaluation (deterministic policy, vmapped envs)."""
-    logdir: str = "runs"
+    logdir: str = _is("runs", "location", "program_free")
     """Directory that holds run directories."""
-    run_name: str = ""
+    run_name: str = _is("", "location", "program_free")
     """Run directory name (default: ``<algo>-<env>-<time>``)."""
-    sinks: tuple[str, ...] = ("console", "jsonl", "csv", "tensorboard", "plots")
+    sinks: tuple[str, ...] = _is(("console", "jsonl", "csv", "tensorboard", "plots"), "program_free")
     """Metric sinks: console, jsonl, csv, tensorboard, wandb, plots."""
-    checkpoint_every: int = 0
+    checkpoint_every: int = _is(0, "program_free")
     """Write a checkpoint every this many env steps (0: only at the end)."""
-    keep_checkpoints: int = 2
+    keep_checkpoints: int = _is(2, "program_free")
     """Checkpoints kept on disk (oldest removed first)."""
-    replay_ratio: float = 0.0
+    replay_ratio: float = _is(0.0, "autotune")
     """Target update samples per env step for autotune (0: the algorithm's default)."""
-    autotune_budget_s: float = 30.0
+    autotune_budget_s: float = _is(30.0, "autotune", "program_free")
     """Wall-clock budget of the autotune probe, in seconds."""
-    compile_cache: str = ""
+    compile_cache: str = _is("", "program_free")
     """Persistent compilation cache directory ('' = user cache dir, 'off' = disabled)."""
-
-    @property
-    def algo_spec(self) -> AlgoSpec:
-        """The chosen algorithm's registry entry (ConfigError for an unknown name)."""
-        return algos.get(self.algo)
 
     @property
     def obs_keys(self) -> ObsKeys:
         """The dict-observation keys the actor and the critic read ('' : the default)."""
         return ObsKeys(self.actor_obs_key, self.critic_obs_key)
-
-    @property
-    def algo_config(self) -> Any:
-        """The hyperparameters of the chosen algorithm."""
-        return getattr(self, self.algo)
-
-    @property
-    def resolved(self) -> bool:
-        """True when no run-level size (nor eval_every) waits for :func:`resolve`."""
-        return all(getattr(self, name) is not None for name in (*RUN_SIZES, "eval_every"))
-
-    @property
-    def steps_per_iteration(self) -> int:
-        """Env steps per iteration per seed (num_envs x rollout_steps)."""
-        cfg = resolve(self)
-        return cfg.num_envs * cfg.rollout_steps
-
-    @property
-    def num_iterations(self) -> int:
-        """Iterations after warm-up needed to reach ``total_steps``."""
-        cfg = resolve(self)
-        remaining = max(cfg.total_steps - cfg.warmup_steps, 0)
-        return math.ceil(remaining / cfg.steps_per_iteration)
-
-    @property
-    def warmup_steps(self) -> int:
-        """Random-action steps taken before training (a multiple of num_envs)."""
-        cfg = resolve(self)
-        if cfg.algo_spec.on_policy or cfg.learning_starts == 0:
-            return 0
-        return math.ceil(cfg.learning_starts / cfg.num_envs) * cfg.num_envs
 
     def replace(self, **changes: Any) -> RunConfig:
         """A copy with ``changes`` applied (nested: ``{"sac": {"gamma": 0.9}}``)."""
@@ -179,13 +159,13 @@ def _registry_fields() -> list[tuple[str, Any, Any]]:
     the per-algorithm sizes (their defaults, listed) and one section per algorithm."""
     specs = algos.all_specs()
     out: list[tuple[str, Any, Any]] = [
-        ("algo", Literal[algos.NAMES], field(default=algos.NAMES[0]))  # type: ignore[valid-type]
+        ("algo", Literal[algos.NAMES], _is(algos.NAMES[0], "shape"))  # type: ignore[valid-type]
     ]
     for f in dataclasses.fields(_RunFields):
         if f.metadata.get("per_algorithm"):
             listing = _group({s.name: s.defaults[f.name] for s in specs})
             help_text = f"{f.metadata['help']} None: the algorithm's default ({listing})."
-            out.append((f.name, int | None, _per_algorithm(help_text)))
+            out.append((f.name, int | None, _per_algorithm(help_text, *f.metadata["kinds"])))
     for spec in specs:
         section = field(
             default_factory=spec.config_cls, metadata={"help": f"{spec.label} hyperparameters."}
@@ -204,18 +184,40 @@ RunConfig.__module__ = __name__  # so it pickles and prints as jaxspreeze.config
 RunConfig.__doc__ = _RunFields.__doc__
 
 
-def resolve(cfg: RunConfig) -> RunConfig:
+def fields_of(kind: str, cls: type | None = None, *, on_policy: bool = False) -> tuple[str, ...]:
+    """The names of the fields of ``cls`` (RunConfig if None; an algorithm's config class)
+    whose metadata names ``kind`` (:data:`~jaxspreeze.algos.base.FIELD_KINDS`), in order.
+
+    ``on_policy``: leave out the fields only off-policy algorithms read (``off_policy``).
+    """
+    if kind not in FIELD_KINDS:
+        raise ValueError(f"unknown field kind {kind!r}; known: {', '.join(FIELD_KINDS)}")
+    return tuple(
+        f.name
+        for f in dataclasses.fields(cls or RunConfig)
+        if kind in f.metadata.get("kinds", ())
+        and not (on_policy and "off_policy" in f.metadata.get("kinds", ()))
+    )
+
+
+def is_resolved(cfg: RunConfig) -> bool:
+    """True when no run-level size (nor eval_every) waits for :func:`resolve`."""
+    return all(getattr(cfg, name) is not None for name in (*RUN_SIZES, "eval_every"))
+
+
+def resolve(cfg: RunConfig, spec: AlgoSpec | None = None) -> RunConfig:
     """``cfg`` with every unset run-level size from its algorithm's defaults.
 
     Sizes the user set are kept; ``eval_every`` unset becomes ``total_steps // 10``
     (about ten evaluations). Idempotent: a resolved config comes back unchanged (the same
-    object). ConfigError("algo") for an unknown algorithm.
+    object). ``spec``: the algorithm's registry entry, when the caller holds it;
+    ConfigError("algo") for an unknown algorithm.
     """
-    if getattr(cfg, "resolved", False):
+    if is_resolved(cfg):
         return cfg
-    spec = algos.get(cfg.algo)
+    spec = spec or algos.get(cfg.algo)
     changes: dict[str, Any] = {n: spec.defaults[n] for n in RUN_SIZES if getattr(cfg, n) is None}
-    total = changes.get("total_steps", cfg.total_steps)
+    total = spec.defaults["total_steps"] if cfg.total_steps is None else cfg.total_steps
     if cfg.eval_every is None and isinstance(total, int) and not isinstance(total, bool):
         changes["eval_every"] = max(total // EVALUATIONS, 0)
     return dataclasses.replace(cfg, **changes) if changes else cfg
@@ -334,12 +336,10 @@ def check_types(cfg: Any, prefix: str = "") -> None:
     hints = typing.get_type_hints(type(cfg))
     for f in dataclasses.fields(cfg):
         value = getattr(cfg, f.name)
-        hint = hints.get(f.name)
+        hint = hints[f.name]  # every field is annotated
         name = f"{prefix}{f.name}"
         if dataclasses.is_dataclass(value):
             check_types(value, f"{name}.")
-            continue
-        if hint is None:
             continue
         if not _type_ok(value, hint):
             raise ConfigError(name, f"must be {_describe(hint)}, got {value!r}")
@@ -358,95 +358,14 @@ def _non_negative(cfg: RunConfig, names: tuple[str, ...]) -> None:
 MAX_SEED = 2**31 - 1
 
 
-def _check_replay(cfg: RunConfig) -> None:
-    """The run-level checks of an off-policy algorithm (replay buffer, warm-up, updates)."""
-    check_positive(cfg, "", ("buffer_size",))
-    if cfg.batch_size > cfg.buffer_size:
-        raise ConfigError(
-            "batch_size",
-            f"{cfg.batch_size} is larger than buffer_size {cfg.buffer_size}; "
-            "lower --batch-size or raise --buffer-size",
-        )
-    if cfg.steps_per_iteration > cfg.buffer_size:
-        raise ConfigError(
-            "buffer_size",
-            f"must hold one iteration's {cfg.steps_per_iteration} transitions "
-            "(num_envs x rollout_steps)",
-        )
-    if cfg.warmup_steps > cfg.buffer_size:
-        raise ConfigError(
-            "learning_starts",
-            f"the warm-up of {cfg.warmup_steps} random steps (learning_starts rounded up "
-            f"to a multiple of num_envs) does not fit in buffer_size {cfg.buffer_size}; "
-            "lower --learning-starts or raise --buffer-size",
-        )
-    if cfg.grad_steps == 0:
-        raise ConfigError("grad_steps", "off-policy algorithms need at least 1")
+def check_fields(cfg: RunConfig) -> None:
+    """Check every field on its own; raise :class:`ConfigError` naming the first bad one.
 
-
-def _check_budget(cfg: RunConfig) -> None:
-    """The budget must hold the warm-up and at least one whole iteration.
-
-    Otherwise the run would take no gradient step (the warm-up alone uses it up) or spend
-    far more env steps than ``total_steps`` on its one iteration. Refused, naming the
-    fields to change; nothing is shrunk behind the user's back.
+    ``cfg`` is resolved (:func:`resolve`). Covers the types of every field and section,
+    the ranges and names of RunConfig's fields, the env's name and observation keys; what
+    needs the schedule, the algorithm or the env spec is checked by
+    :func:`jaxspreeze.plan.plan` after this.
     """
-    warmup, spi = cfg.warmup_steps, cfg.steps_per_iteration
-    if cfg.total_steps >= warmup + spi:
-        return
-    iteration = (
-        f"one iteration takes {spi:,} env steps (num_envs {cfg.num_envs} x rollout_steps "
-        f"{cfg.rollout_steps})"
-    )
-    if warmup:
-        raise ConfigError(
-            "total_steps",
-            f"{cfg.total_steps:,} env steps leave no room to train: the warm-up takes "
-            f"{warmup:,} random-action steps (learning_starts {cfg.learning_starts:,} rounded "
-            f"up to a multiple of num_envs {cfg.num_envs}) and {iteration}; give "
-            f"--total-steps of at least {warmup + spi:,}, or lower --learning-starts or "
-            "--num-envs",
-        )
-    raise ConfigError(
-        "total_steps",
-        f"{cfg.total_steps:,} env steps do not hold one iteration: {iteration}; give "
-        f"--total-steps of at least {spi:,}, or lower --num-envs or --rollout-steps",
-    )
-
-
-def _check_host(cfg: RunConfig) -> None:
-    """What the host schedules (gymnasium/, envpool/ envs) support so far."""
-    if cfg.num_seeds != 1:
-        raise ConfigError(
-            "num_seeds", f"host envs ({cfg.env}) train one seed per run so far, got {cfg.num_seeds}"
-        )
-    if cfg.placement in ("data", "split-data"):
-        raise ConfigError(
-            "placement",
-            f"host envs ({cfg.env}) do not run data-parallel ({cfg.placement}); use auto or single",
-        )
-    if cfg.num_envs % cfg.host_workers:
-        raise ConfigError(
-            "num_envs",
-            f"{cfg.num_envs} envs do not split evenly over host_workers {cfg.host_workers}",
-        )
-
-
-def validate(cfg: RunConfig) -> RunConfig:
-    """Check every field; raise :class:`ConfigError` naming the first bad one.
-
-    Resolves ``cfg`` first (:func:`resolve`) and returns the resolved config. Covers every
-    RunConfig field (types, ranges, cross-field limits; the budget must hold the warm-up
-    and one whole iteration), every algorithm's section (its
-    spec's ``validate``; the chosen algorithm's also checks its run-level limits, the
-    others their own fields only) and the types of all sections. Cheap: the last step
-    builds the env spec (no compile) to check that the algorithm fits the env and that
-    the observation keys exist (``actor_obs_key``, ``critic_obs_key``).
-    """
-    if not isinstance(cfg, RunConfig):
-        raise ConfigError("config", f"expected a RunConfig, got {type(cfg).__name__}")
-    cfg = resolve(cfg)
-    spec = algos.get(cfg.algo)
     if cfg.placement not in PLACEMENTS:
         raise ConfigError(
             "placement", f"choose one of {', '.join(PLACEMENTS)}, got {cfg.placement!r}"
@@ -507,16 +426,3 @@ def validate(cfg: RunConfig) -> RunConfig:
     except UnknownEnvError as e:
         raise ConfigError("env", str(e)) from None
     envs.check_obs_keys(cfg.env, cfg.obs_keys)
-    if envs.is_host_env(cfg.env):
-        _check_host(cfg)
-    if not spec.on_policy:
-        _check_replay(cfg)
-    spec.validate(cfg.algo_config, f"{spec.name}.", cfg)
-    _check_budget(cfg)
-    for other in algos.all_specs():  # the sections not in use: their own fields only
-        if other.name != spec.name:
-            other.validate(getattr(cfg, other.name), f"{other.name}.", None)
-    reason = spec.supports(envs.env_spec(cfg.env, cfg.obs_keys))  # the keys checked here
-    if reason:
-        raise ConfigError("algo", f"{cfg.algo} cannot train {cfg.env}: {reason}")
-    return cfg

@@ -9,15 +9,17 @@ from pathlib import Path
 
 from jaxspreeze import memory, rundir
 from jaxspreeze.config import RunConfig
+from jaxspreeze.plan import RunPlan
 from jaxspreeze.resume import ResumePoint
-from jaxspreeze.types import EnvSpec, Placement, Record
+from jaxspreeze.types import Record
 
 
-def header(cfg: RunConfig, placement: Placement, estimate: dict[str, int], spec: EnvSpec) -> str:
+def header(planned: RunPlan, estimate: dict[str, int]) -> str:
     """The first console line of a run (``estimate``: the memory estimate)."""
-    total = estimate["total"]
+    cfg, placement, total = planned.cfg, planned.placement, estimate["total"]
+    assert placement is not None
     each = " per device" if placement.data_parallel else ""  # one shard's share
-    buffer = memory.buffer_nbytes(cfg, spec) // placement.data_devices
+    buffer = memory.buffer_nbytes(planned) // placement.data_devices
     return (
         f"jaxspreeze: {cfg.algo} on {cfg.env} | {cfg.num_seeds} seed(s) x {cfg.num_envs} envs | "
         f"{placement.describe()} | memory estimate {total / 2**20:.1f} MiB{each} "

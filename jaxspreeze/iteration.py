@@ -185,9 +185,10 @@ class Iteration:
     shards: Shards | None = None
 
     @classmethod
-    def from_config(cls, cfg: Any, algo: Algorithm, env: VecEnv, obs_buffer: bool) -> Iteration:
-        """The pieces for a resolved run config (its rollout, buffer and warm-up sizes)."""
-        return cls(algo, env, cfg.rollout_steps, cfg.buffer_size, cfg.warmup_steps, obs_buffer)
+    def from_plan(cls, plan: Any, algo: Algorithm, env: VecEnv, obs_buffer: bool) -> Iteration:
+        """The pieces for a run plan (its rollout, buffer and warm-up sizes)."""
+        cfg = plan.cfg
+        return cls(algo, env, cfg.rollout_steps, cfg.buffer_size, plan.warmup_steps, obs_buffer)
 
     @property
     def num_shards(self) -> int:

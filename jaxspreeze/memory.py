@@ -1,6 +1,6 @@
 """The memory estimate: the bytes a run will hold on its device(s), before allocating any.
 
-Computed from the env spec, the replay item (:func:`jaxspreeze.replay.example_transition`,
+Computed from a run plan (:class:`~jaxspreeze.plan.RunPlan`): its env spec, the replay item (:func:`jaxspreeze.replay.example_transition`,
 :func:`jaxspreeze.replay.nbytes`) and the abstract shapes of the env states and the
 agent: nothing is compiled, allocated or stepped. The trainer passes those shapes from
 its schedule's init program (``Schedule.init_abstract``: that program's own trace, which
@@ -14,16 +14,19 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
 
-from jaxspreeze import algos, devices, envs, replay, rollout
-from jaxspreeze.config import RunConfig, resolve
+from jaxspreeze import devices, envs, replay, rollout
 from jaxspreeze.errors import ConfigError
-from jaxspreeze.schedules.data_parallel import shard_config
-from jaxspreeze.types import EnvSpec, ObsOnly, Placement, PyTree
+from jaxspreeze.schedules.data_parallel import shard_plan
+from jaxspreeze.types import ObsOnly, Placement, PyTree
+
+if TYPE_CHECKING:
+    from jaxspreeze.config import RunConfig
+    from jaxspreeze.plan import RunPlan
 
 GiB = 2**30
 
@@ -62,20 +65,17 @@ def tree_nbytes(tree: Any) -> int:
     return total
 
 
-def buffer_nbytes(cfg: RunConfig, spec: EnvSpec | None = None) -> int:
+def buffer_nbytes(plan: RunPlan) -> int:
     """Bytes of the replay buffer(s) for all seeds (0 on-policy), computed before allocation."""
-    cfg = resolve(cfg)
-    if algos.get(cfg.algo).on_policy:
+    if plan.on_policy:
         return 0
-    spec = spec or envs.env_spec(cfg.env, cfg.obs_keys)
-    return (
-        replay.nbytes(replay.example_transition(spec, abstract=True), cfg.buffer_size)
-        * cfg.num_seeds
-    )
+    cfg = plan.cfg
+    example = replay.example_transition(plan.env_spec, abstract=True)
+    return replay.nbytes(example, cfg.buffer_size) * cfg.num_seeds
 
 
 def estimate_memory(
-    cfg: RunConfig, *, split: bool | None = None, state: PyTree | None = None
+    plan: RunPlan, *, split: bool | None = None, state: PyTree | None = None
 ) -> dict[str, int]:
     """Bytes the run will hold on its device(s), for all seeds, computed without allocating.
 
@@ -92,15 +92,13 @@ def estimate_memory(
     agent shapes are used as they are (nothing traced here). Without it the env's reset
     and the algorithm's init are traced for their shapes.
     """
-    cfg = resolve(cfg)
+    cfg, spec = plan.cfg, plan.env_spec
     split = cfg.placement in ("split", "split-data") if split is None else split
-    spec = envs.env_spec(cfg.env, cfg.obs_keys)
     s = cfg.num_seeds
     if state is not None:
         agent, env_states = state.agent, state.env
-        algo = algos.get(cfg.algo)
     else:
-        algo = algos.get(cfg.algo).make(cfg.algo_config, spec, cfg)
+        algo = plan.make_algorithm()
         env = envs.make_env(cfg.env, cfg.num_envs, cfg.obs_keys)
         keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), s))
         agent = jax.eval_shape(jax.vmap(algo.init), keys)
@@ -108,18 +106,18 @@ def estimate_memory(
     example = replay.example_transition(spec, abstract=True)
     item = tree_nbytes(example)
     obs_item = tree_nbytes(example.obs)
-    off_policy = not algo.on_policy
-    hidden = getattr(cfg.algo_config, "hidden", (256, 256))
+    off_policy = not plan.on_policy
+    hidden = getattr(plan.algo_config, "hidden", (256, 256))
     activations = 4 * sum(hidden) * 3 * 2  # float32, fwd+bwd, actor and critic
     est = {
-        "replay_buffer": buffer_nbytes(cfg, spec) if off_policy else 0,
+        "replay_buffer": buffer_nbytes(plan) if off_policy else 0,
         "obs_buffer": (
             replay.nbytes(ObsOnly(example.obs), cfg.buffer_size) * s if off_policy and split else 0
         ),
         "env_states": tree_nbytes(env_states),
         "actor_params": tree_nbytes(agent.actor),
         "critic_params": tree_nbytes(agent.critic),
-        "rollout": item * cfg.steps_per_iteration * s,
+        "rollout": item * plan.steps_per_iteration * s,
         "batch": cfg.batch_size * (item + obs_item + activations) * s,
     }
     est["total"] = sum(est.values())
@@ -196,7 +194,7 @@ def _fit(cfg: RunConfig, est: dict[str, int], keys: tuple[str, ...], device: Any
 
 
 def check_memory(
-    cfg: RunConfig, device: Any = None, *, split: bool | None = None, state: PyTree | None = None
+    plan: RunPlan, device: Any = None, *, split: bool | None = None, state: PyTree | None = None
 ) -> dict[str, int]:
     """Raise ConfigError (naming the option to lower) when the run would not fit; else the estimate.
 
@@ -204,18 +202,18 @@ def check_memory(
     (a split placement checks the actor side on the actor device and the critic side on
     the critic device; CPU devices share the host's memory, so their sum is checked).
     A data-parallel placement (a mesh) holds one shard's share of the global sizes on each
-    device (:func:`~jaxspreeze.schedules.data_parallel.shard_config`): the estimate
+    device (:func:`~jaxspreeze.schedules.data_parallel.shard_plan`): the estimate
     returned is *per device*, checked on each of this process's devices (their sum on
     CPU). Call it before the run's state is allocated. ``state``: the abstract training
     state, as for :func:`estimate_memory` (not used by a data-parallel check).
     """
-    cfg = resolve(cfg)
+    cfg = plan.cfg
     placement = device if isinstance(device, Placement) else None
     if placement is not None and placement.data_parallel:
-        return _check_data_parallel(cfg, placement)
+        return _check_data_parallel(plan, placement)
     if placement is not None:
         split = placement.split if split is None else split
-    est = estimate_memory(cfg, split=split, state=state)
+    est = estimate_memory(plan, split=split, state=state)
     everything = tuple(k for k in est if k != "total")
     if placement is None:
         _fit(cfg, est, everything, device if device is not None else devices.single().actor)
@@ -227,14 +225,15 @@ def check_memory(
     return est
 
 
-def _check_data_parallel(cfg: RunConfig, placement: Placement) -> dict[str, int]:
+def _check_data_parallel(plan: RunPlan, placement: Placement) -> dict[str, int]:
     """The per-device estimate of a data-parallel run, checked on this process's devices.
 
     ``split-data`` (a critic mesh too): one shard's actor side on each actor-side device,
     its critic side on the paired critic-side device; the estimate is one pair's.
     """
     assert placement.mesh is not None
-    shard = shard_config(cfg, placement.data_devices)  # ConfigError unless sizes split evenly
+    cfg = plan.cfg
+    shard = shard_plan(plan, placement.data_devices)  # ConfigError unless sizes split evenly
     split = placement.critic_mesh is not None
     est = estimate_memory(shard, split=split)
     everything = tuple(k for k in est if k != "total")

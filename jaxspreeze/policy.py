@@ -16,12 +16,11 @@ import jax
 import numpy as np
 from flax import serialization
 
-from jaxspreeze import algos
 from jaxspreeze import config as config_lib
 from jaxspreeze.algos.base import Algorithm
 from jaxspreeze.config import RunConfig
-from jaxspreeze.envs import env_spec
 from jaxspreeze.errors import ConfigError
+from jaxspreeze.plan import RunPlan
 from jaxspreeze.types import PyTree
 
 POLICY_FILE = "policy.msgpack"
@@ -47,12 +46,6 @@ def save_policy(run_dir: str | Path, actor: PyTree) -> Path:
     return path
 
 
-def make_algorithm(cfg: RunConfig) -> Algorithm:
-    """The run's algorithm bound to its env spec (no compile)."""
-    cfg = config_lib.resolve(cfg)
-    return algos.get(cfg.algo).make(cfg.algo_config, env_spec(cfg.env, cfg.obs_keys), cfg)
-
-
 def load_policy(run_dir: str | Path) -> Policy:
     """Read ``config.json`` and ``policy.msgpack`` of a finished run."""
     run_dir = Path(run_dir)
@@ -61,11 +54,11 @@ def load_policy(run_dir: str | Path) -> Policy:
         raise FileNotFoundError(
             f"{path} not found: the run has no saved policy (train it to the end first)"
         )
-    try:
-        cfg = config_lib.resolve(config_lib.load(run_dir / "config.json"))
+    try:  # the saved run's plan: its algorithm bound to its env (no devices needed)
+        saved = RunPlan.saved(config_lib.load(run_dir / "config.json"))
     except ConfigError as e:
         raise ValueError(f"{run_dir / 'config.json'}: {str(e).split(': ', 1)[1]}") from None
-    algo = make_algorithm(cfg)
+    cfg, algo = saved.cfg, saved.make_algorithm()
     keys = jax.random.split(jax.random.key(0), cfg.num_seeds)
     target: Any = jax.eval_shape(jax.vmap(algo.init), keys).actor
     try:

@@ -29,6 +29,7 @@ from jaxspreeze.types import Record
 if TYPE_CHECKING:
     from jaxspreeze.algos.base import Algorithm
     from jaxspreeze.config import RunConfig
+    from jaxspreeze.plan import RunPlan
     from jaxspreeze.schedules import Schedule
 
 SUMMED = ("episode_return_sum", "episode_length_sum", "episodes")
@@ -128,10 +129,11 @@ class Work:
     batch_size: int
 
     @classmethod
-    def per_chunk(cls, cfg: RunConfig, algo: Algorithm, iterations: int) -> Work:
-        """The work of a chunk of ``iterations`` iterations of every seed of ``cfg``."""
+    def per_chunk(cls, plan: RunPlan, algo: Algorithm, iterations: int) -> Work:
+        """The work of a chunk of ``iterations`` iterations of every seed of ``plan``."""
+        cfg = plan.cfg
         return cls(
-            env_steps=iterations * cfg.steps_per_iteration * cfg.num_seeds,
+            env_steps=iterations * plan.steps_per_iteration * cfg.num_seeds,
             critic_updates=iterations * algo.critic_steps_per_iteration * cfg.num_seeds,
             actor_updates=iterations * algo.actor_steps_per_iteration * cfg.num_seeds,
             batch_size=cfg.batch_size,

@@ -6,15 +6,19 @@ compared with the checkpoint's, field by field, and one rule decides every diffe
 
 - **refused** (ConfigError naming every such field, before anything is allocated): a
   field that shapes the saved state (:func:`shape_fields`: algo, env, the observation
-  keys (what the saved networks read), num_envs, num_seeds, the off-policy buffer size, the algorithm's own ``shape_fields`` such as the
-  network sizes, and the split/single placement of an off-policy run), or one that acts
-  only when a run starts (:data:`START_FIELDS`: the seed, the off-policy warm-up, and an
-  algorithm field that only sets initial values, e.g. ``sac.init_alpha``: found by
-  building the agent's initial state with and without the change). A ``total_steps`` at
-  or below the checkpoint's env steps is refused too (nothing would be left to train).
+  keys (what the saved networks read), num_envs, num_seeds, the off-policy buffer size,
+  the algorithm's own shape fields such as the network sizes, and the split/single
+  placement of an off-policy run), or one that acts only when a run starts (the ``start``
+  fields: the seed, the off-policy warm-up, and an algorithm field that only sets
+  initial values, e.g. ``sac.init_alpha``: found by building the agent's initial state
+  with and without the change). A ``total_steps`` at or below the checkpoint's env steps
+  is refused too (nothing would be left to train).
 - **unused** (listed, nothing to do): the sections of other algorithms and the fields
-  only autotune reads (:data:`AUTOTUNE_FIELDS`), and the off-policy sizes for an
+  only autotune reads (the ``autotune`` fields), and the off-policy sizes for an
   on-policy algorithm.
+
+Which field is which is metadata on the fields (:func:`jaxspreeze.config.fields_of`:
+``shape``, ``start``, ``autotune``, ``off_policy``, ``location``).
 - **applied** (listed; takes effect from the first resumed update): everything else.
   Hyperparameters that live in the state (learning rates inside the optimiser states,
   gamma, tau, GAE lambda: :data:`HYPERPARAMETER_LEAVES`) are taken from a state built
@@ -36,25 +40,20 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxspreeze import algos, checkpoint, distributed, envs
+from jaxspreeze import algos, checkpoint, distributed
 from jaxspreeze import config as config_lib
-from jaxspreeze.config import RunConfig
+from jaxspreeze.algos.base import AlgoSpec
+from jaxspreeze.config import RunConfig, fields_of
 from jaxspreeze.errors import ConfigError
 from jaxspreeze.iteration import TrainState
+from jaxspreeze.plan import RunPlan
 from jaxspreeze.rundir import RunDir
 from jaxspreeze.types import Placement
 
-# RunConfig fields that shape the state of every run (more per algorithm: shape_fields);
-# the observation keys choose what the saved networks read and the buffer holds
-STATE_FIELDS = ("algo", "env", "actor_obs_key", "critic_obs_key", "num_envs", "num_seeds")
-# where a run's files live: a resumed run takes them from the run directory it resumes
-LOCATION_FIELDS = ("logdir", "run_name")
-# RunConfig fields that act only when a run starts (the warm-up: off-policy only)
-START_FIELDS = ("seed", "learning_starts")
-# RunConfig fields that only autotune reads
-AUTOTUNE_FIELDS = ("replay_ratio", "autotune_budget_s")
-# RunConfig fields that only off-policy algorithms read
-OFF_POLICY_FIELDS = ("grad_steps", "buffer_size", "learning_starts")
+# what each field is to a resume, read once from the fields' metadata (config.fields_of):
+# RunConfig's fields of each kind, and the shape fields of every algorithm's config
+KINDS = {kind: fields_of(kind) for kind in ("shape", "start", "off_policy", "autotune", "location")}
+ALGO_SHAPE = {spec.name: fields_of("shape", spec.config_cls) for spec in algos.all_specs()}
 # the names of the agent-state leaves that hold a hyperparameter (set from the config)
 HYPERPARAMETER_LEAVES = frozenset({"learning_rate", "lr", "gamma", "tau", "gae_lambda"})
 
@@ -68,6 +67,7 @@ class ResumePoint:
     env_steps: int  # per seed, at the checkpoint
     chunk: int  # the last chunk the checkpoint includes
     saved: RunConfig  # the config the checkpoint was written with (resolved)
+    saved_algo: AlgoSpec  # its algorithm (the run's, or the resume is refused)
     changes: dict[str, tuple[Any, Any]]  # field (dotted) -> (saved value, new value)
     unused: tuple[str, ...] = ()  # the changed fields this run does not read
     damaged: tuple[tuple[Path, str], ...] = field(default=())  # newer checkpoints skipped
@@ -98,16 +98,16 @@ class ResumePoint:
         }
 
 
-def find(
-    run_dir: str | Path, cfg: RunConfig, placement: Placement
-) -> tuple[ResumePoint, RunConfig]:
-    """The point to resume ``run_dir`` from, and ``cfg`` pointed at that run directory.
+def find(run_dir: str | Path, plan: RunPlan) -> tuple[ResumePoint, RunPlan]:
+    """The point to resume ``run_dir`` from, and ``plan`` pointed at that run directory.
 
-    ``cfg`` is resolved. ConfigError("resume") when the run has no intact checkpoint,
-    a ConfigError naming every refused field (see the module docstring) when ``cfg``
-    cannot continue it, and ConfigError("total_steps") when nothing is left to train.
-    Reads only: nothing in the run directory changes.
+    ``plan`` has a placement. ConfigError("resume") when the run has no intact
+    checkpoint, a ConfigError naming every refused field (see the module docstring) when
+    the plan's config cannot continue it, and ConfigError("total_steps") when nothing is
+    left to train. Reads only: nothing in the run directory changes.
     """
+    cfg, placement = plan.cfg, plan.placement
+    assert placement is not None, "a resumed run's plan has its placement"
     run_dir = Path(run_dir)
     path, damaged = checkpoint.newest_intact(run_dir)
     if path is None:
@@ -118,11 +118,11 @@ def find(
             saved = RunDir(run_dir).read_config()
         except ConfigError as e:
             raise ConfigError("resume", f"{path} has no config.json and {e}") from None
-    saved = config_lib.resolve(saved)
+    saved_algo = algos.get(saved.algo)
+    saved = config_lib.resolve(saved, saved_algo)
     manifest = checkpoint.read_manifest(path)
     check_layout(path, manifest, placement)
-    check_compatible(saved, cfg, saved_split=checkpoint.saved_split(path), split=placement.split)
-    check_start_fields(saved, cfg)
+    _check_all(saved, saved_algo, plan, saved_split=checkpoint.saved_split(path))
     env_steps = int(manifest["env_steps"])
     if cfg.total_steps <= env_steps:
         raise ConfigError(
@@ -130,19 +130,21 @@ def find(
             f"the run already has {env_steps:,} env steps per seed (checkpoint {path}); "
             f"to continue it give --total-steps above {env_steps}",
         )
-    cfg = dataclasses.replace(cfg, logdir=str(run_dir.parent), run_name=run_dir.name)
-    changes = {k: v for k, v in config_changes(saved, cfg).items() if k not in LOCATION_FIELDS}
+    plan = plan.relocated(logdir=str(run_dir.parent), run_name=run_dir.name)
+    location = KINDS["location"]
+    changes = {k: v for k, v in config_changes(saved, plan.cfg).items() if k not in location}
     point = ResumePoint(
         run_dir=run_dir,
         checkpoint=path,
         env_steps=env_steps,
         chunk=int(manifest["chunk"]),
         saved=saved,
+        saved_algo=saved_algo,
         changes=changes,
-        unused=tuple(k for k in changes if not _used(saved, k)),
+        unused=tuple(k for k in changes if not _used(saved, saved_algo, k)),
         damaged=tuple(damaged),
     )
-    return point, cfg
+    return point, plan
 
 
 def check_layout(path: Path, manifest: dict[str, Any], placement: Placement) -> None:
@@ -182,14 +184,14 @@ def _no_checkpoint(run_dir: Path, damaged: list[tuple[Path, str]]) -> str:
     return f"{run_dir} has no checkpoint (looked in {checkpoint.checkpoint_dir(run_dir)})"
 
 
-def _used(cfg: RunConfig, name: str) -> bool:
-    """Whether a run of ``cfg`` reads the (dotted) field ``name``."""
+def _used(cfg: RunConfig, spec: AlgoSpec, name: str) -> bool:
+    """Whether a run of ``cfg`` (of algorithm ``spec``) reads the (dotted) field ``name``."""
     section = name.split(".", 1)[0] if "." in name else None
     if section is not None:
         return section == cfg.algo
-    if name in AUTOTUNE_FIELDS:
+    if name in KINDS["autotune"]:
         return False
-    return not (algos.get(cfg.algo).on_policy and name in OFF_POLICY_FIELDS)
+    return not (spec.on_policy and name in KINDS["off_policy"])
 
 
 def restore(point: ResumePoint, template: TrainState) -> TrainState:
@@ -230,13 +232,12 @@ def apply_hyperparameters(state: TrainState, fresh: TrainState) -> TrainState:
     return state._replace(agent=agent)
 
 
-def shape_fields(cfg: RunConfig) -> list[str]:
-    """The fields of ``cfg`` (dotted for the algorithm's) that change the state's shapes."""
-    spec = algos.get(cfg.algo)
-    fields = list(STATE_FIELDS)
-    if not spec.on_policy:
-        fields.append("buffer_size")
-    fields += [f"{cfg.algo}.{name}" for name in spec.shape_fields]
+def shape_fields(spec: AlgoSpec) -> list[str]:
+    """The fields of a run of algorithm ``spec`` (dotted for the algorithm's) that change
+    the state's shapes: the ``shape`` fields of RunConfig (the off-policy ones only for an
+    off-policy algorithm) and of the algorithm's config."""
+    fields = [n for n in KINDS["shape"] if not (spec.on_policy and n in KINDS["off_policy"])]
+    fields += [f"{spec.name}.{name}" for name in ALGO_SHAPE[spec.name]]
     return fields
 
 
@@ -247,22 +248,50 @@ def _get(cfg: RunConfig, dotted: str) -> Any:
     return value
 
 
+def _check_all(
+    saved: RunConfig, saved_algo: AlgoSpec, plan: RunPlan, saved_split: bool | None
+) -> None:
+    """One ConfigError naming every refused field: those that change the state's shapes
+    (:func:`check_compatible`) and those that act only at a run's start
+    (:func:`check_start_fields`), in one line."""
+    refused: list[ConfigError] = []
+    try:
+        check_compatible(saved, saved_algo, plan, saved_split=saved_split)
+    except ConfigError as e:
+        refused.append(e)
+    try:
+        check_start_fields(saved, saved_algo, plan)
+    except ConfigError as e:
+        refused.append(e)
+    except Exception:  # the shapes differ too much to build the start state: named above
+        if not refused:
+            raise
+    if refused:
+        why = "; and ".join(str(e).split(": ", 1)[1] for e in refused)
+        raise ConfigError(refused[0].field, why)
+
+
 def check_compatible(
     saved_cfg: RunConfig,
-    cfg: RunConfig,
+    saved_algo: AlgoSpec,
+    plan: RunPlan,
     *,
     saved_split: bool | None = None,
     split: bool | None = None,
 ) -> None:
     """ConfigError naming every field whose change alters the run state's shapes.
 
-    Shape fields: :func:`shape_fields` of the saved config; and the placement when it
-    switches between split and single for an off-policy algorithm (the split keeps an
-    extra observation-only buffer). ``saved_split`` / ``split`` are the resolved
-    placements, when known.
+    Shape fields: :func:`shape_fields` of the saved run (``saved_cfg``, of algorithm
+    ``saved_algo``); and the placement when it switches between split and single for an
+    off-policy algorithm (the split keeps an extra observation-only buffer).
+    ``saved_split`` / ``split`` are the resolved placements, when known (``split``: the
+    plan's placement's, if not given).
     """
+    cfg = plan.cfg
+    if split is None and plan.placement is not None:
+        split = plan.placement.split
     changed = []
-    for name in shape_fields(saved_cfg):
+    for name in shape_fields(saved_algo):
         old = _get(saved_cfg, name)
         try:
             new = _get(cfg, name)
@@ -270,7 +299,7 @@ def check_compatible(
             new = None
         if old != new:
             changed.append((name, old, new))
-    off_policy = not algos.get(cfg.algo).on_policy
+    off_policy = not plan.on_policy
     if saved_split is not None and split is not None and saved_split != split and off_policy:
         where = lambda s: "split" if s else "single"
         changed.append(("placement", where(saved_split), where(split)))
@@ -283,10 +312,12 @@ def check_compatible(
         )
 
 
-def _initial_agent(cfg: RunConfig, algo_cfg: Any) -> dict[str, np.ndarray]:
-    """The initial agent state of one seed of ``cfg`` with ``algo_cfg``, by leaf path."""
-    spec = algos.get(cfg.algo)
-    algo = spec.make(algo_cfg, envs.env_spec(cfg.env, cfg.obs_keys), cfg)
+def _initial_agent(
+    cfg: RunConfig, spec: AlgoSpec, plan: RunPlan, algo_cfg: Any
+) -> dict[str, np.ndarray]:
+    """The initial agent state of one seed of ``cfg`` (of algorithm ``spec``; its env is
+    the plan's) with ``algo_cfg``, by leaf path."""
+    algo = spec.make(algo_cfg, plan.env_spec, cfg)
     agent = algo.init(jax.random.key(0))
     return {
         jax.tree_util.keystr(path): np.asarray(leaf)
@@ -295,34 +326,36 @@ def _initial_agent(cfg: RunConfig, algo_cfg: Any) -> dict[str, np.ndarray]:
     }
 
 
-def start_only_fields(saved_cfg: RunConfig, cfg: RunConfig) -> dict[str, str]:
+def start_only_fields(saved_cfg: RunConfig, spec: AlgoSpec, plan: RunPlan) -> dict[str, str]:
     """The changed fields that act only when a run starts: ``{field: why}``.
 
-    The run-level :data:`START_FIELDS` (``learning_starts`` for off-policy algorithms
-    only), and each changed field of the algorithm whose change alters a leaf of the
-    initial agent state other than a hyperparameter leaf (e.g. ``sac.init_alpha`` sets
-    the initial temperature): a resumed state carries what that leaf has become.
+    The saved run is ``saved_cfg`` of algorithm ``spec``; the new one ``plan`` (of the
+    same algorithm and env, else :func:`check_compatible` refuses it first). RunConfig's
+    ``start`` fields (``learning_starts`` for off-policy algorithms only), and each
+    changed field of the algorithm whose change alters a leaf of the initial agent state
+    other than a hyperparameter leaf (e.g. ``sac.init_alpha`` sets the initial
+    temperature): a resumed state carries what that leaf has become.
     """
     out: dict[str, str] = {}
-    spec = algos.get(saved_cfg.algo)
-    for name in START_FIELDS:
-        if name == "learning_starts" and spec.on_policy:
+    cfg = plan.cfg
+    for name in KINDS["start"]:
+        if spec.on_policy and name in KINDS["off_policy"]:
             continue
         if getattr(saved_cfg, name) != getattr(cfg, name):
             out[name] = "it acts only when a run starts (the saved state carries its effect)"
-    old_algo, new_algo = saved_cfg.algo_config, getattr(cfg, saved_cfg.algo)
+    old_algo, new_algo = getattr(saved_cfg, spec.name), getattr(cfg, spec.name)
+    shape = ALGO_SHAPE[spec.name]
     changed = [
         f.name
         for f in dataclasses.fields(old_algo)
-        if f.name not in spec.shape_fields
-        and getattr(old_algo, f.name) != getattr(new_algo, f.name)
+        if f.name not in shape and getattr(old_algo, f.name) != getattr(new_algo, f.name)
     ]
     if not changed:
         return out
-    base = _initial_agent(saved_cfg, old_algo)
+    base = _initial_agent(saved_cfg, spec, plan, old_algo)
     for name in changed:
         variant = dataclasses.replace(old_algo, **{name: getattr(new_algo, name)})
-        leaves = _initial_agent(saved_cfg, variant)
+        leaves = _initial_agent(saved_cfg, spec, plan, variant)
         moved = [
             p
             for p, v in leaves.items()
@@ -335,9 +368,11 @@ def start_only_fields(saved_cfg: RunConfig, cfg: RunConfig) -> dict[str, str]:
     return out
 
 
-def check_start_fields(saved_cfg: RunConfig, cfg: RunConfig) -> None:
-    """ConfigError naming every changed field that acts only when a run starts."""
-    refused = start_only_fields(saved_cfg, cfg)
+def check_start_fields(saved_cfg: RunConfig, spec: AlgoSpec, plan: RunPlan) -> None:
+    """ConfigError naming every changed field that acts only when a run starts
+    (:func:`start_only_fields`)."""
+    cfg = plan.cfg
+    refused = start_only_fields(saved_cfg, spec, plan)
     if refused:
         listing = "; ".join(
             f"{name} {_get(saved_cfg, name)!r} -> {_get(cfg, name)!r}: {why}"

@@ -1,7 +1,8 @@
 """A run's start, before its first chunk: set up, then compile and warm up or restore.
 
-:func:`set_up` validates the config, claims (locks) the run directory, resolves the
-placement and builds the schedule and its programs, with the memory estimate checked;
+:func:`set_up` plans the run once (:func:`jaxspreeze.plan.plan`: the config resolved and
+checked, the algorithm, the env spec, the placement), claims (locks) the run directory and
+builds the schedule and its programs from the plan, with the memory estimate checked;
 :func:`start` compiles, then warms up (a new run) or restores the checkpoint and sets a
 resumed run's changed hyperparameters. A resumed run's directory is only updated once the
 restore has succeeded; a new run's is marked ``NOT_STARTED`` until its first checkpoint.
@@ -9,7 +10,6 @@ restore has succeeded; a new run's is marked ``NOT_STARTED`` until its first che
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,8 +18,8 @@ from typing import Any
 
 import jax
 
-from jaxspreeze import algos, devices, distributed, memory, rundir, schedules
 from jaxspreeze import config as config_lib
+from jaxspreeze import devices, distributed, memory, rundir, schedules
 from jaxspreeze import resume as resume_lib
 from jaxspreeze.caches import enable_compile_cache, program_cache
 from jaxspreeze.config import RunConfig
@@ -27,24 +27,35 @@ from jaxspreeze.console import resumed
 from jaxspreeze.evaluate import EvalResult
 from jaxspreeze.faults import agree
 from jaxspreeze.iteration import TrainState
+from jaxspreeze.plan import RunPlan, plan
 from jaxspreeze.stopping import GracefulStop
 from jaxspreeze.threads import await_evaluate, evaluate_ahead
-from jaxspreeze.types import EnvSpec, Placement, Record
+from jaxspreeze.types import Placement, Record
 
 BEFORE_SETUP = "the run had not started; nothing was trained"  # a stop before set_up ends
 
 
 @dataclass(frozen=True)
 class Setup:
-    """A run set up: its resolved config, devices, programs and (locked) run directory."""
+    """A run set up: its plan, programs and (locked) run directory."""
 
-    cfg: RunConfig
-    placement: Placement
+    plan: RunPlan  # the config resolved and checked, on its placement
     point: resume_lib.ResumePoint | None  # where a resumed run continues from
     memory: dict[str, int]  # the memory estimate, checked against the devices
     schedule: schedules.Schedule
     run: rundir.RunDir
     abstract: TrainState | None = None  # the state's shapes (the init trace), if known
+
+    @property
+    def cfg(self) -> RunConfig:
+        """The plan's config (resolved, checked, pointed at the run directory)."""
+        return self.plan.cfg
+
+    @property
+    def placement(self) -> Placement:
+        """The plan's placement."""
+        assert self.plan.placement is not None
+        return self.plan.placement
 
 
 @dataclass(frozen=True)
@@ -60,8 +71,7 @@ class Started:
 
 
 def set_up(cfg: RunConfig, resume: str | Path | None, overwrite: bool) -> Setup:
-    """Resolve and check ``cfg`` (and the run it resumes), own its directory, build its
-    programs.
+    """Plan ``cfg`` (and check the run it resumes), own its directory, build its programs.
 
     Raises ConfigError before anything is compiled or allocated. The run directory is
     locked on return (the caller releases it); a new run's directory holds ``config.json``
@@ -72,22 +82,22 @@ def set_up(cfg: RunConfig, resume: str | Path | None, overwrite: bool) -> Setup:
     every step is agreed, so that when one process fails its setup all of them stop (the
     others with a ProcessError naming it).
     """
-    # first: a brax env built by the validation reuses the cache's directory
+    # first: a brax env built by the plan's checks reuses the cache's directory
     cache_dir = enable_compile_cache(cfg.compile_cache)
-    cfg = config_lib.validate(cfg)
+    planned = plan(cfg, on_devices=False)  # the one resolution and check of the config
     if distributed.process_count() > 1:  # refuse processes started with different flags
         request = {
-            "config": config_lib.to_dict(cfg),
+            "config": config_lib.to_dict(planned.cfg),
             "resume": str(resume or ""),
             "overwrite": overwrite,
         }
         distributed.check_same_config(request)
-    placement = devices.resolve(cfg.placement)
+    planned = planned.placed(devices.resolve(planned.cfg.placement))
     main = distributed.is_main()  # process 0 owns (claims, locks, writes) the run directory
     run, error = None, None
     if main:
         try:
-            run = rundir.claim(cfg, resume=resume)
+            run = rundir.claim(planned.cfg, resume=resume)
         except Exception as e:
             error = e
     agree(error, "claim the run directory")
@@ -97,20 +107,20 @@ def set_up(cfg: RunConfig, resume: str | Path | None, overwrite: bool) -> Setup:
         try:
             point = None
             if resume is not None:
-                point, cfg = resume_lib.find(run.path, cfg, placement)
+                point, planned = resume_lib.find(run.path, planned)
             else:
                 if main:
                     rundir.check_new(run, overwrite)
-                cfg = dataclasses.replace(cfg, run_name=run.path.name)
-            cfg = config_lib.resolve(cfg)
-            schedule = schedules.make(cfg, placement)
-            schedule.programs = program_cache(cache_dir, cfg, schedule)
+                planned = planned.relocated(run_name=run.path.name)
+            schedule = schedules.make(planned)
+            schedule.programs = program_cache(cache_dir, schedule)
             # the memory estimate reads the shapes of the init program's own trace (which
             # init reuses); a data-parallel estimate is a shard's, traced apart
+            placement = schedule.placement
             abstract = None if placement.data_parallel else schedule.init_abstract()
-            estimate = memory.check_memory(cfg, placement, state=abstract)
+            estimate = memory.check_memory(planned, placement, state=abstract)
             if point is None and main:
-                run.start_new(cfg)
+                run.start_new(planned.cfg)
         except Exception as e:
             error = e
         agree(error, "set up the run")
@@ -122,14 +132,15 @@ def set_up(cfg: RunConfig, resume: str | Path | None, overwrite: bool) -> Setup:
         else:
             run.release()
         raise
-    return Setup(cfg, placement, point, estimate, schedule, run, abstract)
+    return Setup(planned, point, estimate, schedule, run, abstract)
 
 
-def budget_warnings(cfg: RunConfig, spec: EnvSpec) -> list[str]:
+def budget_warnings(planned: RunPlan) -> list[str]:
     """Setup choices worth a line on stderr: a replay buffer far larger than the run."""
-    if algos.get(cfg.algo).on_policy or cfg.buffer_size <= cfg.total_steps:
+    cfg = planned.cfg
+    if planned.on_policy or cfg.buffer_size <= cfg.total_steps:
         return []
-    nbytes = memory.buffer_nbytes(cfg, spec)
+    nbytes = memory.buffer_nbytes(planned)
     unused = nbytes * (cfg.buffer_size - cfg.total_steps) / cfg.buffer_size
     if unused < UNUSED_BUFFER_WARNING:
         return []
@@ -158,10 +169,10 @@ def start(setup: Setup, say: Callable[[str], None], stop: GracefulStop | None) -
     cfg, schedule, point, run = setup.cfg, setup.schedule, setup.point, setup.run
     check = stop.check if stop is not None else (lambda: None)
     main = distributed.is_main()
-    evaluating = evaluate_ahead(cfg, schedule, setup.abstract) if main and setup.abstract else None
+    evaluating = evaluate_ahead(schedule, setup.abstract) if main and setup.abstract else None
     state = schedule.init()
     if main and evaluating is None:
-        evaluating = evaluate_ahead(cfg, schedule, state)
+        evaluating = evaluate_ahead(schedule, state)
     t_compile = time.perf_counter()
     schedule.compile(state)
     compile_s = time.perf_counter() - t_compile
@@ -170,7 +181,7 @@ def start(setup: Setup, say: Callable[[str], None], stop: GracefulStop | None) -
         state = jax.block_until_ready(schedule.warmup(state))
         check()
         evaluate, waited = await_evaluate(evaluating)
-        return Started(state, 0, cfg.warmup_steps, compile_s + waited, [], evaluate)
+        return Started(state, 0, setup.plan.warmup_steps, compile_s + waited, [], evaluate)
     template = state
     state = resume_lib.restore(point, template)
     if point.hyperparameters_changed:

@@ -108,13 +108,13 @@ def sinks(
     return named + list(extra or [])
 
 
-def evaluate_ahead(cfg: RunConfig, schedule: schedules.Schedule, state: TrainState) -> Future:
+def evaluate_ahead(schedule: schedules.Schedule, state: TrainState) -> Future:
     """The run's evaluation (:func:`make_evaluate`), compiling on a thread for actors
     shaped like ``state``'s (arrays or abstract) on the eval device; the future gives it.
 
     A failed compile is reported (the evaluation then compiles at its first call).
     """
-    evaluate = make_evaluate(cfg, schedule)
+    evaluate = make_evaluate(schedule)
     future: Future = Future()
     compile_ahead = getattr(evaluate, "compile", None)
     if compile_ahead is None:  # host envs: a loop of jitted policy calls
@@ -147,8 +147,10 @@ def await_evaluate(
     return evaluate, time.perf_counter() - t0
 
 
-def make_evaluate(cfg: RunConfig, schedule: schedules.Schedule) -> Callable[[Any], EvalResult]:
-    """``evaluate(actor)`` of every seed on the eval device (not compiled yet)."""
+def make_evaluate(schedule: schedules.Schedule) -> Callable[[Any], EvalResult]:
+    """``evaluate(actor)`` of every seed of the schedule's plan, with its algorithm's
+    policy, on the eval device (not compiled yet)."""
+    cfg = schedule.plan.cfg
     if schedule.host:  # host envs: a loop over envs built for each evaluation
         return make_host_evaluate(
             schedule.algo.act, cfg.env, cfg.eval_episodes, seed=cfg.seed + 10_000
@@ -170,7 +172,7 @@ def _evaluator(
     :func:`jaxspreeze.starting.start`, else made here); its results go to the metrics
     thread."""
     if evaluate is None:
-        evaluate = make_evaluate(schedule.cfg, schedule)
+        evaluate = make_evaluate(schedule)
     return Evaluator(
         evaluate,
         device=schedule.placement.eval,

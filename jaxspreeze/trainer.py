@@ -140,9 +140,8 @@ def train(
                 if stop is not None:
                     stop.run_dir = setup.run.path
                     stop.set_start_line(console.start_line(setup.run.path, setup.point is not None))
-                spec = setup.schedule.env.spec
-                say(console.header(setup.cfg, setup.placement, setup.memory, spec))
-                for line in budget_warnings(setup.cfg, spec) if main else []:
+                say(console.header(setup.plan, setup.memory))
+                for line in budget_warnings(setup.plan) if main else []:
                     metrics.warn(line)
                 started = start(setup, say, stop)
             return _run(
@@ -177,12 +176,13 @@ def _run(
     resumed_at = setup.point.env_steps if setup.point is not None else None
     all_sinks = run_sinks(cfg, run.path, quiet, started.history, resumed_at, extra) if main else []
     k = schedule.iterations_per_chunk
-    remaining = math.ceil(max(cfg.total_steps - started.steps, 0) / cfg.steps_per_iteration)
+    spi = setup.plan.steps_per_iteration
+    remaining = math.ceil(max(cfg.total_steps - started.steps, 0) / spi)
     n_chunks = math.ceil(remaining / k)
     say(f"  compiled in {started.compile_s:.1f}s ({n_chunks} chunks x {k} iterations to run)")
 
     # the host threads: metrics -> sinks, snapshots -> evaluator -> metrics
-    work = Work.per_chunk(cfg, schedule.algo, k)
+    work = Work.per_chunk(setup.plan, schedule.algo, k)
     host = start_threads(
         all_sinks, schedule, work, t_start, started.history, started.evaluate, main
     )
@@ -255,7 +255,7 @@ def _chunks(
         distributed.layout(setup.placement),
     )
     local = distributed.local_copy  # this process's copy of replicated arrays
-    k = schedule.iterations_per_chunk
+    k, spi = schedule.iterations_per_chunk, setup.plan.steps_per_iteration
     state, steps, chunk = started.state, started.steps, started.first_chunk - 1
     stopped, result, in_flight = None, None, None
     first_dispatch_s = None
@@ -268,7 +268,7 @@ def _chunks(
         if first_dispatch_s is None:
             first_dispatch_s = time.perf_counter() - t_start
         host.chunk(chunk_metrics, chunk)
-        steps_before, steps = steps, steps + k * cfg.steps_per_iteration
+        steps_before, steps = steps, steps + k * spi
         if evaluator is not None and not last and crossed(cfg.eval_every, steps_before, steps):
             evaluator.submit(local(state.agent.actor), env_steps=steps, chunk=chunk)
         if in_flight is not None:

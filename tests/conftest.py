@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import tempfile
 
 import pytest
 
@@ -11,6 +14,47 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # module-level functions that a kept program would not see; tests/test_programs.py turns
 # the program cache on where it is the subject
 os.environ["JAXSPREEZE_PROGRAM_CACHE"] = "off"
+
+# JAX's persistent compilation cache, on from the session's first compile, in a directory
+# of the session's own (never the user's: a run starts cold and leaves nothing behind). A
+# program one test compiled is read, not compiled again, by the next test that builds the
+# same program; `jaxspreeze train` children find the directory through
+# JAXSPREEZE_CACHE_DIR (their default --compile-cache). The cache is keyed by the
+# program's own text, so a test that patches a function gets its own entry. Tests of the
+# cache give it a directory of their own (--compile-cache DIR) in a child process.
+XLA_CACHE = tempfile.mkdtemp(prefix="jaxspreeze-tests-xla-")
+os.environ["JAXSPREEZE_CACHE_DIR"] = XLA_CACHE
+
+import jax  # noqa: E402  (after JAX_PLATFORMS)
+
+jax.config.update("jax_compilation_cache_dir", XLA_CACHE)
+
+
+@pytest.fixture(autouse=True)
+def _cache_every_compile():
+    """Keep every compile, however short (a run's trainer sets its own threshold)."""
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+
+
+def pytest_unconfigure(config):
+    shutil.rmtree(XLA_CACHE, ignore_errors=True)
+
+
+@pytest.fixture
+def run_main(capsys):
+    """``jaxspreeze ARGS`` run in this process (``jaxspreeze.cli.main``), as subprocess.run
+    would report it: for tests of bad input (exit code, one-line message) that need no
+    fresh interpreter (tests/test_cli.py keeps real ``python -m jaxspreeze`` runs)."""
+    from jaxspreeze import cli
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        capsys.readouterr()
+        code = cli.main(list(args))
+        out = capsys.readouterr()
+        return subprocess.CompletedProcess(["jaxspreeze", *args], code, out.out, out.err)
+
+    return run
 
 
 @pytest.fixture

@@ -38,6 +38,7 @@ from jaxspreeze.algos.ppo import PPOConfig  # noqa: E402
 from jaxspreeze.algos.sac import SACConfig  # noqa: E402
 from jaxspreeze.config import RunConfig, resolve  # noqa: E402
 from jaxspreeze.errors import ConfigError  # noqa: E402
+from jaxspreeze.plan import plan  # noqa: E402
 from jaxspreeze.schedules import DataParallel  # noqa: E402
 
 
@@ -125,9 +126,9 @@ def run(args: argparse.Namespace) -> dict:
     cfg = tiny(args.algo)
     distributed.check_same_config(cfg)
     placement = devices.resolve("data")
-    schedule = schedules.make(cfg, placement)
+    schedule = schedules.make(plan(cfg, placement))
     if args.shards:
-        schedule = DataParallel(cfg, placement, shards=args.shards)
+        schedule = DataParallel(plan(cfg, placement), shards=args.shards)
     state, metrics = train(schedule, schedule.num_chunks)
     # the resume path at the schedule level: the whole state to the host and back
     host = distributed.host_copy(state)
@@ -180,8 +181,8 @@ def compare(args: argparse.Namespace) -> dict:
     every = devices.resolve("data")
     n = every.data_devices
     one = devices.data_parallel(jax.devices()[:1])
-    a = schedules.make(cfg, every)
-    b = DataParallel(cfg, one, shards=n)
+    a = schedules.make(plan(cfg, every))
+    b = DataParallel(plan(cfg, one), shards=n)
     steps = {}
     state_a, state_b = a.init(), b.init()
     a.compile(state_a)
@@ -239,8 +240,8 @@ def split_data(args: argparse.Namespace) -> dict:
     cfg = tiny(args.algo)
     distributed.check_same_config(cfg)
     placement = devices.resolve("split-data")
-    a = schedules.make(cfg, placement)
-    b = schedules.make(cfg, devices.data_parallel(list(placement.mesh.devices.flat)))
+    a = schedules.make(plan(cfg, placement))
+    b = schedules.make(plan(cfg, devices.data_parallel(list(placement.mesh.devices.flat))))
     state_a, metrics_a = train(a, a.num_chunks)
     state_b, metrics_b = train(b, b.num_chunks)
     host_a, host_b = distributed.host_copy(state_a), distributed.host_copy(state_b)
@@ -324,7 +325,7 @@ def learn(args: argparse.Namespace) -> dict:
         )
     )
     placement = devices.resolve("data")
-    schedule = schedules.make(cfg, placement)
+    schedule = schedules.make(plan(cfg, placement))
     state, _ = train(schedule, schedule.num_chunks)
     keys = jax.random.split(jax.random.key(cfg.seed + 10_000), cfg.num_seeds)
     evaluate = make_seed_evaluate(schedule.algo.act, make_env(cfg.env, cfg.eval_episodes), keys)
@@ -352,7 +353,7 @@ def config(args: argparse.Namespace) -> dict:
 def forever(args: argparse.Namespace) -> None:
     """Train the tiny config chunk after chunk until killed (ready file once compiled)."""
     cfg = tiny("sac", seeds=1, chunks=1000)
-    schedule = schedules.make(cfg, devices.resolve("data"))
+    schedule = schedules.make(plan(cfg, devices.resolve("data")))
     state = schedule.init()
     schedule.compile(state)
     state = schedule.warmup(state)

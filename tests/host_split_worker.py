@@ -25,6 +25,7 @@ from jaxspreeze import devices, schedules
 from jaxspreeze.algos.ppo import PPOConfig
 from jaxspreeze.algos.sac import SACConfig
 from jaxspreeze.config import RunConfig, resolve
+from jaxspreeze.plan import plan
 from jaxspreeze.trainer import train
 from jaxspreeze.types import Transition
 from jaxspreeze.workers import Batch
@@ -76,7 +77,7 @@ def blocks(count: int, T: int, n: int, seed: int = 0) -> list[Batch]:
 
 def learner(cfg: RunConfig, placement) -> dict:
     """Feed the same blocks to the learner on ``placement``: its final state."""
-    loop = schedules.make(cfg, placement)
+    loop = schedules.make(plan(cfg, placement))
     try:
         state = loop.init()
         loop.compile(state)

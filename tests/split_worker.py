@@ -32,6 +32,7 @@ from jaxspreeze.algos.ppo import PPOConfig
 from jaxspreeze.algos.sac import SACConfig
 from jaxspreeze.config import RunConfig, resolve
 from jaxspreeze.iteration import TrainState
+from jaxspreeze.plan import plan
 from jaxspreeze.schedules import Schedule
 from jaxspreeze.types import Placement
 
@@ -182,7 +183,7 @@ def by_hand(loop: Schedule, before: TrainState, after: TrainState) -> dict[str, 
 def run(cfg: RunConfig, placement: Placement, check_rule: bool = False):
     """Init, compile, warm up and run every chunk; record placements, outputs, compiles."""
     with compile_events() as whole_run:
-        loop = schedules.make(cfg, placement)
+        loop = schedules.make(plan(cfg, placement))
         state = loop.init()
         at_init = where(state)
         loop.compile(state)

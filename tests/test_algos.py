@@ -3,7 +3,6 @@ validation, the shared plumbing, and (slow) learning on Pendulum and CartPole.""
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import inspect
 import os
@@ -19,9 +18,10 @@ import pytest
 
 from jaxspreeze import algos, networks, replay
 from jaxspreeze.algos import base, ddpg, ppo, sac, td3
-from jaxspreeze.config import RunConfig, from_dict, resolve, validate
+from jaxspreeze.config import RunConfig, fields_of, from_dict, resolve
 from jaxspreeze.envs import env_spec
 from jaxspreeze.errors import ConfigError
+from jaxspreeze.plan import plan
 from jaxspreeze.trainer import train
 from jaxspreeze.types import EnvSpec, Transition
 
@@ -110,20 +110,20 @@ def test_td3_delays_actor_and_target_updates():
 def test_off_policy_refuses_discrete_actions(name):
     """SAC/TD3/DDPG on CartPole: a ConfigError on --algo that points to PPO."""
     with pytest.raises(ConfigError) as err:
-        validate(RunConfig(algo=name, env="gymnax/CartPole-v1"))
+        plan(RunConfig(algo=name, env="gymnax/CartPole-v1"), on_devices=False)
     assert err.value.field == "algo"
     assert "continuous action space" in str(err.value) and "ppo" in str(err.value)
-    validate(RunConfig(algo="ppo", env="gymnax/CartPole-v1", num_envs=8, rollout_steps=32))
+    plan(RunConfig(algo="ppo", env="gymnax/CartPole-v1", num_envs=8, rollout_steps=32), on_devices=False)
 
 
 def test_td3_grad_steps_must_be_a_multiple_of_policy_delay():
     """The error names grad_steps and the policy_delay it must be a multiple of."""
     cfg = from_dict({"algo": "td3", "grad_steps": 3, "td3": {"policy_delay": 2}})
     with pytest.raises(ConfigError) as err:
-        validate(cfg)
+        plan(cfg, on_devices=False)
     assert err.value.field == "grad_steps" and "td3.policy_delay" in str(err.value)
     with pytest.raises(ConfigError) as err:
-        validate(from_dict({"algo": "td3", "td3": {"policy_delay": 0}}))
+        plan(from_dict({"algo": "td3", "td3": {"policy_delay": 0}}), on_devices=False)
     assert err.value.field == "td3.policy_delay"
 
 
@@ -152,7 +152,7 @@ def test_all_algorithms_share_loop_buffer_and_networks():
     for name in algos.NAMES:
         spec = algos.get(name)
         run = resolve(RunConfig(algo=name, num_envs=8, rollout_steps=32, batch_size=64))
-        algo = spec.make(run.algo_config, pendulum, run)
+        algo = spec.make(getattr(run, name), pendulum, run)
         assert isinstance(algo, base.Algorithm) and algo.name == name
         assert algo.on_policy == spec.on_policy
         source = _algo_source(importlib.import_module(spec.make.__module__))
@@ -186,16 +186,19 @@ def test_registry_lists_every_algorithm_once():
         assert spec.make.__module__ == spec.config_cls.__module__ == f"jaxspreeze.algos.{name}"
         spec.validate(spec.config_cls(), f"{name}.", None)  # own fields only
         run = resolve(RunConfig(algo=name))
-        spec.validate(run.algo_config, f"{name}.", run)  # with its run-level checks
+        spec.validate(getattr(run, name), f"{name}.", run)  # with its run-level checks
         assert spec.grad_step_multiple(spec.config_cls()) >= 1
         # the widths change the shapes (FastTD3: the actor's and the critic's own)
-        assert "hidden" in spec.shape_fields or {"actor_hidden", "critic_hidden"} <= set(
-            spec.shape_fields
-        )
-        assert set(spec.shape_fields) <= {f.name for f in dataclasses.fields(spec.config_cls)}
+        shape = fields_of("shape", spec.config_cls)
+        assert "hidden" in shape or {"actor_hidden", "critic_hidden"} <= set(shape)
     assert [s.name for s in algos.all_specs() if s.on_policy] == ["ppo"]
     assert algos.get("td3").grad_step_multiple(td3.TD3Config(policy_delay=3)) == 3
-    assert algos.get("ppo").shape_fields == ("hidden", "normalize_obs")
+    assert sorted(fields_of("shape", algos.get("ppo").config_cls)) == ["hidden", "normalize_obs"]
+    assert fields_of("shape", algos.get("fasttd3").config_cls) == (
+        "num_atoms",
+        "actor_hidden",
+        "critic_hidden",
+    )
     with pytest.raises(ValueError, match="defaults must give exactly"):
         base.AlgoSpec(
             "x", sac.SACConfig, False, {"num_envs": 1}, sac.supports, sac.validate, sac.make

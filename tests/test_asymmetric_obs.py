@@ -25,6 +25,7 @@ from jaxspreeze.envs import VecEnv
 from jaxspreeze.envs import playground as pg_family
 from jaxspreeze.errors import ConfigError
 from jaxspreeze.evaluate import make_evaluate
+from jaxspreeze.plan import RunPlan
 from jaxspreeze.policy import load_policy
 from jaxspreeze.render import rollout_episode
 from jaxspreeze.trainer import train
@@ -115,7 +116,7 @@ def test_each_network_reads_only_its_columns(algo, standins):
             algo=algo, env="playground/TestPointMass", critic_obs_key="privileged_state"
         )
     )
-    algorithm = algos.get(algo).make(cfg.algo_config, spec, cfg)
+    algorithm = algos.get(algo).make(getattr(cfg, algo), spec, cfg)
     agent = jax.jit(algorithm.init)(jax.random.key(0))
     action_in = 0 if algos.get(algo).on_policy else spec.action_dim  # Q(s, a) reads a too
     assert _first_layer_width(agent.actor.params) == 1
@@ -237,13 +238,16 @@ def test_bad_keys_exit_2_naming_the_field(args, flag, says, standins, capsys, tm
     assert not any(tmp_path.iterdir()), "nothing is written for a rejected config"
 
 
-def test_resume_refuses_other_keys_as_a_shape_field():
+def test_resume_refuses_other_keys_as_a_shape_field(standins):
     saved = config.resolve(config.RunConfig(env="playground/X", actor_obs_key="state"))
+    sac = algos.get(saved.algo)
     for name in ("actor_obs_key", "critic_obs_key"):
-        assert name in resume.shape_fields(saved)
-    resume.check_compatible(saved, saved)
+        assert name in resume.shape_fields(sac)
+    as_planned = lambda cfg: RunPlan(cfg, sac, envs.env_spec("playground/TestPointMass"))
+    resume.check_compatible(saved, sac, as_planned(saved))
     with pytest.raises(ConfigError, match="actor_obs_key 'state' -> 'privileged_state'"):
-        resume.check_compatible(saved, saved.replace(actor_obs_key="privileged_state"))
+        changed = saved.replace(actor_obs_key="privileged_state")
+        resume.check_compatible(saved, sac, as_planned(changed))
 
 
 def test_defaults_record_no_columns():

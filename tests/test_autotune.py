@@ -310,7 +310,7 @@ def test_pinned_fields_from_argv(tmp_path):
 
 def test_cli_writes_the_profile(tmp_path, monkeypatch, capsys):
     clock = FakeClock()
-    monkeypatch.setattr(probes, "RealProber", lambda cfg, placement, limit: FakeProber(clock))
+    monkeypatch.setattr(probes, "RealProber", lambda plan, limit: FakeProber(clock))
     out = tmp_path / "out"
     assert main(["autotune", "--out", str(out), "--batch-size", "512"]) == 0
     profile = json.loads((out / "autotune.json").read_text())

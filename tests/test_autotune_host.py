@@ -181,7 +181,7 @@ def test_host_profile_round_trip_and_cli(tmp_path, monkeypatch, capsys):
     assert one.host_workers == 1 and one.num_envs == 32
     # through the CLI (the prober replaced by the fake one)
     clock = FakeClock()
-    monkeypatch.setattr(autotune, "HostProber", lambda cfg, placement, limit: FakeHostProber(clock))
+    monkeypatch.setattr(autotune, "HostProber", lambda plan, limit: FakeHostProber(clock))
     out = tmp_path / "cli"
     argv = ["autotune", "--env", PENDULUM, "--out", str(out), "--host-workers", "2"]
     assert main(argv) == 0

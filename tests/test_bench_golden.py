@@ -22,6 +22,7 @@ import pytest
 from jaxspreeze.bench import cases, references, report, score, suite
 from jaxspreeze.bench.record import Workload, throughput_record, with_reference
 from jaxspreeze.errors import ConfigError
+from jaxspreeze.plan import plan
 
 GOLDEN = Path(__file__).with_name("bench_golden.json")
 HAVE_PLAYGROUND = importlib.util.find_spec("mujoco_playground") is not None
@@ -158,11 +159,11 @@ def brax_kwargs() -> dict[str, Any]:
     kwargs: dict[str, Any] = {}
     for name, task in score.TASKS.items():
         try:
-            cfg = score.preset_config(task)
+            planned = score.preset_config(task)
         except (ConfigError, ImportError, ValueError) as e:  # an env family not installed
             kwargs[name] = f"unavailable: {type(e).__name__}"
             continue
-        kwargs[name] = [[k, v] for k, v in score.brax_kwargs(cfg, task).items()]
+        kwargs[name] = [[k, v] for k, v in score.brax_kwargs(planned, task).items()]
         kwargs[name + " gpu"] = score.gpu_fields(task)
     return _plain(kwargs)
 
@@ -216,7 +217,8 @@ def workloads() -> dict[str, Any]:
         w["flops"] = w["flops"] is not None and w["flops"] > 0  # XLA's count: not pinned
         w["params"].pop("flops_per_sample", None)
     for threshold in (-1e9, 1e9):  # reached after the first chunk; never reached
-        cfg = chunk_cfg.replace(total_steps=chunk_cfg.warmup_steps + 2 * 3 * 4)
+        warmup = plan(chunk_cfg, on_devices=False).warmup_steps
+        cfg = chunk_cfg.replace(total_steps=warmup + 2 * 3 * 4)
         rec = cases.end_to_end(cfg, threshold, eval_episodes=2)
         keys = list(rec)
         timed = ("seconds_per_call", "env_steps_per_s", "update_samples_per_s", "grad_steps_per_s", "compile_s", "wall_to_threshold_s", "wall_s", "train_s", "eval_s", "hardware", "versions")  # fmt: skip

@@ -9,6 +9,7 @@ import pytest
 
 from jaxspreeze.bench import suite
 from jaxspreeze.bench.record import Workload
+from jaxspreeze.plan import plan
 
 
 def fake_refs(
@@ -47,7 +48,7 @@ needs_playground = pytest.mark.skipif(not HAVE_PLAYGROUND, reason="MuJoCo Playgr
 def test_trainer_config_one_epoch_is_one_chunk(algo, env):
     cfg, kw = suite.trainer_config(algo, env, "cpu", rounds=3)
     assert cfg.env == kw["env_name"] == env
-    chunk_steps = cfg.chunk_iterations * cfg.steps_per_iteration
+    chunk_steps = cfg.chunk_iterations * plan(cfg, on_devices=False).steps_per_iteration
     prefill = kw["num_envs"] if algo == "sac" else 0
     assert kw["num_timesteps"] == prefill + 5 * chunk_steps  # rounds + the compiling epochs
     assert kw["num_evals"] == 6

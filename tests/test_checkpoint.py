@@ -22,13 +22,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxspreeze import checkpoint, cli, config, devices, resume, schedules
+from jaxspreeze import algos, checkpoint, cli, config, devices, resume, schedules
 from jaxspreeze.algos.base import AgentState
 from jaxspreeze.algos.sac import SACConfig
 from jaxspreeze.config import RunConfig
+from jaxspreeze.envs import env_spec
 from jaxspreeze.errors import CheckpointError, ConfigError, NonFiniteError
 from jaxspreeze.guards import nonfinite_message
 from jaxspreeze.iteration import TrainState
+from jaxspreeze.plan import RunPlan, plan
 from jaxspreeze.records import chunk_record
 
 REPO = Path(__file__).resolve().parents[1]
@@ -88,7 +90,7 @@ def drop_optimizer_state(state: TrainState, fresh: TrainState) -> TrainState:
 def run(tmp_path_factory):
     """Chunk A and B of the tiny run, uninterrupted, with a checkpoint after chunk A."""
     cfg = tiny_cfg()
-    schedule = schedules.make(cfg, devices.single())
+    schedule = schedules.make(plan(cfg, devices.single()))
     run_dir = tmp_path_factory.mktemp("run")
     state_a, _ = schedule.chunk(schedule.init())
     ckpt = checkpoint.save(run_dir, state_a, env_steps=4, chunk=0, config=cfg, extra={"x": 1})
@@ -148,7 +150,7 @@ def test_round_trip_other_algorithms(algo, tmp_path):
     if algo == "ppo":
         changes.update(batch_size=2, num_envs=2, rollout_steps=2, learning_starts=0)
     cfg = tiny_cfg(**changes)
-    schedule = schedules.make(cfg, devices.single())
+    schedule = schedules.make(plan(cfg, devices.single()))
     state = schedule.init()
     path = checkpoint.save(tmp_path, state, env_steps=0, chunk=0, config=cfg)
     restored, _ = checkpoint.restore(path, schedule.init(seed=123))
@@ -308,7 +310,7 @@ def test_sigkill_during_save_keeps_previous_checkpoint(run, template, tmp_path):
 
 def test_restore_rejects_a_different_shape(run, tmp_path):
     """A template of another config fails with a message naming the leaf."""
-    other = schedules.make(tiny_cfg(buffer_size=32), devices.single())
+    other = schedules.make(plan(tiny_cfg(buffer_size=32), devices.single()))
     abstract = other.init_abstract()  # nothing allocated
     with pytest.raises(CheckpointError, match=r"\.buffer\.data"):
         checkpoint.restore(run["ckpt"], abstract)
@@ -317,15 +319,17 @@ def test_restore_rejects_a_different_shape(run, tmp_path):
 def test_check_compatible_names_every_shape_field(run):
     """Resuming with shape-changing settings names all of them; other changes pass."""
     saved = run["cfg"]
-    resume.check_compatible(saved, saved.replace(total_steps=10**6, seed=3))
+    sac = algos.get(saved.algo)
+    as_planned = lambda cfg: RunPlan(cfg, sac, env_spec(cfg.env))
+    resume.check_compatible(saved, sac, as_planned(saved.replace(total_steps=10**6, seed=3)))
     bad = saved.replace(num_envs=4, buffer_size=128, sac={"hidden": (16, 16)})
     with pytest.raises(ConfigError) as e:
-        resume.check_compatible(saved, bad)
+        resume.check_compatible(saved, sac, as_planned(bad))
     assert e.value.field == "num_envs"
     for name in ("num_envs", "buffer_size", "sac.hidden"):
         assert name in str(e.value)
     with pytest.raises(ConfigError, match="placement"):
-        resume.check_compatible(saved, saved, saved_split=False, split=True)
+        resume.check_compatible(saved, sac, as_planned(saved), saved_split=False, split=True)
     assert resume.config_changes(saved, bad)["num_envs"] == (2, 4)
 
 
@@ -335,10 +339,11 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 sys.path.insert(0, {tests!r})
 from test_checkpoint import tiny_cfg, bitwise_equal
 from jaxspreeze import checkpoint, devices, schedules
+from jaxspreeze.plan import plan
 import jax
 placement = devices.resolve("split")
 assert placement.split
-schedule = schedules.make(tiny_cfg(num_seeds=1, placement="split"), placement)
+schedule = schedules.make(plan(tiny_cfg(num_seeds=1, placement="split"), placement))
 state = schedule.init()
 path = checkpoint.save({run_dir!r}, state, env_steps=0, chunk=0)
 assert checkpoint.saved_split(path)
@@ -444,11 +449,11 @@ def test_eval_cli_subprocess_no_checkpoint(tmp_path):
 def resume_matches(cfg: RunConfig, placement, run_dir) -> tuple[bool, bool]:
     """(chunk A, save, restore in a fresh schedule, chunk B == A, B; same with the optimizer
     state dropped). The fresh schedule compiles its own program, as a new process would."""
-    schedule = schedules.make(cfg, placement)
+    schedule = schedules.make(plan(cfg, placement))
     state_a, _ = schedule.chunk(schedule.warmup(schedule.init()))
     path = checkpoint.save(run_dir, state_a, env_steps=1, chunk=0, config=cfg)
     state_b, metrics_b = schedule.chunk(state_a)
-    fresh = schedules.make(cfg, placement)
+    fresh = schedules.make(plan(cfg, placement))
     restored, _ = checkpoint.restore(path, fresh.init())
     again_b, again_metrics = fresh.chunk(restored)
     same = bitwise_equal(again_b, state_b) and bitwise_equal(

@@ -1,4 +1,8 @@
-"""The command line: bad input exits 2 with one line naming the field, before any compile."""
+"""The command line: bad input exits 2 with one line naming the field, before any compile.
+
+The bad-input tests call ``jaxspreeze.cli.main`` in this process (``run_main``); a real
+``python -m jaxspreeze train`` run checks the entry point end to end.
+"""
 
 from __future__ import annotations
 
@@ -29,8 +33,8 @@ def run_cli(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize(("args", "flag"), BAD)
-def test_bad_train_input_exits_2_naming_the_field(args, flag, tmp_path):
-    out = run_cli("train", *args, "--logdir", str(tmp_path))
+def test_bad_train_input_exits_2_naming_the_field(args, flag, tmp_path, run_main):
+    out = run_main("train", *args, "--logdir", str(tmp_path))
     assert out.returncode == 2, out.stderr
     lines = [line for line in out.stderr.strip().splitlines() if line.strip()]
     assert len(lines) == 1, out.stderr
@@ -38,8 +42,8 @@ def test_bad_train_input_exits_2_naming_the_field(args, flag, tmp_path):
     assert not any(tmp_path.iterdir()), "nothing is written for a rejected config"
 
 
-def test_unknown_algo_is_rejected(tmp_path):
-    out = run_cli("train", "--algo", "a2c", "--logdir", str(tmp_path))
+def test_unknown_algo_is_rejected(tmp_path, run_main):
+    out = run_main("train", "--algo", "a2c", "--logdir", str(tmp_path))
     assert out.returncode == 2 and "algo" in out.stderr
 
 
@@ -108,9 +112,9 @@ def test_top_level_help_imports_no_command():
     assert loaded == "['jaxspreeze.cli', 'jaxspreeze.cli.common', 'jaxspreeze.errors']"
 
 
-def test_bad_flag_is_one_line_naming_it():
+def test_bad_flag_is_one_line_naming_it(run_main):
     """A flag tyro cannot parse exits 2 with one line that names it and points to --help."""
-    out = run_cli("train", "--total-steps", "many")
+    out = run_main("train", "--total-steps", "many")
     assert out.returncode == 2
     lines = [line for line in out.stderr.strip().splitlines() if line.strip()]
     assert len(lines) == 1 and "--total-steps" in lines[0] and "jaxspreeze train --help" in lines[0]

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import pytest
 
 from jaxspreeze.compiles import BACKEND, LOWER, TRACE, CompileLog
+from jaxspreeze.plan import plan
 
 
 def test_total_is_the_union_of_the_intervals():
@@ -94,13 +95,13 @@ def test_the_memory_estimate_never_traces_the_env(tiny_cfg, monkeypatch):
 
         monkeypatch.setattr(VecEnv, method, counted)
     cfg = resolve(tiny_cfg)
-    schedule = schedules.make(cfg, devices.single())
+    schedule = schedules.make(plan(cfg, devices.single()))
     abstract = schedule.init_abstract()  # the init program's trace (the run needs it)
     assert calls == {"step": 0, "reset": 1}
     with CompileLog() as log:
-        est = memory.check_memory(cfg, devices.single(), state=abstract)
+        est = memory.check_memory(plan(cfg, on_devices=False), devices.single(), state=abstract)
     assert calls == {"step": 0, "reset": 1} and log.spans == []  # nothing traced
-    assert est == memory.estimate_memory(cfg)  # the same figures as tracing its own
+    assert est == memory.estimate_memory(plan(cfg, on_devices=False))  # the same figures as tracing its own
     assert calls["step"] == 0
 
 
@@ -131,7 +132,7 @@ def test_the_warmup_compiles_beside_the_chunk(tiny_cfg, monkeypatch):
     from jaxspreeze import devices, schedules
     from jaxspreeze.config import resolve
 
-    schedule = schedules.make(resolve(tiny_cfg), devices.single())
+    schedule = schedules.make(plan(resolve(tiny_cfg), devices.single()))
     threads = _compile_threads(schedule, monkeypatch)
     assert threads["_compile_chunk"] == threading.current_thread().name
     assert threads["_compile_warmup"] not in (threads["_compile_chunk"], None)
@@ -145,6 +146,6 @@ def test_a_failed_warmup_compile_is_raised_by_compile(tiny_cfg, monkeypatch):
     from jaxspreeze import devices, schedules
     from jaxspreeze.config import resolve
 
-    schedule = schedules.make(resolve(tiny_cfg), devices.single())
+    schedule = schedules.make(plan(resolve(tiny_cfg), devices.single()))
     with pytest.raises(RuntimeError, match="warm-up compile failed"):
         _compile_threads(schedule, monkeypatch, fail_warmup=True)

@@ -20,8 +20,9 @@ import tyro
 from jaxspreeze import algos, cli, devices, envs, schedules
 from jaxspreeze.algos.base import RUN_SIZES
 from jaxspreeze.algos.sac import SACConfig
-from jaxspreeze.config import ConfigError, RunConfig, from_dict, resolve, to_dict, validate
+from jaxspreeze.config import ConfigError, RunConfig, from_dict, is_resolved, resolve, to_dict
 from jaxspreeze.memory import buffer_nbytes, check_memory, estimate_memory, format_memory
+from jaxspreeze.plan import plan
 
 NAN, INF = float("nan"), float("inf")
 
@@ -110,7 +111,7 @@ def test_bad_config_is_rejected_naming_the_field(changes, field_name, tmp_path, 
     cfg = bad_config(changes, tmp_path)
     with jax.log_compiles(True), caplog.at_level(logging.DEBUG):
         with pytest.raises(ConfigError) as e:
-            validate(cfg)
+            plan(cfg, on_devices=False)
     assert e.value.field == field_name, str(e.value)
     compiles = [r.getMessage() for r in caplog.records if "ompil" in r.getMessage()]
     assert compiles == []
@@ -132,13 +133,13 @@ def test_every_algorithm_field_is_type_checked(algo, name):
     """A wrongly typed value of any algorithm field names ``<algo>.<field>``."""
     sub = dataclasses.replace(getattr(RunConfig(), algo), **{name: "oops"})
     with pytest.raises(ConfigError) as e:
-        validate(dataclasses.replace(RunConfig(), **{algo: sub}))
+        plan(dataclasses.replace(RunConfig(), **{algo: sub}), on_devices=False)
     assert e.value.field == f"{algo}.{name}"
 
 
 def test_valid_default_config_passes():
     """The defaults are valid."""
-    validate(RunConfig())
+    plan(RunConfig(), on_devices=False)
 
 
 def test_cli_rejects_bad_flags_with_one_line(capsys, tmp_path):
@@ -178,8 +179,8 @@ def test_memory_estimate_matches_allocation():
     cfg = RunConfig(
         num_envs=4, buffer_size=3000, batch_size=16, num_seeds=2, sac=SACConfig(hidden=(8,))
     )
-    est = estimate_memory(cfg)
-    state = schedules.make(resolve(cfg), devices.single()).init()
+    est = estimate_memory(plan(cfg, on_devices=False))
+    state = schedules.make(plan(resolve(cfg), devices.single())).init()
     nbytes = lambda t: sum(x.nbytes for x in jax.tree.leaves(t))
     actual = nbytes(state.buffer)
     assert abs(est["replay_buffer"] - actual) <= 0.05 * actual
@@ -187,19 +188,19 @@ def test_memory_estimate_matches_allocation():
     assert est["actor_params"] == nbytes(state.agent.actor)
     assert est["critic_params"] == nbytes(state.agent.critic)
     assert est["total"] == sum(v for k, v in est.items() if k != "total")
-    assert est["obs_buffer"] == 0 and estimate_memory(cfg, split=True)["obs_buffer"] > 0
-    assert est["replay_buffer"] == buffer_nbytes(cfg)
-    assert buffer_nbytes(RunConfig(algo="ppo", buffer_size=3000)) == 0  # no replay buffer
+    assert est["obs_buffer"] == 0 and estimate_memory(plan(cfg, on_devices=False), split=True)["obs_buffer"] > 0
+    assert est["replay_buffer"] == buffer_nbytes(plan(cfg, on_devices=False))
+    assert buffer_nbytes(plan(RunConfig(algo="ppo", buffer_size=3000), on_devices=False)) == 0  # no replay buffer
     assert format_memory(est).startswith("memory estimate ")
 
 
 def test_memory_estimate_allocates_nothing():
     """A 1e6-transition buffer (~30 MB) is estimated without allocating it."""
     cfg = RunConfig(buffer_size=10**6, num_seeds=2)
-    estimate_memory(cfg)  # first call may build cached env constants
+    estimate_memory(plan(cfg, on_devices=False))  # first call may build cached env constants
     live = lambda: sum(x.nbytes for x in jax.live_arrays())
     before = live()
-    est = estimate_memory(cfg)
+    est = estimate_memory(plan(cfg, on_devices=False))
     assert est["replay_buffer"] > 20 * 2**20
     assert live() - before < 2**20
 
@@ -208,11 +209,11 @@ def test_check_memory_rejects_what_does_not_fit():
     """A buffer of 1e11 transitions fails naming --buffer-size with the estimate."""
     cfg = RunConfig(buffer_size=10**11)
     with pytest.raises(ConfigError) as e:
-        check_memory(cfg, devices.single())
+        check_memory(plan(cfg, on_devices=False), devices.single())
     assert e.value.field == "buffer_size"
     msg = str(e.value)
     assert "GiB" in msg and "--buffer-size" in msg and "available" in msg
-    est = check_memory(RunConfig(buffer_size=1000), devices.single().actor)
+    est = check_memory(plan(RunConfig(buffer_size=1000), on_devices=False), devices.single().actor)
     assert math.isclose(est["total"], sum(v for k, v in est.items() if k != "total"))
 
 
@@ -270,21 +271,22 @@ def test_resolve_fills_defaults_keeps_what_was_set_and_is_idempotent(name):
     gives about ten evaluations; resolving twice changes nothing."""
     spec = algos.get(name)
     cfg = RunConfig(algo=name)
-    assert all(getattr(cfg, n) is None for n in RUN_SIZES) and not cfg.resolved
+    assert all(getattr(cfg, n) is None for n in RUN_SIZES) and not is_resolved(cfg)
     r = resolve(cfg)
-    assert r.resolved and resolve(r) is r
+    assert is_resolved(r) and resolve(r) is r
     assert {n: getattr(r, n) for n in RUN_SIZES} == dict(spec.defaults)
     assert r.eval_every == spec.defaults["total_steps"] // 10
     mine = resolve(RunConfig(algo=name, num_envs=3, total_steps=500, eval_every=0))
     assert (mine.num_envs, mine.total_steps, mine.eval_every) == (3, 500, 0)
     assert mine.rollout_steps == spec.defaults["rollout_steps"]
     assert resolve(RunConfig(algo=name, total_steps=500)).eval_every == 50
-    # the derived sizes read the algorithm's defaults on an unresolved config too
-    assert cfg.steps_per_iteration == r.steps_per_iteration
-    assert cfg.num_iterations == r.num_iterations and cfg.warmup_steps == r.warmup_steps
-    # validate resolves and returns the resolved config; it is what config.json holds
+    # the plan's derived sizes read the algorithm's defaults on an unresolved config too
     env = "gymnax/CartPole-v1" if name == "ppo" else "gymnax/Pendulum-v1"
-    assert validate(cfg.replace(env=env)) == r.replace(env=env)
+    p, pr = (plan(c.replace(env=env), on_devices=False) for c in (cfg, r))
+    assert p.steps_per_iteration == pr.steps_per_iteration
+    assert p.num_iterations == pr.num_iterations and p.warmup_steps == pr.warmup_steps
+    # the plan resolves and holds the resolved config; it is what config.json holds
+    assert plan(cfg.replace(env=env), on_devices=False).cfg == r.replace(env=env)
     assert from_dict(to_dict(r)) == r
 
 
@@ -301,15 +303,16 @@ def test_off_policy_defaults_are_unchanged():
         "learning_starts": 1_000,
         "chunk_iterations": 100,
     }
-    assert r.warmup_steps == 1000 and r.num_iterations == 1125
+    p = plan(r, on_devices=False)
+    assert p.warmup_steps == 1000 and p.num_iterations == 1125
 
 
 def test_ppo_defaults_pass_validation_on_discrete_and_continuous_envs():
     """``--algo ppo`` with no other flag is valid (its minibatch divides its rollout)."""
     for env in ("gymnax/CartPole-v1", "gymnax/Acrobot-v1", "gymnax/Pendulum-v1"):
-        validate(RunConfig(algo="ppo", env=env))
+        plan(RunConfig(algo="ppo", env=env), on_devices=False)
     with pytest.raises(ConfigError) as e:
-        validate(RunConfig(algo="ppo", env="gymnax/CartPole-v1", num_envs=8, rollout_steps=1))
+        plan(RunConfig(algo="ppo", env="gymnax/CartPole-v1", num_envs=8, rollout_steps=1), on_devices=False)
     assert e.value.field == "batch_size" and "must divide the rollout" in str(e.value)
 
 

@@ -27,7 +27,8 @@ from jaxspreeze.algos.sac import SACConfig
 from jaxspreeze.config import RunConfig, resolve
 from jaxspreeze.errors import ConfigError
 from jaxspreeze.iteration import Shards, reduce_metrics
-from jaxspreeze.schedules.data_parallel import DataParallel, shard_config, shard_sizes
+from jaxspreeze.plan import plan
+from jaxspreeze.schedules.data_parallel import DataParallel, shard_plan, shard_sizes
 
 WORKER = Path(__file__).with_name("dp_worker.py")
 AXES = ("data",)
@@ -70,19 +71,20 @@ def tiny(**changes) -> RunConfig:
 # ------------------------------------------------------------------ sizes and placement
 def test_global_sizes_must_split_evenly():
     with pytest.raises(ConfigError, match="does not split evenly over 4") as e:
-        shard_sizes(tiny(num_envs=6), 4)
+        shard_sizes(plan(tiny(num_envs=6), on_devices=False), 4)
     assert e.value.field == "num_envs"
     with pytest.raises(ConfigError) as e:
-        shard_sizes(tiny(batch_size=18), 4)
+        shard_sizes(plan(tiny(batch_size=18), on_devices=False), 4)
     assert e.value.field == "batch_size"
 
 
 def test_a_shard_has_the_same_iterations_and_its_share_of_the_sizes():
     cfg = tiny()
-    shard = shard_config(cfg, 4)
-    assert (shard.num_envs, shard.batch_size, shard.buffer_size) == (2, 4, 64)
-    assert shard.num_iterations == cfg.num_iterations
-    assert shard.warmup_steps * 4 == cfg.warmup_steps
+    whole = plan(cfg, on_devices=False)
+    shard = shard_plan(whole, 4)
+    assert (shard.cfg.num_envs, shard.cfg.batch_size, shard.cfg.buffer_size) == (2, 4, 64)
+    assert shard.num_iterations == whole.num_iterations
+    assert shard.warmup_steps * 4 == whole.warmup_steps
 
 
 def test_data_placement_meshes_every_device():
@@ -91,16 +93,16 @@ def test_data_placement_meshes_every_device():
     assert not p.split
     assert p.describe().startswith("data-parallel over 1 cpu devices")
     assert not devices.resolve("auto").data_parallel  # one process: as before
-    schedule = schedules.make(tiny(), p)
+    schedule = schedules.make(plan(tiny(), p))
     assert isinstance(schedule, DataParallel) and schedule.shards == 1
     assert schedule.init_abstract().env.obs.shape == (1, 8, 3)  # global num_envs
     with pytest.raises(ValueError, match="one fused program"):
-        schedules.make(tiny(), p, dispatched=True)
+        schedules.make(plan(tiny(), p), dispatched=True)
 
 
 def test_shards_must_be_a_multiple_of_the_devices():
     with pytest.raises(ConfigError, match="multiple of the mesh"):
-        DataParallel(tiny(), devices.resolve("data"), shards=0)
+        DataParallel(plan(tiny(), devices.resolve("data")), shards=0)
 
 
 # ------------------------------------------------------------------ the hooks in common

@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 from jaxspreeze import algos, envs
-from jaxspreeze.config import RunConfig, resolve, validate
+from jaxspreeze.config import RunConfig, is_resolved, resolve
 from jaxspreeze.errors import ConfigError
+from jaxspreeze.plan import plan
 from jaxspreeze.trainer import train
 
 DISCRETE, CONTINUOUS = "gymnax/CartPole-v1", "gymnax/Pendulum-v1"
@@ -33,7 +34,7 @@ def _supported(name: str, env: str) -> bool:
 
 def _tiny(name: str, env: str, tmp_path) -> RunConfig:
     """The defaults, with a budget of warm-up plus two chunks of CHUNK iterations."""
-    r = resolve(RunConfig(algo=name, env=env))
+    r = plan(RunConfig(algo=name, env=env), on_devices=False)
     total = r.warmup_steps + 2 * CHUNK * r.steps_per_iteration
     return RunConfig(
         algo=name,
@@ -53,12 +54,12 @@ def test_defaults_validate_or_are_refused_clearly(name, env):
     ``algo`` saying why and what to use instead."""
     cfg = RunConfig(algo=name, env=env)
     if _supported(name, env):
-        resolved = validate(cfg)
-        assert resolved == resolve(cfg) and resolved.resolved
+        resolved = plan(cfg, on_devices=False).cfg
+        assert resolved == resolve(cfg) and is_resolved(resolved)
         assert resolved.eval_every == resolved.total_steps // 10  # about ten evaluations
     else:
         with pytest.raises(ConfigError) as e:
-            validate(cfg)
+            plan(cfg, on_devices=False)
         assert e.value.field == "algo"
         message = str(e.value)
         assert f"{name} cannot train {env}" in message
@@ -72,10 +73,10 @@ def test_defaults_validate_on_the_other_classic_envs(name, env):
     wherever the algorithm supports the action space."""
     cfg = RunConfig(algo=name, env=env)
     if _supported(name, env):
-        validate(cfg)
+        plan(cfg, on_devices=False)
     else:
         with pytest.raises(ConfigError, match="continuous action space"):
-            validate(cfg)
+            plan(cfg, on_devices=False)
 
 
 SUPPORTED = [(a, e) for a, e in MATRIX if _supported(a, e)]
@@ -89,7 +90,7 @@ def test_defaults_train_at_a_tiny_budget(name, env, tmp_path):
     taken, the final evaluation and every parameter are finite."""
     cfg = _tiny(name, env, tmp_path)
     result = train(cfg, quiet=True)
-    r = resolve(cfg)
+    r = plan(cfg, on_devices=False)
     assert result.summary["env_steps"] >= cfg.total_steps
     assert result.summary["env_steps"] == r.warmup_steps + r.num_iterations * r.steps_per_iteration
     assert math.isfinite(result.summary["final_eval_return"])

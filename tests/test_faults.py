@@ -22,7 +22,7 @@ from test_resume_changes import T1, T2, copy_run, snapshot, train_once
 
 from jaxspreeze import checkpoint, cli, rundir, starting
 from jaxspreeze.config import RunConfig, resolve
-from jaxspreeze.envs import env_spec
+from jaxspreeze.plan import plan
 
 TINY_FLAGS = [
     "--num-envs", "2", "--grad-steps", "1", "--batch-size", "8", "--buffer-size", "64",
@@ -115,6 +115,21 @@ def test_a_bad_config_file_is_one_line(name, text, words, tmp_path, capsys):
     assert code == 2 and line.startswith("jaxspreeze: error: --config:"), line
     assert str(path) in line and words in line
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_wrong_type_in_a_config_file_is_one_line_and_no_warning(tmp_path):
+    """A TOML value of the wrong type: its one line, with no third-party warning before it
+    (a fresh interpreter: pytest would capture the warnings)."""
+    path = tmp_path / "bad.toml"
+    path.write_text('total_steps = "lots"\n')
+    proc = subprocess.run(
+        [sys.executable, "-m", "jaxspreeze", "train", "--config", str(path)],
+        env={**os.environ, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "jaxspreeze: error: --total-steps: must be an integer, got 'lots'"
+    ]
 
 
 # ------------------------------------------------------------------------------ damaged checkpoints
@@ -274,9 +289,9 @@ def test_a_run_that_cannot_train_is_refused(args, words, fix, tmp_path, capsys):
 def test_a_buffer_far_larger_than_the_run_is_a_warning():
     """More than 1 GiB of replay buffer that the run never fills: one warning line."""
     cfg = resolve(RunConfig(total_steps=10_000, buffer_size=100_000_000))
-    (line,) = starting.budget_warnings(cfg, env_spec(cfg.env))
+    (line,) = starting.budget_warnings(plan(cfg, on_devices=False))
     assert "buffer_size 100,000,000" in line and "never filled" in line
-    assert starting.budget_warnings(resolve(RunConfig()), env_spec(cfg.env)) == []
+    assert starting.budget_warnings(plan(resolve(RunConfig()), on_devices=False)) == []
 
 
 # ------------------------------------------------------------------------------ lesser items

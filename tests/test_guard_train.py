@@ -9,6 +9,7 @@ import pytest
 
 from jaxspreeze import checkpoint, config, devices, guards, rundir, schedules
 from jaxspreeze.errors import NonFiniteError
+from jaxspreeze.plan import plan
 from jaxspreeze.trainer import train
 
 
@@ -39,7 +40,7 @@ def test_injected_nan_stops_and_keeps_last_good_checkpoint(tiny_cfg, monkeypatch
     # the checkpoints of the first 3 chunks are kept; none of the poisoned state
     kept = checkpoint.list_checkpoints(cfg_dir := (tiny_cfg_dir(cfg)))
     assert [int(p.name) for p in kept] == [300, 400, 500], kept
-    template = schedules.make(config.resolve(cfg), devices.single()).init()
+    template = schedules.make(plan(config.resolve(cfg), devices.single())).init()
     state, info = checkpoint.restore(checkpoint.latest(cfg_dir), template)
     assert info["env_steps"] == 500
     assert all(

@@ -17,7 +17,8 @@ from jaxspreeze import metrics, threads, trainer
 from jaxspreeze.algos.sac import SACConfig
 from jaxspreeze.config import RunConfig
 from jaxspreeze.evaluate import EvalResult, Evaluator, make_seed_evaluate, snapshot_copy
-from jaxspreeze.policy import load_policy, make_algorithm
+from jaxspreeze.plan import RunPlan
+from jaxspreeze.policy import load_policy
 
 TRACE = "/jax/core/compile/jaxpr_trace_duration"  # JAX's own event: a function traced
 
@@ -83,7 +84,7 @@ def test_evaluator_return_equals_a_direct_call_of_evaluate(tmp_path):
     from jaxspreeze.evaluate import make_evaluate
 
     cfg = tiny(tmp_path, num_seeds=2)
-    algo = make_algorithm(cfg)
+    algo = RunPlan.saved(cfg).make_algorithm()
     actor = jax.vmap(algo.init)(jax.random.split(jax.random.key(1), 2)).actor
     env = make_env(cfg.env, 3)
     keys = jax.random.split(jax.random.key(7), 2)

@@ -22,8 +22,8 @@ import pytest
 from jaxspreeze import checkpoint
 from jaxspreeze.cli import main, report
 from jaxspreeze.config import RunConfig
-from jaxspreeze.config import validate as validate_config
 from jaxspreeze.errors import ConfigError
+from jaxspreeze.plan import plan
 from jaxspreeze.workers import ParamSlot, WorkerError, WorkerPool, WorkerStalledError
 
 STALL_AFTER = 250  # steps of one env before its step blocks
@@ -85,9 +85,9 @@ def test_a_short_get_timeout_does_not_hide_a_stalled_worker():
 
 def test_the_stall_timeout_is_validated():
     cfg = RunConfig(env="gymnasium/Pendulum-v1")
-    assert validate_config(cfg).host_stall_timeout_s == 60.0
+    assert plan(cfg, on_devices=False).cfg.host_stall_timeout_s == 60.0
     with pytest.raises(ConfigError, match="host_stall_timeout_s"):
-        validate_config(cfg.replace(host_stall_timeout_s=0.0))
+        plan(cfg.replace(host_stall_timeout_s=0.0), on_devices=False)
 
 
 def test_a_stalled_worker_ends_the_run_in_one_line_keeping_the_checkpoint(tmp_path, capsys):

@@ -18,6 +18,7 @@ from jaxspreeze import schedules
 from jaxspreeze.checkpoint import evaluate_checkpoint, list_checkpoints, read_manifest, restore
 from jaxspreeze.config import RunConfig
 from jaxspreeze.errors import ConfigError
+from jaxspreeze.plan import plan
 from jaxspreeze.schedules.host_async import AHEAD_ITERATIONS, QUEUE_BLOCKS, HostAsync
 from jaxspreeze.schedules.host_rollout import HostRollout
 from jaxspreeze.trainer import train
@@ -77,34 +78,34 @@ def records(run_dir) -> list[dict]:
 
 
 def test_config_accepts_host_envs_and_refuses_what_is_not_supported():
-    cfg = config_lib.validate(RunConfig(algo="sac", env=PENDULUM))
+    cfg = plan(RunConfig(algo="sac", env=PENDULUM), on_devices=False).cfg
     assert cfg.env == PENDULUM
     for env in (PENDULUM, CARTPOLE):  # PPO with its defaults, continuous and discrete
-        assert config_lib.validate(RunConfig(algo="ppo", env=env)).num_envs == 16
+        assert plan(RunConfig(algo="ppo", env=env), on_devices=False).cfg.num_envs == 16
     with pytest.raises(ConfigError, match="batch_size"):
-        config_lib.validate(RunConfig(algo="ppo", env=CARTPOLE, batch_size=1000))
+        plan(RunConfig(algo="ppo", env=CARTPOLE, batch_size=1000), on_devices=False)
     with pytest.raises(ConfigError, match="num_seeds"):
-        config_lib.validate(RunConfig(algo="ppo", env=CARTPOLE, num_seeds=2))
+        plan(RunConfig(algo="ppo", env=CARTPOLE, num_seeds=2), on_devices=False)
     with pytest.raises(ConfigError, match="num_seeds"):
-        config_lib.validate(RunConfig(algo="sac", env=PENDULUM, num_seeds=2))
+        plan(RunConfig(algo="sac", env=PENDULUM, num_seeds=2), on_devices=False)
     with pytest.raises(ConfigError, match=r"num_envs.*host_workers"):
-        config_lib.validate(RunConfig(algo="sac", env=PENDULUM, num_envs=6, host_workers=4))
+        plan(RunConfig(algo="sac", env=PENDULUM, num_envs=6, host_workers=4), on_devices=False)
     with pytest.raises(ConfigError, match="Pendulum-v1"):  # the nearest known id
-        config_lib.validate(RunConfig(algo="sac", env="gymnasium/Pendulum-v9"))
+        plan(RunConfig(algo="sac", env="gymnasium/Pendulum-v9"), on_devices=False)
 
 
 def test_make_picks_the_host_schedule(tmp_path):
     from jaxspreeze import devices
 
-    cfg = config_lib.validate(small(tmp_path))
-    schedule = schedules.make(cfg, devices.resolve("single"))
+    cfg = plan(small(tmp_path), on_devices=False).cfg
+    schedule = schedules.make(plan(cfg, devices.resolve("single")))
     try:
         assert isinstance(schedule, HostAsync) and schedule.host
         assert schedule.env.spec.name == PENDULUM
     finally:
         schedule.close()
-    cfg = config_lib.validate(tiny_ppo(tmp_path))
-    schedule = schedules.make(cfg, devices.resolve("single"))
+    cfg = plan(tiny_ppo(tmp_path), on_devices=False).cfg
+    schedule = schedules.make(plan(cfg, devices.resolve("single")))
     try:
         assert isinstance(schedule, HostRollout) and schedule.host
     finally:
@@ -138,7 +139,7 @@ def test_replay_ratio_is_held_within_its_bound(tmp_path):
     # delivered env steps run ahead of the learner's by at most this (module doc)
     slack = AHEAD_ITERATIONS * spi + (QUEUE_BLOCKS + cfg.host_workers) * block
     chunks = [r for r in records(result.run_dir) if r["kind"] == "chunk"]
-    warmup = config_lib.validate(cfg).warmup_steps
+    warmup = plan(cfg, on_devices=False).warmup_steps
     k = result.schedule.iterations_per_chunk
     for r in chunks:
         # worker_env_steps is the chunk's mean over its iterations, env_steps its last value
@@ -287,8 +288,8 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
         (["--env", CARTPOLE, "--algo", "ppo", "--batch-size", "1000"], ["batch", "1024"]),
     ],
 )
-def test_bad_host_input_exits_2_in_one_line(tmp_path, args, words):
-    out = run_cli("train", *args, "--logdir", str(tmp_path))
+def test_bad_host_input_exits_2_in_one_line(tmp_path, args, words, run_main):
+    out = run_main("train", *args, "--logdir", str(tmp_path))
     assert out.returncode == 2, out.stderr
     lines = [line for line in out.stderr.strip().splitlines() if line.strip()]
     assert len(lines) == 1 and all(w in lines[0] for w in words), out.stderr

@@ -14,6 +14,7 @@ import pytest
 from jaxspreeze import devices
 from jaxspreeze.config import RunConfig, resolve
 from jaxspreeze.errors import ConfigError
+from jaxspreeze.plan import plan
 from jaxspreeze.schedules import chunking
 
 
@@ -42,6 +43,6 @@ def test_chunking_covers_the_run(iters, k):
             chunk_iterations=k,
         )
     )
-    per_chunk, chunks = chunking(cfg)
+    per_chunk, chunks = chunking(plan(cfg, on_devices=False))
     assert per_chunk <= k
     assert iters <= per_chunk * chunks < iters + chunks

@@ -302,7 +302,8 @@ def test_a_failed_process_is_one_line_on_the_launchers_console():
 
 
 def test_launcher_gives_each_process_its_place(monkeypatch):
-    monkeypatch.delenv("JAXSPREEZE_PROGRAM_CACHE", raising=False)  # inherited, not the launcher's
+    for inherited in ("JAXSPREEZE_PROGRAM_CACHE", "JAXSPREEZE_CACHE_DIR"):  # the tests', not
+        monkeypatch.delenv(inherited, raising=False)  # the launcher's
     seen = []
 
     class Fake:

@@ -1,20 +1,145 @@
-"""Every notebook runs top to bottom without an error (marker: notebooks)."""
+"""The notebooks: every one runs top to bottom without an error (markers: notebooks, slow).
+
+The default run checks them statically instead (a few seconds): each is a valid notebook
+committed without outputs, its code cells compile, and every name it takes from
+jaxspreeze exists and is public. Running them (minutes) is ``-m notebooks``.
+"""
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import importlib
+import inspect
 import os
 from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+IDS = [p.stem for p in NOTEBOOKS]
 
 
+def code_cells(book) -> list[str]:
+    """The Python of each code cell, IPython's ``%magic`` and ``!shell`` lines left out."""
+    return [
+        "\n".join(
+            "" if line.lstrip().startswith(("%", "!")) else line
+            for line in cell.source.splitlines()
+        )
+        for cell in book.cells
+        if cell.cell_type == "code"
+    ]
+
+
+def uses_of_jaxspreeze(tree: ast.AST) -> list[tuple[str, tuple[str, ...]]]:
+    """(module, attribute path) of every name a notebook takes from jaxspreeze.
+
+    ``from jaxspreeze.x import a`` gives ("jaxspreeze.x", ("a",)); with ``a`` a module,
+    ``a.b.c`` later gives ("jaxspreeze.x.a", ("b", "c")) (likewise ``import jaxspreeze``).
+    """
+    modules: dict[str, str] = {}  # a local name bound to a jaxspreeze module -> its name
+    uses: list[tuple[str, tuple[str, ...]]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "jaxspreeze":
+            for alias in node.names:
+                uses.append((node.module, (alias.name,)))
+                full = f"{node.module}.{alias.name}"
+                if importlib.util.find_spec(node.module) and _is_module(full):
+                    modules[alias.asname or alias.name] = full
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "jaxspreeze":
+                    uses.append((alias.name, ()))
+                    modules[alias.asname or alias.name.split(".")[0]] = (
+                        alias.name if alias.asname else "jaxspreeze"
+                    )
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Store):
+            path: list[str] = []
+            inner: ast.AST = node
+            while isinstance(inner, ast.Attribute):
+                path.insert(0, inner.attr)
+                inner = inner.value
+            if isinstance(inner, ast.Name) and inner.id in modules:
+                uses.append((modules[inner.id], tuple(path)))
+    return uses
+
+
+def _is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+def _resolve(module: str, path: tuple[str, ...]) -> str | None:
+    """None if ``module`` and the public ``path`` in it exist, else what is wrong."""
+    try:
+        obj = importlib.import_module(module)
+    except ImportError as e:
+        return f"cannot import {module}: {e}"
+    where = module
+    for attr in path:
+        if attr.startswith("_") and not (attr.startswith("__") and attr.endswith("__")):
+            return f"{where}.{attr} is private"
+        if inspect.ismodule(obj) and not hasattr(obj, attr) and _is_module(f"{where}.{attr}"):
+            obj = importlib.import_module(f"{where}.{attr}")
+        elif hasattr(obj, attr):
+            obj = getattr(obj, attr)
+        elif inspect.isclass(obj) and dataclasses.is_dataclass(obj):
+            if attr not in {f.name for f in dataclasses.fields(obj)}:
+                return f"{where} has no {attr}"
+            return None  # a field's value: what follows belongs to the instance
+        else:
+            return f"{where} has no {attr}"
+        if not (inspect.ismodule(obj) or inspect.isclass(obj)):
+            return None  # a function or a value: what follows is its result's
+        where = f"{where}.{attr}"
+    return None
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
+def test_notebook_is_sound(path):
+    """Valid, committed without outputs, its cells compile, it calls only public API."""
+    book = nbformat.read(path, as_version=4)
+    nbformat.validate(book)
+    assert all(not c.get("outputs") for c in book.cells if c.cell_type == "code"), (
+        "commit notebooks with their outputs cleared"
+    )
+    cells = code_cells(book)
+    assert cells
+    for i, src in enumerate(cells):
+        compile(src, f"{path.name}, cell {i}", "exec")
+    trees = [ast.parse(src) for src in cells]
+    uses = [use for tree in trees for use in uses_of_jaxspreeze(tree)]
+    assert any(module.startswith("jaxspreeze") for module, _ in uses)
+    problems = {f"{m}:{'.'.join(p)}": _resolve(m, p) for m, p in uses}
+    assert not {k: v for k, v in problems.items() if v}, problems
+
+
+def test_the_api_check_catches_a_wrong_name():
+    """The static check fails on a missing or private name (it is not vacuous)."""
+    tree = ast.parse(
+        "from jaxspreeze import config, nope\nimport jaxspreeze\n"
+        "config.resolve(x); config._group(y); jaxspreeze.config.missing_function()"
+    )
+    problems = {f"{m}:{'.'.join(p)}": _resolve(m, p) for m, p in uses_of_jaxspreeze(tree)}
+    assert problems["jaxspreeze:nope"] == "jaxspreeze has no nope"
+    assert problems["jaxspreeze.config:_group"] == "jaxspreeze.config._group is private"
+    assert problems["jaxspreeze:config.missing_function"] == (
+        "jaxspreeze.config has no missing_function"
+    )
+    assert problems["jaxspreeze.config:resolve"] is None
+
+
+@pytest.mark.slow
 @pytest.mark.notebooks
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
 def test_notebook_runs(path, tmp_path):
+    from nbclient import NotebookClient
+
     book = nbformat.read(path, as_version=4)
     assert all(not c.get("outputs") for c in book.cells if c.cell_type == "code"), (
         "commit notebooks with their outputs cleared"

@@ -22,6 +22,7 @@ from jaxspreeze.cli.train import parse_train_args
 from jaxspreeze.envs import VecEnv, available_envs, check_env_name, env_spec, make_env
 from jaxspreeze.envs import playground as pg_family
 from jaxspreeze.errors import ConfigError, UnknownEnvError
+from jaxspreeze.plan import plan
 from jaxspreeze.trainer import train
 from jaxspreeze.types import ObsKeys
 
@@ -227,7 +228,7 @@ def test_real_dict_observations_final_obs_on_termination_and_truncation():
 @pytest.mark.parametrize("algo", [spec.name for spec in algos.all_specs()])
 def test_every_algorithm_accepts_a_playground_task(algo):
     """Playground's tasks have continuous actions: every algorithm validates on them."""
-    cfg = config.validate(parse_train_args(["--algo", algo, "--env", "playground/CartpoleBalance"]))
+    cfg = plan(parse_train_args(["--algo", algo, "--env", "playground/CartpoleBalance"]), on_devices=False).cfg
     assert cfg.env == "playground/CartpoleBalance"
 
 

@@ -15,6 +15,7 @@ import pytest
 from jaxspreeze import config
 from jaxspreeze.bench import score
 from jaxspreeze.errors import ConfigError
+from jaxspreeze.plan import plan
 
 PRESETS = Path(__file__).resolve().parent.parent / "experiments" / "presets"
 HAVE_PLAYGROUND = importlib.util.find_spec("mujoco_playground") is not None
@@ -39,7 +40,7 @@ def test_the_presets_folder_is_found():
 def test_every_preset_validates(path):
     if reason := _needs(path):
         pytest.skip(reason)
-    cfg = config.validate(config.load(path))
+    cfg = plan(config.load(path), on_devices=False).cfg
     assert path.stem.startswith(cfg.algo + "_"), "a preset is named <algo>_<task>"
     assert f"--config experiments/presets/{path.name}" in path.read_text(), (
         "a preset's header gives the command that runs it"
@@ -50,7 +51,7 @@ def test_a_broken_preset_is_refused(tmp_path):
     bad = tmp_path / "sac_bad.toml"
     bad.write_text('algo = "sac"\nenv = "gymnax/Pendulum-v1"\nnum_envs = 0\n')
     with pytest.raises(ConfigError):
-        config.validate(config.load(bad))
+        plan(config.load(bad), on_devices=False)
 
 
 def test_every_time_to_score_task_has_its_preset_and_threshold():
@@ -68,11 +69,12 @@ def test_time_to_score_configs_align_chunks_to_evaluations(name):
     task = score.TASKS[name]
     if reason := _needs(task.path):
         pytest.skip(reason)
-    cfg = score.preset_config(task)
+    planned = score.preset_config(task)
+    cfg = planned.cfg
     assert cfg.num_seeds == 1 and cfg.eval_episodes == task.eval_episodes
-    chunk_steps = cfg.chunk_iterations * cfg.steps_per_iteration
+    chunk_steps = cfg.chunk_iterations * planned.steps_per_iteration
     assert 0 < chunk_steps <= task.eval_every
-    assert task.eval_every - chunk_steps < cfg.steps_per_iteration
+    assert task.eval_every - chunk_steps < planned.steps_per_iteration
 
 
 @pytest.mark.parametrize("name", list(score.TASKS))
@@ -80,10 +82,11 @@ def test_brax_arguments_match_the_preset(name):
     task = score.TASKS[name]
     if reason := _needs(task.path):
         pytest.skip(reason)
-    cfg = score.preset_config(task)
-    kw = score.brax_kwargs(cfg, task)
+    planned = score.preset_config(task)
+    cfg = planned.cfg
+    kw = score.brax_kwargs(planned, task)
     assert kw["num_envs"] == cfg.num_envs and kw["num_timesteps"] == cfg.total_steps
-    assert kw["hidden"] == tuple(cfg.algo_config.hidden)
+    assert kw["hidden"] == tuple(planned.algo_config.hidden)
     assert kw["num_eval_envs"] == task.eval_episodes and kw["deterministic_eval"]
     if task.algo == "ppo":
         # brax collects batch_size x num_minibatches rows of unroll_length steps per
@@ -91,7 +94,7 @@ def test_brax_arguments_match_the_preset(name):
         assert kw["batch_size"] * kw["num_minibatches"] == cfg.num_envs
         assert kw["unroll_length"] == cfg.rollout_steps
         assert kw["batch_size"] * kw["unroll_length"] == cfg.batch_size
-        assert kw["num_updates_per_batch"] == cfg.algo_config.epochs
+        assert kw["num_updates_per_batch"] == planned.algo_config.epochs
     else:
         assert kw["batch_size"] == cfg.batch_size
         assert kw["grad_updates_per_step"] * cfg.num_envs == cfg.grad_steps * cfg.num_envs
@@ -136,12 +139,12 @@ def test_gpu_sizes_validate_and_keep_the_update_ratio(name):
         pytest.skip(reason)
     cpu = score.preset_config(task)
     gpu = score.preset_config(task, **score.gpu_fields(task))
-    assert gpu.num_envs == cpu.num_envs * score.GPU_ENVS
-    ratio = lambda c: c.grad_steps * c.batch_size / c.steps_per_iteration
+    assert gpu.cfg.num_envs == cpu.cfg.num_envs * score.GPU_ENVS
+    ratio = lambda p: p.cfg.grad_steps * p.cfg.batch_size / p.steps_per_iteration
     if task.algo == "sac":
         assert ratio(gpu) == ratio(cpu)
     else:
-        per_update = lambda c: c.num_envs * c.rollout_steps // c.batch_size
+        per_update = lambda p: p.cfg.num_envs * p.cfg.rollout_steps // p.cfg.batch_size
         assert per_update(gpu) == per_update(cpu)
 
 

@@ -21,6 +21,7 @@ import pytest
 
 from jaxspreeze import config, devices, programs, schedules
 from jaxspreeze.caches import program_run
+from jaxspreeze.plan import plan
 from jaxspreeze.programs import ProgramCache
 
 ON = {"JAXSPREEZE_PROGRAM_CACHE": "on"}
@@ -36,8 +37,8 @@ def _schedule(cfg, directory, unique, dispatched=None):
     ``unique`` (a test's own namespace: JAX's persistent cache, on in the test process
     after any run, never answers its compiles); ``dispatched``: the split's pieces."""
     cfg = config.resolve(cfg)
-    schedule = schedules.make(cfg, devices.single(), dispatched=dispatched)
-    schedule.programs = ProgramCache(directory, (program_run(cfg, schedule), unique))
+    schedule = schedules.make(plan(cfg, devices.single()), dispatched=dispatched)
+    schedule.programs = ProgramCache(directory, (program_run(schedule), unique))
     return schedule
 
 
@@ -85,8 +86,8 @@ def test_another_config_names_other_programs(tiny_cfg, tmp_path, cache_on):
 
     def namespace(cfg):
         cfg = config.resolve(cfg)
-        schedule = schedules.make(cfg, devices.single())
-        return ProgramCache(tmp_path, program_run(cfg, schedule)).namespace
+        schedule = schedules.make(plan(cfg, devices.single()))
+        return ProgramCache(tmp_path, program_run(schedule)).namespace
 
     base = namespace(tiny_cfg)
     assert namespace(tiny_cfg.replace(batch_size=16)) != base

@@ -13,7 +13,8 @@ from jaxspreeze import cli, plots, render, rundir
 from jaxspreeze.algos.ppo import PPOConfig
 from jaxspreeze.algos.sac import SACConfig
 from jaxspreeze.config import RunConfig
-from jaxspreeze.policy import make_algorithm, save_policy
+from jaxspreeze.plan import RunPlan
+from jaxspreeze.policy import save_policy
 from jaxspreeze.sinks import JsonlSink, NotebookPlotSink
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -32,7 +33,7 @@ def short_run(tmp: Path, name: str, env: str = "gymnax/Pendulum-v1", algo: str =
         ppo=PPOConfig(hidden=(32, 32)),
     )
     run_dir = rundir.create(cfg).path
-    algorithm = make_algorithm(cfg)
+    algorithm = RunPlan.saved(cfg).make_algorithm()
     save_policy(run_dir, jax.vmap(algorithm.init)(jax.random.split(jax.random.key(0), 2)).actor)
     sink = JsonlSink(run_dir)
     for i in range(6):

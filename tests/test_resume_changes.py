@@ -27,6 +27,7 @@ from jaxspreeze.algos.base import AgentState
 from jaxspreeze.algos.sac import SACConfig
 from jaxspreeze.config import RunConfig, resolve
 from jaxspreeze.iteration import TrainState
+from jaxspreeze.plan import plan
 from jaxspreeze.trainer import train
 
 # 2 envs x 4 iterations = 8 env steps per chunk; an 8-step warm-up; a checkpoint per chunk
@@ -96,7 +97,7 @@ HPARAMS = {
 def initial_state(cfg: RunConfig) -> TrainState:
     """One seed's initial agent state of ``cfg`` in a TrainState (no compile)."""
     spec = algos.get(cfg.algo)
-    agent = spec.make(cfg.algo_config, envs.env_spec(cfg.env), cfg).init(jax.random.key(0))
+    agent = spec.make(getattr(cfg, cfg.algo), envs.env_spec(cfg.env), cfg).init(jax.random.key(0))
     return TrainState(*[None] * len(TrainState._fields))._replace(agent=agent)
 
 
@@ -134,6 +135,11 @@ def test_apply_hyperparameters_takes_every_state_hyperparameter_from_the_new_con
     assert float(actor_lr) == pytest.approx(want_lr)
 
 
+def _planned(cfg: RunConfig):
+    """The plan (no devices) of a changed config, as a resume compares it with the saved one."""
+    return plan(cfg, on_devices=False)
+
+
 START_ONLY = [
     ({"sac": {"init_alpha": 0.5}}, "sac.init_alpha", "log_alpha"),
     ({"seed": 3}, "seed", "only when a run starts"),
@@ -145,7 +151,7 @@ START_ONLY = [
 def test_start_only_fields_are_found(change, name, why):
     """A field whose change only alters the initial state (or the start) is refused."""
     saved = resolve(RunConfig(**TINY))
-    refused = resume.start_only_fields(saved, saved.replace(**change))
+    refused = resume.start_only_fields(saved, algos.get("sac"), _planned(saved.replace(**change)))
     assert list(refused) == [name] and why in refused[name]
 
 
@@ -157,9 +163,10 @@ def test_hyperparameters_and_closure_fields_are_not_start_only():
         sac={"hidden": (8, 8), **HPARAMS["sac"], "target_entropy_scale": 0.5},
         td3={"exploration_noise": 0.3},
     )
-    assert resume.start_only_fields(saved, applied) == {}
+    assert resume.start_only_fields(saved, algos.get("sac"), _planned(applied)) == {}
     ppo = resolve(RunConfig(algo="ppo", env="gymnax/CartPole-v1"))
-    assert resume.start_only_fields(ppo, ppo.replace(learning_starts=5)) == {}
+    changed = _planned(ppo.replace(learning_starts=5))
+    assert resume.start_only_fields(ppo, algos.get("ppo"), changed) == {}
 
 
 # ------------------------------------------------------------------------------ refused
@@ -186,6 +193,16 @@ def test_a_refused_resume_exits_2_and_changes_nothing(
     assert code == 2 and len(err) == 1, err
     assert err[0].startswith(f"jaxspreeze: error: {flag}:") and words in err[0], err
     assert snapshot(run_dir) == before
+
+
+def test_every_refused_field_is_named_in_the_one_line(trained_run, tmp_path, capsys):
+    """Shape fields and start fields refused together: one line naming all of them."""
+    run_dir = copy_run(trained_run, tmp_path)
+    args = ["--num-envs", "4", "--sac.hidden", "16", "16", "--seed", "3"]
+    code = cli.main(["train", "--resume", str(run_dir), *args])
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and line.startswith("jaxspreeze: error: --num-envs:"), line
+    assert all(name in line for name in ("num_envs", "sac.hidden", "seed 0 -> 3")), line
 
 
 # ------------------------------------------------------------------------------ applied

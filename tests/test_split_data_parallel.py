@@ -20,8 +20,9 @@ from test_data_parallel import run_worker
 from test_multiprocess import clean_env, launched
 
 from jaxspreeze import devices
-from jaxspreeze.config import RunConfig, validate
+from jaxspreeze.config import RunConfig
 from jaxspreeze.errors import ConfigError
+from jaxspreeze.plan import plan
 
 TRAIN = ["--algo", "sac", "--num-envs", "4", "--batch-size", "16", "--buffer-size", "400",
          "--learning-starts", "64", "--chunk-iterations", "10", "--sac.hidden", "8",
@@ -50,9 +51,9 @@ def test_split_data_needs_an_even_number_of_devices():
 
 
 def test_split_data_is_a_placement_but_not_for_host_envs():
-    assert validate(RunConfig(placement="split-data")).placement == "split-data"
+    assert plan(RunConfig(placement="split-data"), on_devices=False).cfg.placement == "split-data"
     with pytest.raises(ConfigError, match="do not run data-parallel") as e:
-        validate(RunConfig(env="gymnasium/Pendulum-v1", placement="split-data"))
+        plan(RunConfig(env="gymnasium/Pendulum-v1", placement="split-data"), on_devices=False)
     assert e.value.field == "placement"
 
 

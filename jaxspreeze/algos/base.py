@@ -35,6 +35,28 @@ RUN_SIZES = (
     "chunk_iterations",
 )
 
+# What a config field is to a run beyond its value: the kinds a field's metadata names
+# (``field(metadata=kinds("shape"))``, on RunConfig's fields and on every algorithm's
+# config); ``config.fields_of(kind)`` reads them (resume, the program cache)
+FIELD_KINDS = {
+    "shape": "changes the shapes of the training state: a resume refuses a change",
+    "start": "acts only when a run starts (the saved state carries its effect): a resume "
+    "refuses a change",
+    "off_policy": "read by off-policy algorithms only (for an on-policy one it is neither a "
+    "shape nor a start field, and a change is unused)",
+    "location": "where a run's files live: a resumed run takes it from its run directory",
+    "autotune": "read by autotune only: a resume does not use a change",
+    "program_free": "reaches no compiled program: not part of the program cache's key",
+}
+
+
+def kinds(*names: str, **metadata: Any) -> dict[str, Any]:
+    """A config field's metadata naming its :data:`FIELD_KINDS` (``metadata`` added)."""
+    unknown = [n for n in names if n not in FIELD_KINDS]
+    if unknown:
+        raise ValueError(f"unknown field kind {unknown[0]!r}; known: {', '.join(FIELD_KINDS)}")
+    return {**metadata, "kinds": frozenset(names)}
+
 # the run-level sizes SAC, TD3 and DDPG share when the user sets none (the default
 # ``jaxspreeze train``): 8 envs x 1 step and 8 gradient steps of 256 per iteration
 OFF_POLICY_DEFAULTS = {
@@ -128,7 +150,8 @@ class AlgoSpec:
       resolved run's sizes.
     - ``grad_step_multiple(cfg) -> int``: gradient steps per iteration must be a
       multiple of this (TD3: ``policy_delay``).
-    - ``shape_fields``: its fields that change the state's shapes (resume checks).
+    - its config's fields that change the state's shapes (resume refuses a change) say
+      so in their metadata: ``hidden: ... = field(default=..., metadata=kinds("shape"))``.
     - ``label``: its name in help texts (default: ``name`` in capitals).
     """
 
@@ -140,7 +163,6 @@ class AlgoSpec:
     validate: Callable[[Any, str, Any], None]
     make: Callable[[Any, EnvSpec, Any], Algorithm]
     grad_step_multiple: Callable[[Any], int] = _one
-    shape_fields: tuple[str, ...] = ("hidden",)
     label: str = field(default="")
 
     def __post_init__(self) -> None:

@@ -12,7 +12,7 @@ config.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import jax
@@ -38,7 +38,7 @@ class DeterministicConfig:
     """Polyak coefficient of the target updates."""
     exploration_noise: float = 0.1
     """Std of the Gaussian exploration noise, as a fraction of the action range half-width."""
-    hidden: tuple[int, ...] = (256, 256)
+    hidden: tuple[int, ...] = field(default=(256, 256), metadata=base.kinds("shape"))
     """Hidden layer widths of the actor and the critic."""
 
 

@@ -30,7 +30,7 @@ and observation normalisation. FastTD3 uses 1-step returns on most tasks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import jax
@@ -83,16 +83,16 @@ class FastTD3Config:
     """Smallest per-env exploration noise std (fraction of the half-width)."""
     noise_max: float = 0.4
     """Largest per-env exploration noise std; each env's is uniform in [noise_min, noise_max]."""
-    num_atoms: int = 101
+    num_atoms: int = field(default=101, metadata=base.kinds("shape"))
     """Atoms of the categorical critic's support."""
     v_min: float = -1000.0
     """Lowest atom: the smallest discounted return the critic can represent."""
     v_max: float = 1000.0
     """Highest atom (the default range holds returns of |reward| <= 10 at gamma 0.99; the
     ``target_outside`` metric is the fraction of targets that fall outside it)."""
-    actor_hidden: tuple[int, ...] = (128, 128)
+    actor_hidden: tuple[int, ...] = field(default=(128, 128), metadata=base.kinds("shape"))
     """Hidden layer widths of the actor (FastTD3 on a GPU: 512 256 128)."""
-    critic_hidden: tuple[int, ...] = (256, 256)
+    critic_hidden: tuple[int, ...] = field(default=(256, 256), metadata=base.kinds("shape"))
     """Hidden layer widths of each critic, wider than the actor (FastTD3 on a GPU: 1024 512 256)."""
 
 
@@ -355,6 +355,5 @@ SPEC = base.AlgoSpec(
     validate=validate,
     make=make,
     grad_step_multiple=grad_step_multiple,
-    shape_fields=("actor_hidden", "critic_hidden", "num_atoms"),
     label="FastTD3",
 )

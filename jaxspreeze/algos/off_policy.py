@@ -36,7 +36,7 @@ def spec(
     """The registry's entry of an off-policy algorithm: its run-level defaults are the shared ones.
 
     ``extra`` are the other :class:`~jaxspreeze.algos.base.AlgoSpec` fields it sets
-    (``grad_step_multiple``, ``shape_fields``: by default ``("hidden",)``).
+    (``grad_step_multiple``).
     """
     return base.AlgoSpec(
         name, config_cls, False, base.OFF_POLICY_DEFAULTS, supports, validate, make, **extra

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import jax
@@ -52,11 +52,11 @@ class PPOConfig:
     """Global gradient-norm clip."""
     anneal_lr: bool = True
     """Anneal the learning rate linearly to 0 over training."""
-    normalize_obs: bool = False
+    normalize_obs: bool = field(default=False, metadata=base.kinds("shape"))
     """Normalise observations with running statistics."""
     normalize_advantages: bool = True
     """Normalise advantages per minibatch."""
-    hidden: tuple[int, ...] = (64, 64)
+    hidden: tuple[int, ...] = field(default=(64, 64), metadata=base.kinds("shape"))
     """Hidden layer widths of the policy and the value network."""
 
 
@@ -359,5 +359,4 @@ SPEC = base.AlgoSpec(
     supports=supports,
     validate=validate,
     make=make,
-    shape_fields=("hidden", "normalize_obs"),
 )

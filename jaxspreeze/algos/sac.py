@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import jax
@@ -32,7 +32,7 @@ class SACConfig:
     """Initial entropy temperature."""
     target_entropy_scale: float = 1.0
     """Target entropy is ``-scale * action_dim``."""
-    hidden: tuple[int, ...] = (128, 128)
+    hidden: tuple[int, ...] = field(default=(128, 128), metadata=base.kinds("shape"))
     """Hidden layer widths of the actor and the critic (2x128 keeps the default run short
     on a CPU; the benchmarks use 2x256)."""
 

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxspreeze import algos, config, devices, envs
+from jaxspreeze.algos.base import AlgoSpec
 from jaxspreeze.autotune import choose, probes
 from jaxspreeze.autotune.choose import (
     BATCH_TOLERANCE,
@@ -83,6 +84,7 @@ from jaxspreeze.autotune.report import describe_workers, table
 from jaxspreeze.caches import enable_compile_cache
 from jaxspreeze.config import RunConfig
 from jaxspreeze.errors import ConfigError
+from jaxspreeze.plan import plan
 
 __all__ = [
     "HOST_TUNED",
@@ -117,16 +119,16 @@ def _versions() -> dict[str, str]:
     return out
 
 
-def _placeholders(cfg: RunConfig, pinned: set[str]) -> RunConfig:
-    """``cfg`` with valid stand-ins for the fields autotune will choose, for validation.
+def _placeholders(cfg: RunConfig, spec: AlgoSpec, pinned: set[str]) -> RunConfig:
+    """``cfg`` (resolved, of algorithm ``spec``) with valid stand-ins for the fields
+    autotune will choose, for validation.
 
     The values the user left to autotune need not fit together yet (e.g. PPO's default
     minibatch larger than a small rollout); everything else is checked as usual.
     """
-    spec = algos.get(cfg.algo)
     changes: dict[str, int] = {}
     if "grad_steps" not in pinned:
-        changes["grad_steps"] = spec.grad_step_multiple(cfg.algo_config)
+        changes["grad_steps"] = spec.grad_step_multiple(getattr(cfg, spec.name))
     if "batch_size" not in pinned:
         if spec.on_policy:
             changes["batch_size"] = cfg.num_envs * cfg.rollout_steps
@@ -183,7 +185,8 @@ def tune(
     Writes ``autotune.json``, ``autotune.png`` and ``autotune.md`` into ``out_dir``.
     """
     t_setup = clock()
-    cfg = config.resolve(cfg)
+    spec = algos.get(cfg.algo)
+    cfg = config.resolve(cfg, spec)
     budget = cfg.autotune_budget_s if budget_s is None else float(budget_s)
     if not budget >= MIN_BUDGET_S:
         raise ConfigError(
@@ -194,10 +197,12 @@ def tune(
     host = envs.is_host_env(cfg.env)
     fields = HOST_TUNED if host else TUNED
     pinned = set(pinned) & set(fields)
-    config.validate(_placeholders(cfg, pinned))
+    # checked with stand-ins for what is to choose; the probes read the config as given
+    checked = plan(_placeholders(cfg, spec, pinned))
+    run_plan = dataclasses.replace(checked, cfg=cfg)
     u = update_ratio(cfg, pinned & set(TUNED))
-    on_policy = algos.get(cfg.algo).on_policy
-    placement = devices.resolve(cfg.placement)
+    on_policy, placement = spec.on_policy, checked.placement
+    assert placement is not None
     if memory_limit is None:
         memory_limit = int(free_memory(placement.critic) * MEMORY_FRACTION)
     if host and on_policy:  # choose_host's rule is the off-policy one (replay ratio, free batch)
@@ -208,13 +213,13 @@ def tune(
         )
     if prober is None:
         enable_compile_cache(cfg.compile_cache)
-        prober = (HostProber if host else probes.RealProber)(cfg, placement, memory_limit)
+        prober = (HostProber if host else probes.RealProber)(run_plan, memory_limit)
     run = _Probe(
         cfg, prober, pinned, placement, memory_limit, budget, u, on_policy, host, clock, say
     )
     profile = _probe(run, t_setup)
     chosen = cfg.replace(**{k: profile["choice"][k] for k in fields if k not in pinned})
-    config.validate(chosen)
+    plan(chosen, placement)  # the choice checked as a run
     if profile["over_budget"]:
         say(
             f"autotune: the probe took {profile['elapsed_s']:.1f}s, over the {budget:g}s budget "
@@ -413,7 +418,7 @@ def _header(
         **({"host": True} if p.host else {}),
         "placement": p.placement.describe(),
         "rollout_steps": p.cfg.rollout_steps,
-        "hidden": list(p.cfg.algo_config.hidden),
+        "hidden": list(getattr(p.cfg, p.cfg.algo).hidden),
         "hardware": devices.describe_hardware(),
         "versions": _versions(),
         "budget_s": p.budget,

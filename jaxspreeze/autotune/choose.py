@@ -100,9 +100,9 @@ def update_ratio(cfg: RunConfig, pinned: set[str] | frozenset[str] = frozenset()
             raise ConfigError(
                 "replay_ratio",
                 f"{spec.label}'s replay ratio is its number of epochs (--{spec.name}.epochs, "
-                f"now {cfg.algo_config.epochs}); drop --replay-ratio",
+                f"now {getattr(cfg, cfg.algo).epochs}); drop --replay-ratio",
             )
-        return cfg.algo_config.epochs / cfg.batch_size
+        return getattr(cfg, cfg.algo).epochs / cfg.batch_size
     if cfg.replay_ratio:
         return cfg.replay_ratio / cfg.batch_size
     if "grad_steps" in pinned:
@@ -272,7 +272,7 @@ def _rule(
         larger = (p for p in update if p.value > b0)
         u_points = sorted([interpolate(update, b0), *larger], key=lambda p: p.value)
     free = {p.value for p in free_batches(u_points, b0, batch_tolerance)}
-    multiple = spec.grad_step_multiple(cfg.algo_config)
+    multiple = spec.grad_step_multiple(getattr(cfg, cfg.algo))
     host = fields == HOST_TUNED
     return _Rule(
         cfg, pinned, u, multiple, spec.on_policy, host, u_points, free, memory_limit, fixed_bytes
@@ -354,7 +354,7 @@ def _device_pair(rule: _Rule, s: Point, up: Point, overlap: bool) -> Record | No
         if minibatches < ON_POLICY_MIN_MINIBATCHES and len(rule.pinned & ON_POLICY_SIZES) < 2:
             return None
         g = cfg.grad_steps  # unused on-policy: epochs x minibatches instead
-        steps = cfg.algo_config.epochs * minibatches
+        steps = getattr(cfg, cfg.algo).epochs * minibatches
     else:
         if b > cfg.buffer_size:
             return None

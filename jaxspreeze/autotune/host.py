@@ -33,6 +33,7 @@ from jaxspreeze.autotune.choose import Point
 from jaxspreeze.autotune.grid import geometric, plan_grids
 from jaxspreeze.autotune.probes import REPS, RealProber
 from jaxspreeze.config import RunConfig
+from jaxspreeze.plan import plan
 from jaxspreeze.schedules.host_async import AHEAD_ITERATIONS, QUEUE_BLOCKS
 from jaxspreeze.workers import ParamSlot, WorkerPool
 
@@ -149,15 +150,15 @@ class HostProber(RealProber):
         seconds per iteration) for ``seconds``. It measures what the probes leave out:
         the learner's work per iteration and the workers and the learner sharing the CPU.
         """
-        run = config.resolve(run)
+        spi = plan(run, self.placement).steps_per_iteration
         k = max(1, round(CHECK_CHUNK_S / max(iteration_s, 1e-6)))
-        warmup = max(run.batch_size, run.steps_per_iteration)
+        warmup = max(run.batch_size, spi)
         run = run.replace(
             learning_starts=warmup,
             chunk_iterations=k,
-            total_steps=warmup + 10**6 * run.steps_per_iteration,
+            total_steps=warmup + 10**6 * spi,
         )
-        schedule = schedules.make(run, self.placement)
+        schedule = schedules.make(plan(run, self.placement))
         try:
             state = schedule.init()
             t0 = time.perf_counter()
@@ -173,7 +174,7 @@ class HostProber(RealProber):
             elapsed = time.perf_counter() - t0
         finally:
             schedule.close()
-        steps = chunks * schedule.iterations_per_chunk * run.steps_per_iteration
+        steps = chunks * schedule.iterations_per_chunk * spi
         return {
             "env_steps_per_s": steps / elapsed,
             "seconds": elapsed,

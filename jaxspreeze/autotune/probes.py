@@ -22,9 +22,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxspreeze import algos, envs, iteration, replay
+from jaxspreeze import envs, iteration, replay
 from jaxspreeze.autotune.choose import Point
-from jaxspreeze.config import RunConfig
+from jaxspreeze.plan import RunPlan
 from jaxspreeze.rollout import env_init, rollout
 from jaxspreeze.types import EnvSpec, Transition
 
@@ -85,14 +85,14 @@ def _tree_bytes(tree: Any) -> int:
 class RealProber:
     """Times the real programs: the policy-in-the-loop rollout and the update step."""
 
-    def __init__(self, cfg: RunConfig, placement: Any, memory_limit: int):
-        self.cfg, self.placement, self.memory_limit = cfg, placement, memory_limit
-        self.algo_spec = algos.get(cfg.algo)
-        self.spec = envs.env_spec(cfg.env, cfg.obs_keys)
+    def __init__(self, plan: RunPlan, memory_limit: int):
+        cfg = self.cfg = plan.cfg
+        self.placement, self.memory_limit = plan.placement, memory_limit
+        self.algo_spec, self.spec, self.algo_config = plan.algo_spec, plan.env_spec, plan.algo_config
         self.example = replay.example_transition(self.spec)
-        algo = self.algo_spec.make(cfg.algo_config, self.spec, cfg)
+        algo = plan.make_algorithm()
         self.on_policy = algo.on_policy
-        self.width = sum(cfg.algo_config.hidden)
+        self.width = sum(self.algo_config.hidden)
         self._algo0 = algo
         self._agent_shapes = jax.eval_shape(algo.init, jax.random.key(0))
         self.agent_bytes = _tree_bytes(self._agent_shapes)
@@ -185,7 +185,7 @@ class RealProber:
         run = cfg.replace(num_envs=num_envs)
         if self.on_policy:
             run = run.replace(batch_size=num_envs * cfg.rollout_steps)
-        algo = self.algo_spec.make(cfg.algo_config, self.spec, run)
+        algo = self.algo_spec.make(self.algo_config, self.spec, run)
         device = self.placement.actor
         actor = self._agent(device).actor
         key = jax.device_put(jax.random.key(cfg.seed + 1), device)
@@ -246,11 +246,11 @@ class RealProber:
             lead = (cfg.rollout_steps, n)
             data = jax.jit(lambda k: _random_like(self.spec, self.example, lead, k))(key)
         else:
-            m = self.algo_spec.grad_step_multiple(cfg.algo_config)
+            m = self.algo_spec.grad_step_multiple(self.algo_config)
             g = m * max(1, math.ceil(UPDATE_SAMPLES_PER_CALL / batch / m))
             run = cfg.replace(batch_size=batch, grad_steps=g)
             data = self._filled_buffer()
-        algo = self.algo_spec.make(cfg.algo_config, self.spec, run)
+        algo = self.algo_spec.make(self.algo_config, self.spec, run)
         agent = self._agent(self.placement.critic)
         steps = max(algo.critic_steps_per_iteration, algo.actor_steps_per_iteration)
 

@@ -29,6 +29,7 @@ from jaxspreeze.autotune.choose import (
 from jaxspreeze.autotune.report import plot, table
 from jaxspreeze.config import RunConfig
 from jaxspreeze.errors import ConfigError
+from jaxspreeze.plan import plan
 
 FORMAT = "jaxspreeze-autotune"
 VERSION = 2  # 2: the choice keeps the configured gradient steps per env step (issue 17)
@@ -127,7 +128,7 @@ def apply_profile(
     choice = stored if not pinned and same else _choose_again(cfg, profile, pinned)
     new = cfg.replace(**{k: int(choice[k]) for k in fields if k not in pinned})
     try:
-        config.validate(new)
+        plan(new, on_devices=False)
     except ConfigError as e:
         raise ConfigError(
             "profile", f"applying {path} gives an invalid config: --{e.field}: {e}"
@@ -145,10 +146,10 @@ def _warn_mismatches(cfg: RunConfig, profile: dict[str, Any], path: str | Path) 
     ):
         if hw.get(key) != here.get(key):
             _warn(f"{path}: measured on {what} {hw.get(key)}, this machine has {here.get(key)}")
-    if list(profile.get("hidden", [])) != list(cfg.algo_config.hidden):
+    if list(profile.get("hidden", [])) != list(getattr(cfg, cfg.algo).hidden):
         _warn(
             f"{path}: measured with hidden {profile.get('hidden')}, this run uses "
-            f"{list(cfg.algo_config.hidden)}; its rates do not apply exactly"
+            f"{list(getattr(cfg, cfg.algo).hidden)}; its rates do not apply exactly"
         )
     if profile.get("rollout_steps") != cfg.rollout_steps:
         _warn(f"{path}: measured with rollout_steps {profile.get('rollout_steps')}")

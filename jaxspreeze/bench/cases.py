@@ -32,6 +32,7 @@ from jaxspreeze.config import RunConfig, resolve
 from jaxspreeze.envs import VecEnv, env_spec, make_env
 from jaxspreeze.evaluate import make_evaluate
 from jaxspreeze.iteration import TrainState
+from jaxspreeze.plan import plan, steps_per_iteration, warmup_steps
 from jaxspreeze.rollout import env_init, rollout
 from jaxspreeze.schedules import Schedule
 from jaxspreeze.types import EnvSpec, Transition
@@ -62,9 +63,8 @@ def run_config(algo: str, env: str, hidden: tuple[int, ...] = HIDDEN, **fields: 
 
 def _schedule(cfg: RunConfig) -> tuple[Schedule, TrainState, float]:
     """The fused one-device schedule of ``cfg``, a fresh state and the seconds to compile."""
-    cfg = resolve(cfg)
     _check_supported(cfg.algo, env_spec(cfg.env, cfg.obs_keys))
-    schedule = schedules.make(cfg, devices.single())
+    schedule = schedules.make(plan(cfg, devices.single()))
     state = schedule.init()
     t0 = time.perf_counter()
     schedule.compile(state)
@@ -80,7 +80,7 @@ def _policy(spec: EnvSpec, num_envs: int, hidden: tuple[int, ...]):
     """
     algo = next(a.name for a in algos.all_specs() if a.supports(spec) is None)
     cfg = run_config(algo, spec.name, hidden, num_envs=num_envs, batch_size=num_envs)
-    a = algos.get(algo).make(cfg.algo_config, spec, cfg)
+    a = algos.get(algo).make(getattr(cfg, algo), spec, cfg)
     return (
         lambda key: a.init(key).actor,
         lambda params, obs, key: a.act(params, obs, key, False),
@@ -170,7 +170,7 @@ def _update_program(
     under the staleness rule) with a fresh key per call. ``abstract``: agent and data are
     shapes only (for lowering, e.g. cost analysis).
     """
-    algo = algos.get(algo_name).make(cfg.algo_config, spec, cfg)
+    algo = algos.get(algo_name).make(getattr(cfg, algo_name), spec, cfg)
     k_agent, k_data = jax.random.split(jax.random.key(seed))
 
     def make_data(key: jax.Array):
@@ -198,7 +198,7 @@ def _one_step_config(algo: str, env: str, batch_size: int, steps: int, hidden) -
     cfg = _update_config(algo, env, batch_size, steps, hidden)
     if algos.get(algo).on_policy:  # one epoch over one minibatch
         n = max(1, batch_size // ON_POLICY_ROLLOUT_STEPS)
-        one_epoch = dataclasses.replace(cfg.algo_config, epochs=1)
+        one_epoch = dataclasses.replace(getattr(cfg, algo), epochs=1)
         cfg = dataclasses.replace(cfg, **{algo: one_epoch}, num_envs=n)
     return cfg
 
@@ -312,7 +312,8 @@ def chunk_config(
         placement="single",
         **fields,
     )
-    total = cfg.warmup_steps + 10 * chunk_iterations * cfg.steps_per_iteration
+    warmup = warmup_steps(cfg, algos.get(algo).on_policy)
+    total = warmup + 10 * chunk_iterations * steps_per_iteration(cfg)
     return dataclasses.replace(cfg, total_steps=total)
 
 
@@ -350,7 +351,7 @@ def _schedule_work(
     return Workload(
         name,
         run,
-        env_steps=iterations * cfg.steps_per_iteration,
+        env_steps=iterations * schedule.plan.steps_per_iteration,
         update_samples=critic_steps * cfg.batch_size,
         grad_steps={"critic": critic_steps, "actor": iterations * algo.actor_steps_per_iteration},
         compile_s=compile_s,

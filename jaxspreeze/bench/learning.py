@@ -31,11 +31,12 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxspreeze import autotune, config, devices, schedules
+from jaxspreeze import autotune, config, schedules
 from jaxspreeze.bench.record import Record, versions, with_reference
 from jaxspreeze.config import RunConfig
 from jaxspreeze.envs import make_env
 from jaxspreeze.evaluate import make_seed_evaluate
+from jaxspreeze.plan import plan
 
 SEEDS = 3
 AUTOTUNE_BUDGET_S = 30.0
@@ -86,7 +87,7 @@ def base_config(task: Task, seeds: int = SEEDS, **fields: Any) -> RunConfig:
 
 def aligned(cfg: RunConfig, eval_every: int) -> RunConfig:
     """``cfg`` with chunks of about ``eval_every`` env steps (at least one iteration)."""
-    k = max(1, eval_every // cfg.steps_per_iteration)
+    k = max(1, eval_every // plan(cfg, on_devices=False).steps_per_iteration)
     return cfg.replace(chunk_iterations=k)
 
 
@@ -95,9 +96,9 @@ class _Run:
 
     def __init__(self, label: str, cfg: RunConfig):
         self.label, self.cfg = label, cfg
-        placement = devices.resolve(cfg.placement)
-        self.schedule = schedules.make(cfg, placement)
-        self.device = placement.eval
+        self.plan = plan(cfg)
+        self.schedule = schedules.make(self.plan)
+        self.device = self.schedule.placement.eval
         state = self.schedule.init()
         t0 = time.perf_counter()
         self.schedule.compile(state)
@@ -133,7 +134,7 @@ class _Run:
         seconds = time.perf_counter() - t0
         self.wall_s += seconds
         self.chunks_left -= 1
-        steps = self.schedule.iterations_per_chunk * self.cfg.steps_per_iteration
+        steps = self.schedule.iterations_per_chunk * self.plan.steps_per_iteration
         self.per_step_s.append(seconds / steps)
         result = jax.device_get(self._evaluate(self._actor(self.state)))
         self.curve.append(
@@ -156,7 +157,7 @@ class _Run:
             hit = next((p for p in self.curve if p["return_per_seed"][i] >= threshold), None)
             times.append(hit["wall_s"] if hit else None)
             steps_to.append(hit["env_steps"] if hit else None)
-            trained = hit["env_steps"] - cfg.warmup_steps if hit else 0
+            trained = hit["env_steps"] - self.plan.warmup_steps if hit else 0
             steady.append(self.warmup_s + trained * per_step if hit else None)
         final = self.curve[-1]["return_per_seed"] if self.curve else [math.nan] * seeds
         env_steps = self.curve[-1]["env_steps"] if self.curve else 0
@@ -189,8 +190,7 @@ class _Run:
 
 
 def _grad_steps_per_env_step(schedule: Any) -> float:
-    algo, cfg = schedule.algo, schedule.cfg
-    return algo.critic_steps_per_iteration / cfg.steps_per_iteration
+    return schedule.algo.critic_steps_per_iteration / schedule.plan.steps_per_iteration
 
 
 def _median_or_none(times: list[float | None]) -> float | None:

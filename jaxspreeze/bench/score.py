@@ -50,6 +50,7 @@ from jaxspreeze.compiles import CompileLog
 from jaxspreeze.config import RunConfig
 from jaxspreeze.envs import make_env
 from jaxspreeze.evaluate import make_seed_evaluate
+from jaxspreeze.plan import RunPlan, plan
 
 PRESETS = Path(__file__).resolve().parents[2] / "experiments" / "presets"
 EPISODE_LENGTH = 1000  # jaxspreeze's time limit on brax and Playground envs
@@ -107,14 +108,15 @@ TASKS: dict[str, ScoreTask] = {
 }
 
 
-def preset_config(task: ScoreTask, **fields: Any) -> RunConfig:
-    """The task's preset, one seed, evaluated every ``eval_every``, chunks aligned to it."""
+def preset_config(task: ScoreTask, **fields: Any) -> RunPlan:
+    """The plan (no devices) of the task's preset, one seed, evaluated every
+    ``eval_every``, chunks aligned to it."""
     cfg = config.load(task.path).replace(
         num_seeds=1, eval_every=task.eval_every, eval_episodes=task.eval_episodes, **fields
     )
-    cfg = config.resolve(cfg)
-    k = max(1, task.eval_every // cfg.steps_per_iteration)
-    return config.validate(cfg.replace(chunk_iterations=k))
+    planned = plan(cfg, on_devices=False)
+    k = max(1, task.eval_every // planned.steps_per_iteration)
+    return plan(planned.cfg.replace(chunk_iterations=k), on_devices=False)
 
 
 def first_reaching(curve: list[dict[str, Any]], threshold: float) -> dict[str, Any] | None:
@@ -150,10 +152,11 @@ def run_jaxspreeze(
     task: ScoreTask, say: Callable[[str], None] = lambda *a: None, **fields: Any
 ) -> Record:
     """Train ``task``'s preset, evaluating every ``eval_every`` env steps; its row."""
-    cfg = preset_config(task, **fields)
+    planned = preset_config(task, **fields)
+    cfg = planned.cfg
     enable_compile_cache(cfg.compile_cache)
     placement = devices.single()
-    schedule = schedules.make(cfg, placement)
+    schedule = schedules.make(planned.placed(placement))
     state = schedule.init()
     t0 = time.perf_counter()
     schedule.compile(state)
@@ -194,7 +197,7 @@ def run_jaxspreeze(
         eval_s=eval_s,
         env_steps_per_s=curve[-1]["env_steps"] / train_s if curve else None,
         config={k: getattr(cfg, k) for k in (*RUN_SIZES, "eval_every", "eval_episodes", "seed")},
-        algo_config=_plain(cfg.algo_config),
+        algo_config=_plain(planned.algo_config),
     )
 
 
@@ -222,9 +225,9 @@ def brax_env(env_name: str) -> tuple[Any, Callable[..., Any] | None]:
     raise ValueError(f"brax's trainers do not run {env_name!r} here")
 
 
-def brax_kwargs(cfg: RunConfig, task: ScoreTask) -> dict[str, Any]:
-    """brax trainer arguments matched to ``cfg`` (jaxspreeze's resolved preset)."""
-    a = cfg.algo_config
+def brax_kwargs(planned: RunPlan, task: ScoreTask) -> dict[str, Any]:
+    """brax trainer arguments matched to ``planned`` (jaxspreeze's preset, planned)."""
+    cfg, a = planned.cfg, planned.algo_config
     if task.algo not in BRAX_KWARGS:
         raise ValueError(f"brax has no trainer {task.algo!r} here")
     return dict(
@@ -292,11 +295,12 @@ def run_brax(
     task: ScoreTask, say: Callable[[str], None] = lambda *a: None, **fields: Any
 ) -> Record:
     """brax's own trainer on ``task``'s env, matched to its preset; its row."""
-    cfg = preset_config(task, **fields)
+    planned = preset_config(task, **fields)
+    cfg = planned.cfg
     enable_compile_cache(cfg.compile_cache)
     brax_compat.install()
     env, wrap_fn = brax_env(task.env)
-    kw = brax_kwargs(cfg, task)
+    kw = brax_kwargs(planned, task)
     hidden = kw.pop("hidden")
     # the wall time JAX spent tracing, lowering and compiling: the union of the events'
     # intervals (traces nest: a jitted function traced inside another's trace is its own

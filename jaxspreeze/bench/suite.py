@@ -95,7 +95,7 @@ class EndToEnd:
         """The run: the sizes on one device, the algorithm's default networks and config."""
         hidden = algos.get(self.algo).config_cls().hidden  # the algorithm's tuned default
         cfg = cases.run_config(self.algo, self.env, hidden, **self.sizes, placement="single")
-        algo_cfg = dataclasses.replace(cfg.algo_config, **self.algo_config)
+        algo_cfg = dataclasses.replace(getattr(cfg, self.algo), **self.algo_config)
         return dataclasses.replace(cfg, **{self.algo: algo_cfg})
 
 
@@ -180,7 +180,7 @@ def trainer_config(
     else:
         t = s["rollout_steps"]
         cfg = cases.chunk_config(algo, env, n, n * t // 4, k, rollout_steps=t)
-        kw = dict(unroll_length=t, num_minibatches=4, epochs=cfg.algo_config.epochs)
+        kw = dict(unroll_length=t, num_minibatches=4, epochs=getattr(cfg, algo).epochs)
         prefill = 0
     steps = prefill + (rounds + WARMUP_EPOCHS) * k * n * cfg.rollout_steps
     return cfg, dict(

@@ -1,12 +1,24 @@
-"""Parsing a command's options with tyro: one dataclass per command, errors on one line."""
+"""Parsing a command's options with tyro: one dataclass per command, errors on one line.
+
+:func:`parse_grouped` parses the same options with the help in named boxes (``train``'s
+70 flags): the boxes are only a view, every flag, default and value stays that of the
+command's dataclass.
+"""
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import dataclasses
+import inspect
 import io
+import itertools
 import sys
+import textwrap
+import typing
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Annotated, Any, TypeVar
 
 import tyro
 
@@ -96,3 +108,113 @@ def parse(
     finally:
         if not failed:
             sys.stderr.write(captured.getvalue())  # warnings and other output pass through
+
+
+@dataclass(frozen=True)
+class Group:
+    """One box of a command's ``--help``: its title, a line about it and its fields.
+
+    ``title`` "" is the first box (tyro's "options", after ``--help``); tyro appends
+    " options" to the others' titles.
+    """
+
+    title: str
+    about: str
+    fields: tuple[str, ...]
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The help of each field of the dataclass ``cls``, on one line.
+
+    A field's ``metadata["help"]`` wins, else the string written under the field in the
+    source of ``cls`` or of a base class (tyro's own rule); whitespace is folded, so the
+    help wraps at the box's width instead of at the source's line breaks.
+    """
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):  # built at run time (RunConfig): no source
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for node, after in itertools.pairwise(body):
+            if (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                docs[node.target.id] = after.value.value
+    for f in dataclasses.fields(cls):
+        if "help" in f.metadata:
+            docs[f.name] = f.metadata["help"]
+    return {name: " ".join(text.split()) for name, text in docs.items()}
+
+
+def _fields(cls: type) -> list[tuple[str, Any, str | None]]:
+    """(name, annotation with its tyro markers, help) of each field of the dataclass ``cls``."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    docs = field_docs(cls)
+    return [(f.name, hints[f.name], docs.get(f.name)) for f in dataclasses.fields(cls)]
+
+
+def _field(name: str, hint: Any, doc: str | None, value: Any) -> tuple[str, Any, Any]:
+    """A make_dataclass field spec: ``name: hint = value``, with its help."""
+    metadata = {} if doc is None else {"help": doc}
+    return name, hint, dataclasses.field(default_factory=lambda: value, metadata=metadata)
+
+
+def parse_grouped(
+    cls: type[T],
+    argv: Sequence[str],
+    prog: str,
+    default: T,
+    groups: Sequence[Group],
+    inner: str = "run",
+    description: str | None = None,
+) -> T:
+    """:func:`parse` ``cls`` (whose field ``inner`` holds a config dataclass whose fields
+    are top-level flags) with the help in the boxes ``groups`` name.
+
+    The flags are those of ``cls``: the config's fields and ``cls``'s other fields by
+    their own names (a box adds no prefix), the config's dataclass fields (``--sac.*``)
+    as their own boxes, last. Fields no group names go to the first box, after the ones it
+    names; names of fields ``cls`` lacks are skipped (one table serves several commands).
+    ``default`` gives every default, as :func:`parse`'s does.
+    """
+    config = getattr(default, inner)
+    own = [f for f in _fields(cls) if f[0] != inner]
+    config_fields = _fields(type(config))
+    sections = [f for f in config_fields if dataclasses.is_dataclass(getattr(config, f[0]))]
+    leaves = [f for f in config_fields if f not in sections]
+    values = {name: getattr(default, name) for name, _, _ in own}
+    values |= {name: getattr(config, name) for name, _, _ in leaves + sections}
+    by_name = {f[0]: f for f in own + leaves}
+    named = {name for g in groups for name in g.fields}
+    first = [g for g in groups if not g.title]
+    top = [by_name[n] for g in first for n in g.fields if n in by_name]
+    top += [f for f in own + leaves if f[0] not in named]
+    boxes = []
+    for i, group in enumerate(g for g in groups if g.title):
+        members = [by_name[n] for n in group.fields if n in by_name]
+        if members:
+            box = dataclasses.make_dataclass(f"Box{i}", [_field(*f, values[f[0]]) for f in members])
+            about = tyro.conf.arg(name=group.title, help=group.about)
+            hint = Annotated[box, about, tyro.conf.OmitArgPrefixes]
+            boxes.append((f"box{i}", hint, dataclasses.field(default_factory=box)))
+    view = dataclasses.make_dataclass(
+        f"{cls.__name__}View",
+        [
+            *(_field(*f, values[f[0]]) for f in top),
+            *boxes,
+            *(_field(*f, values[f[0]]) for f in sections),
+        ],
+    )
+    parsed = parse(view, argv, prog, description=description)
+    found = {name: getattr(parsed, name) for name, _, _ in top + sections}
+    for name, _, _ in boxes:
+        box_values = getattr(parsed, name)
+        found |= {f.name: getattr(box_values, f.name) for f in dataclasses.fields(box_values)}
+    config_values = {name: found.pop(name) for name, _, _ in leaves + sections}
+    return cls(**{inner: type(config)(**config_values), **found})

@@ -24,11 +24,12 @@ from typing import Annotated, Any, TypeVar
 import tyro
 
 from jaxspreeze import autotune, config, distributed, rundir
-from jaxspreeze.cli.args import option_value, parse
+from jaxspreeze.cli.args import Group, option_value, parse_grouped
 from jaxspreeze.cli.common import fail
 from jaxspreeze.config import RunConfig
 from jaxspreeze.envs import is_host_env
 from jaxspreeze.errors import ConfigError
+from jaxspreeze.plan import plan
 from jaxspreeze.trainer import train
 
 if sys.version_info >= (3, 11):
@@ -70,6 +71,55 @@ class TrainArgs:
     """This process's index in the multi-process run, 0 .. N-1 (process 0 writes the run)."""
 
 
+# The boxes of `train --help` (and `autotune --help`), in order: the everyday flags first.
+# Only the help is grouped: every flag keeps its name (no box prefix), default and meaning.
+# Each algorithm's section (--sac.*, --td3.*, ...) keeps its own box, after these.
+RUN_GROUPS = (
+    Group(
+        "",
+        "",
+        (
+            *("algo", "env", "total_steps", "seed", "num_seeds", "num_envs", "logdir"),
+            *("config", "resume", "eval_every", "eval_episodes"),
+        ),
+    ),
+    Group(
+        "algorithm",
+        "The sizes of an iteration, per seed; unset (None) takes the chosen algorithm's "
+        "default. Each algorithm's own hyperparameters are in its box at the end "
+        "(--sac.*, --td3.*, --ddpg.*, --ppo.*).",
+        (
+            *("rollout_steps", "grad_steps", "batch_size", "buffer_size"),
+            *("learning_starts", "chunk_iterations"),
+        ),
+    ),
+    Group("dict observations", "", ("actor_obs_key", "critic_obs_key")),
+    Group("host workers", "", ("host_workers", "host_stall_timeout_s")),
+    Group(
+        "placement and processes",
+        "",
+        ("placement", "coordinator", "num_processes", "process_id"),
+    ),
+    Group(
+        "run directory and checkpoints",
+        "",
+        ("run_name", "overwrite", "checkpoint_every", "keep_checkpoints"),
+    ),
+    Group("sinks", "", ("sinks",)),
+    Group(
+        "autotune",
+        "Choose num_envs, batch size and update ratio for this machine.",
+        ("autotune", "profile", "replay_ratio", "autotune_budget_s"),
+    ),
+    Group(
+        "compile and programs",
+        "In the environment: JAXSPREEZE_CACHE_DIR, the cache's directory when "
+        "--compile-cache is not given; JAXSPREEZE_PROGRAM_CACHE=off, trace every program "
+        "and keep none.",
+        ("compile_cache",),
+    ),
+)
+
 Args = TypeVar("Args")
 
 
@@ -86,7 +136,9 @@ def parse_run_args(
     """
     preset = option_value(argv, "--config") or base_file
     base = config.load(preset) if preset else RunConfig()
-    return parse(cls, argv, prog, default=cls(run=base), description=description)
+    config.check_types(base)  # a wrong type in the file: its one line, before tyro warns
+    default = cls(run=base)  # type: ignore[call-arg]
+    return parse_grouped(cls, argv, prog, default, RUN_GROUPS, description=description)
 
 
 def parse_train_args(argv: Sequence[str], base_file: str | Path | None = None) -> RunConfig:
@@ -174,7 +226,7 @@ def main(argv: Sequence[str]) -> int:
     if several and (args.autotune or args.profile):
         return fail("--autotune: tune in one process, then train the processes with its sizes")
     cfg = args.run
-    config.validate(cfg)
+    plan(cfg, on_devices=False)  # exit 2 on a bad config, before any device is touched
     tuned: dict[str, Any] | None = None
     profile = str(profile_file(args.profile)) if args.profile else None
     if args.autotune or profile:

@@ -14,17 +14,16 @@
 
 Every schedule has the same API: ``init``, ``place``, ``warmup``, ``compile``, ``chunk``,
 and the attributes ``cfg placement algo env iterations_per_chunk num_chunks split
-policy_lag host``, and ``close()`` (the host schedule's workers). :func:`make` picks one
-for a placement and env.
+policy_lag host`` (``cfg`` and ``placement`` are the run plan's), and ``close()`` (the
+host schedule's workers). :func:`make` builds the one a
+:class:`~jaxspreeze.plan.RunPlan` names (its ``schedule``).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from jaxspreeze import algos
 from jaxspreeze.algos.base import Algorithm
-from jaxspreeze.envs import is_host_env
 from jaxspreeze.schedules.base import Schedule, chunking
 from jaxspreeze.schedules.data_parallel import DataParallel
 from jaxspreeze.schedules.fused import Fused
@@ -32,10 +31,9 @@ from jaxspreeze.schedules.host_async import HostAsync
 from jaxspreeze.schedules.host_rollout import HostRollout
 from jaxspreeze.schedules.split import Split
 from jaxspreeze.schedules.split_data_parallel import SplitDataParallel
-from jaxspreeze.types import Placement
 
 if TYPE_CHECKING:
-    from jaxspreeze.config import RunConfig
+    from jaxspreeze.plan import RunPlan
 
 __all__ = [
     "DataParallel",
@@ -50,13 +48,8 @@ __all__ = [
 ]
 
 
-def make(
-    cfg: RunConfig,
-    placement: Placement,
-    algo: Algorithm | None = None,
-    dispatched: bool | None = None,
-) -> Schedule:
-    """The schedule for a resolved ``cfg`` on ``placement``.
+def make(plan: RunPlan, algo: Algorithm | None = None, dispatched: bool | None = None) -> Schedule:
+    """The schedule of ``plan`` (a plan with a placement: ``plan.schedule`` names it).
 
     ``dispatched`` runs the split's host-dispatched schedule (default: exactly when the
     placement splits); on one device it is the fused program cut at the split's seams.
@@ -64,29 +57,32 @@ def make(
     one with an actor and a critic mesh (``devices.resolve("split-data")``)
     :class:`SplitDataParallel`; a host env (``gymnasium/...``, ``envpool/...``) runs
     :class:`HostAsync` (off-policy; its learner splits on a split placement) or
-    :class:`HostRollout` (on-policy).
+    :class:`HostRollout` (on-policy; also for a custom ``algo`` that is on-policy).
     """
-    if is_host_env(cfg.env):
+    placement, kind = plan.placement, plan.schedule
+    if placement is None:
+        raise ValueError("a schedule runs a plan with a placement: plan(cfg) or plan.placed(p)")
+    if kind in ("host-async", "host-rollout"):
         if placement.data_parallel or dispatched:
             raise ValueError(
                 "host envs run a host schedule (HostAsync, HostRollout): not data-parallel, "
                 "nor the device-env split (HostAsync splits its learner on a split placement)"
             )
-        on_policy = algo.on_policy if algo is not None else algos.get(cfg.algo).on_policy
+        on_policy = algo.on_policy if algo is not None else plan.on_policy
         schedule = HostRollout if on_policy else HostAsync
-        return schedule(cfg, placement, algo, stall_timeout=cfg.host_stall_timeout_s)
-    if placement.critic_mesh is not None:
+        return schedule(plan, algo, stall_timeout=plan.cfg.host_stall_timeout_s)
+    if kind == "split-data":
         if dispatched is False:
             raise ValueError("the split-data schedule is dispatched by the host")
-        return SplitDataParallel(cfg, placement, algo)
-    if placement.data_parallel:
+        return SplitDataParallel(plan, algo)
+    if kind == "data":
         if dispatched:
             raise ValueError("the data-parallel schedule is one fused program per chunk")
-        return DataParallel(cfg, placement, algo)
+        return DataParallel(plan, algo)
     if dispatched is None:
-        dispatched = placement.split
+        dispatched = kind == "split"
     if dispatched:
-        return Split(cfg, placement, algo)
-    if placement.split:
+        return Split(plan, algo)
+    if kind == "split":
         raise ValueError("the fused chunk runs on one device; a split placement is dispatched")
-    return Fused(cfg, placement, algo)
+    return Fused(plan, algo)

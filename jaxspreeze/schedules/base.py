@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from jaxspreeze import algos
 from jaxspreeze.algos.base import AgentState, Algorithm
 from jaxspreeze.envs import VecEnv, make_env
 from jaxspreeze.iteration import Iteration, Metrics, TrainState
@@ -26,16 +25,17 @@ from jaxspreeze.types import Placement, PyTree
 
 if TYPE_CHECKING:
     from jaxspreeze.config import RunConfig
+    from jaxspreeze.plan import RunPlan
 
 
-def chunking(cfg: RunConfig) -> tuple[int, int]:
-    """(iterations per chunk, number of chunks) covering ``cfg.num_iterations``.
+def chunking(plan: RunPlan) -> tuple[int, int]:
+    """(iterations per chunk, number of chunks) covering the plan's ``num_iterations``.
 
     Chunks are equal-sized so one program serves the whole run; the total is rounded up
     by fewer than ``num_chunks`` iterations.
     """
-    n = max(cfg.num_iterations, 1)
-    num_chunks = math.ceil(n / cfg.chunk_iterations)
+    n = max(plan.num_iterations, 1)
+    num_chunks = math.ceil(n / plan.cfg.chunk_iterations)
     return math.ceil(n / num_chunks), num_chunks
 
 
@@ -63,9 +63,10 @@ def abstract_on(tree: PyTree, device: jax.Device) -> PyTree:
 
 @dataclass(eq=False)
 class Schedule(ABC):
-    """The jitted pieces of training for one (resolved) config and placement.
+    """The jitted pieces of training for one run plan (its config and placement).
 
-    ``algo`` defaults to ``algos.get(cfg.algo).make(...)``; pass one to train a custom
+    ``algo`` defaults to the plan's algorithm (``plan.make_algorithm()`` on the envs'
+    spec); pass one to train a custom
     :class:`~jaxspreeze.algos.base.Algorithm`. ``programs`` keeps the compiled programs
     across processes (:class:`~jaxspreeze.programs.ProgramCache`; the trainer sets it for
     its run): off by default, every program is traced and compiled.
@@ -74,9 +75,10 @@ class Schedule(ABC):
     split: ClassVar[bool] = False  # True: the host dispatches the two-device schedule
     host: ClassVar[bool] = False  # True: host envs, stepped by sampling workers
 
-    cfg: RunConfig
-    placement: Placement
+    plan: RunPlan
     algo: Algorithm | None = None
+    cfg: RunConfig = field(init=False)  # the plan's
+    placement: Placement = field(init=False)  # the plan's
     env: VecEnv = field(init=False)
     per_seed: Iteration = field(init=False)
     iterations_per_chunk: int = field(init=False)
@@ -84,16 +86,21 @@ class Schedule(ABC):
     programs: ProgramCache = field(init=False, default_factory=ProgramCache.off)
 
     def __post_init__(self) -> None:
-        cfg = self.cfg
-        if not getattr(cfg, "resolved", True):
-            raise ValueError("a schedule needs a resolved config: config.resolve(cfg) first")
+        cfg = self._take_plan()
         self.env = make_env(cfg.env, cfg.num_envs, cfg.obs_keys)
         if self.algo is None:
-            self.algo = algos.get(cfg.algo).make(cfg.algo_config, self.env.spec, cfg)
-        self.per_seed = Iteration.from_config(cfg, self.algo, self.env, obs_buffer=self.split)
-        self.iterations_per_chunk, self.num_chunks = chunking(cfg)
+            self.algo = self.plan.algo_spec.make(self.plan.algo_config, self.env.spec, cfg)
+        self.per_seed = Iteration.from_plan(self.plan, self.algo, self.env, self.split)
+        self.iterations_per_chunk, self.num_chunks = chunking(self.plan)
         self._init_jit: Any = None  # one program, however often called (see _init)
         self._init_program: jax.stages.Compiled | None = None
+
+    def _take_plan(self) -> RunConfig:
+        """Set ``cfg`` and ``placement`` from the plan (which must have a placement)."""
+        if self.plan.placement is None:
+            raise ValueError("a schedule runs a plan with a placement: plan(cfg) or plan.placed(p)")
+        self.cfg, self.placement = self.plan.cfg, self.plan.placement
+        return self.cfg
 
     @property
     def policy_lag(self) -> int:
@@ -155,7 +162,7 @@ class Schedule(ABC):
 
     def _warms_up(self) -> bool:
         """True when the run starts with a random-action warm-up (off-policy, steps > 0)."""
-        return bool(self.cfg.warmup_steps) and not self.algo.on_policy
+        return bool(self.plan.warmup_steps) and not self.algo.on_policy
 
     def close(self) -> list[str]:
         """Release what the schedule runs beside the devices (worker threads, host envs).

@@ -38,7 +38,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxspreeze import algos, replay
+from jaxspreeze import replay
 from jaxspreeze.algos import common
 from jaxspreeze.algos.base import AgentState, Algorithm
 from jaxspreeze.envs import VecEnv, make_env
@@ -51,15 +51,17 @@ LOCAL_AXIS = "local"  # the vmapped axis of the shards one device carries (shard
 DEBUG_ENV = "JAXSPREEZE_DEBUG"  # "1": check after every chunk that all replicas agree
 
 
-def shard_sizes(cfg: Any, shards: int) -> dict[str, int]:
-    """The run-level sizes of one shard of ``shards`` (ConfigError unless they divide).
+def shard_sizes(plan: Any, shards: int) -> dict[str, int]:
+    """The run-level sizes of one shard of ``shards`` of a run plan (ConfigError unless
+    they divide).
 
     ``num_envs``, ``batch_size`` and (off-policy) ``buffer_size`` must be multiples of
     ``shards``; ``total_steps`` and ``learning_starts`` are divided rounding up (the
-    rounding of :attr:`RunConfig.num_iterations` and ``warmup_steps`` is then the same).
+    rounding of the plan's ``num_iterations`` and ``warmup_steps`` is then the same).
     """
+    cfg = plan.cfg
     must_divide = ["num_envs", "batch_size"]
-    if not algos.get(cfg.algo).on_policy:
+    if not plan.on_policy:
         must_divide.append("buffer_size")
     for name in must_divide:
         value = getattr(cfg, name)
@@ -78,35 +80,38 @@ def shard_sizes(cfg: Any, shards: int) -> dict[str, int]:
     }
 
 
-def shard_config(cfg: Any, shards: int) -> Any:
-    """``cfg`` with the run-level sizes of one shard (what its algorithm is bound to)."""
-    return dataclasses.replace(cfg, **shard_sizes(cfg, shards))
+def shard_plan(plan: Any, shards: int) -> Any:
+    """The run plan of one shard: ``plan`` with the run-level sizes of one shard of
+    ``shards`` (what its algorithm is bound to; checked by :func:`bind_shard`)."""
+    shard_cfg = dataclasses.replace(plan.cfg, **shard_sizes(plan, shards))
+    return dataclasses.replace(plan, cfg=shard_cfg)
 
 
-def bind_shard(cfg: Any, shards: int, algo: Algorithm | None) -> tuple[Any, VecEnv, Algorithm]:
-    """One shard's config, envs and algorithm (bound to the shard's sizes) of ``shards``.
+def bind_shard(plan: Any, shards: int, algo: Algorithm | None) -> tuple[Any, VecEnv, Algorithm]:
+    """One shard's plan, envs and algorithm (bound to the shard's sizes) of ``shards``.
 
     ConfigError when the global sizes do not split evenly, or when the algorithm refuses
     one shard's sizes (the message then says they are per device).
     """
-    spec = algos.get(cfg.algo)
-    shard_cfg = shard_config(cfg, shards)
+    spec, cfg = plan.algo_spec, plan.cfg
+    shard = shard_plan(plan, shards)
+    shard_cfg = shard.cfg
     env = make_env(cfg.env, shard_cfg.num_envs, cfg.obs_keys)  # one shard's envs
     if algo is None:
         try:
-            spec.validate(cfg.algo_config, f"{spec.name}.", shard_cfg)
+            spec.validate(plan.algo_config, f"{spec.name}.", shard_cfg)
         except ConfigError as e:  # the shard's sizes: say so
             message = str(e).removeprefix(f"{e.field}: ")
             raise ConfigError(
                 e.field, f"{message} (per device, data-parallel over {shards})"
             ) from None
-        algo = spec.make(cfg.algo_config, env.spec, shard_cfg)
+        algo = spec.make(plan.algo_config, env.spec, shard_cfg)
     elif shards > 1:
         raise ValueError(
             "a data-parallel schedule binds the algorithm to one shard's sizes; "
-            "pass algo=None (custom algorithms: bind them to shard_config(cfg, shards))"
+            "pass algo=None (custom algorithms: bind them to shard_plan(plan, shards).cfg)"
         )
-    return shard_cfg, env, algo
+    return shard, env, algo
 
 
 def global_abstract(per_seed: Iteration, shards: int, num_seeds: int) -> TrainState:
@@ -188,9 +193,8 @@ class DataParallel(DeviceSchedule):
     check_replicas: bool | None = None
 
     def __post_init__(self) -> None:
-        cfg, mesh = self.cfg, self.placement.mesh
-        if not getattr(cfg, "resolved", True):
-            raise ValueError("a schedule needs a resolved config: config.resolve(cfg) first")
+        cfg = self._take_plan()
+        mesh = self.placement.mesh
         if mesh is None:
             raise PlacementError("the data-parallel schedule needs a placement with a mesh")
         devices = mesh.devices.size
@@ -204,8 +208,8 @@ class DataParallel(DeviceSchedule):
         local = self.shards // devices
         self.local_shards = local
         self.mesh = mesh
-        self.shard_cfg, self.env, self.algo = bind_shard(cfg, self.shards, self.algo)
-        shard_cfg = self.shard_cfg
+        shard, self.env, self.algo = bind_shard(self.plan, self.shards, self.algo)
+        self.shard_cfg = shard_cfg = shard.cfg
         axes, sizes = ((DATA_AXIS,), (devices,)) if local == 1 else (
             (DATA_AXIS, LOCAL_AXIS), (devices, local)
         )  # fmt: skip
@@ -215,11 +219,11 @@ class DataParallel(DeviceSchedule):
             self.env,
             cfg.rollout_steps,
             shard_cfg.buffer_size,
-            cfg.warmup_steps // self.shards,
+            self.plan.warmup_steps // self.shards,
             obs_buffer=False,
             shards=self.data,
         )
-        self.iterations_per_chunk, self.num_chunks = chunking(cfg)
+        self.iterations_per_chunk, self.num_chunks = chunking(self.plan)
         abstract = self.init_abstract()
         self.layout = state_layout(abstract)
         self.shardings = jax.tree.map(

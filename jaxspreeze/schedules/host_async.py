@@ -131,7 +131,7 @@ class HostAsync(HostSchedule):
     metric_names: ClassVar[tuple[str, ...]] = HOST_METRICS
 
     def __post_init__(self) -> None:
-        self.split = self.placement.split  # the learner's phases on two devices
+        self.split = self.plan.placement.split  # the learner's phases on two devices
         super().__post_init__()
         cfg = self.cfg
         self.units = self.algo.critic_steps_per_iteration * cfg.batch_size  # update samples
@@ -139,7 +139,7 @@ class HostAsync(HostSchedule):
         self.throttle = Throttle(
             self.ratio,
             max_ahead=AHEAD_ITERATIONS * self.steps_per_iteration,
-            warmup=cfg.warmup_steps,
+            warmup=self.plan.warmup_steps,
         )
         self._last_lag = 0
         if self.split:  # what crosses devices each iteration, packed into one buffer
@@ -281,9 +281,9 @@ class HostAsync(HostSchedule):
             return state
         self._start(state, warmup=True)
         assert self.pool is not None
-        while self.pool.delivered < self.cfg.warmup_steps:
+        while self.pool.delivered < self.plan.warmup_steps:
             state = self._store(state, [self.pool.get(timeout=self.stall_timeout)])
-        state = state._replace(env_steps=state.env_steps + self.cfg.warmup_steps)
+        state = state._replace(env_steps=state.env_steps + self.plan.warmup_steps)
         self._acting = self._policy_on
         self._publish(state)
         return state

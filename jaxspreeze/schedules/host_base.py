@@ -97,7 +97,7 @@ class HostSchedule(Schedule):
         if cfg.num_envs % cfg.host_workers:
             raise ValueError(f"num_envs {cfg.num_envs} must split over {cfg.host_workers} workers")
         self.learner = self.placement.critic
-        self.steps_per_iteration = cfg.steps_per_iteration
+        self.steps_per_iteration = self.plan.steps_per_iteration
         self.slot = ParamSlot(device=self.placement.actor)
         self.pool: WorkerPool | None = None
         self._started = False

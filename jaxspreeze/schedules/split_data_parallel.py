@@ -97,9 +97,8 @@ class SplitDataParallel(Split):
     check_replicas: bool | None = None
 
     def __post_init__(self) -> None:
-        cfg, p = self.cfg, self.placement
-        if not getattr(cfg, "resolved", True):
-            raise ValueError("a schedule needs a resolved config: config.resolve(cfg) first")
+        cfg = self._take_plan()
+        p = self.placement
         if p.mesh is None or p.critic_mesh is None:
             raise PlacementError(
                 "the split-data schedule needs an actor and a critic mesh "
@@ -117,18 +116,19 @@ class SplitDataParallel(Split):
         # for each destination side: source device -> its pair
         self.pairs = {CRITIC: dict(zip(actor, critic, strict=True)),
                       ACTOR: dict(zip(critic, actor, strict=True))}  # fmt: skip
-        self.shard_cfg, self.env, self.algo = bind_shard(cfg, k, self.algo)
+        shard, self.env, self.algo = bind_shard(self.plan, k, self.algo)
+        self.shard_cfg = shard.cfg
         self.data = Shards((DATA_AXIS,), (k,))
         self.per_seed = Iteration(
             self.algo,
             self.env,
             cfg.rollout_steps,
             self.shard_cfg.buffer_size,
-            cfg.warmup_steps // k,
+            self.plan.warmup_steps // k,
             obs_buffer=True,
             shards=self.data,
         )
-        self.iterations_per_chunk, self.num_chunks = chunking(cfg)
+        self.iterations_per_chunk, self.num_chunks = chunking(self.plan)
         self.layout = state_layout(self.init_abstract())
         on = lambda mesh: jax.tree.map(lambda sh: NamedSharding(mesh, spec_of(sh)), self.layout)
         self.shardings = join(on(p.mesh), on(p.critic_mesh))

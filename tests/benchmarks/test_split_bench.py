@@ -20,6 +20,7 @@ import pytest
 from jaxspreeze import devices, schedules
 from jaxspreeze.bench.record import Workload, throughput_record
 from jaxspreeze.config import RunConfig, resolve
+from jaxspreeze.plan import plan
 from jaxspreeze.schedules import Schedule
 
 pytestmark = pytest.mark.benchmark
@@ -34,8 +35,9 @@ def workload(placement: str) -> tuple[Workload, Schedule]:
     if placement == "split" and len(jax.devices()) < 2:
         pytest.skip("the split needs two devices (JAX_NUM_CPU_DEVICES=2 on CPU)")
     cfg = RunConfig(chunk_iterations=K, placement=placement).replace(sac={"hidden": (256, 256)})
-    cfg = resolve(cfg.replace(total_steps=cfg.warmup_steps + 4 * K * cfg.steps_per_iteration))
-    loop = schedules.make(cfg, devices.resolve(placement))
+    sizes = plan(cfg, on_devices=False)
+    cfg = resolve(cfg.replace(total_steps=sizes.warmup_steps + 4 * K * sizes.steps_per_iteration))
+    loop = schedules.make(plan(cfg, devices.resolve(placement)))
     state = loop.init()
     t0 = time.perf_counter()
     loop.compile(state)
@@ -50,7 +52,7 @@ def workload(placement: str) -> tuple[Workload, Schedule]:
     w = Workload(
         name=f"chunk[sac-{placement}]",
         run=run,
-        env_steps=k * cfg.steps_per_iteration * s,
+        env_steps=k * sizes.steps_per_iteration * s,
         update_samples=k * algo.critic_steps_per_iteration * s * cfg.batch_size,
         grad_steps={
             "critic": k * algo.critic_steps_per_iteration * s,
