@@ -119,6 +119,33 @@ class QEnsemble(nn.Module):
         return ensemble(self.hidden, 1)(x)[..., 0]
 
 
+class DistributionalQEnsemble(nn.Module):
+    """``num_qs`` categorical critics (C51) evaluated together: logits ``[num_qs, B, num_atoms]``.
+
+    Each is an MLP over the observation and action whose last layer gives the logits of
+    the return's distribution over ``num_atoms`` fixed atoms (the algorithm holds them).
+    """
+
+    hidden: Sequence[int]
+    num_atoms: int
+    num_qs: int = 2
+    obs_cols: Columns | None = None  # the observation columns it reads
+
+    @nn.compact
+    def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
+        """``(obs [B, ...], action [B, A]) -> logits [num_qs, B, num_atoms]``."""
+        x = jnp.concatenate([_flat(obs, self.obs_cols), action], axis=-1)
+        ensemble = nn.vmap(
+            MLP,
+            variable_axes={"params": 0},
+            split_rngs={"params": True},
+            in_axes=None,
+            out_axes=0,
+            axis_size=self.num_qs,
+        )
+        return ensemble(self.hidden, self.num_atoms)(x)
+
+
 class ValueNet(nn.Module):
     """State value V(s): ``[B]``."""
 

@@ -65,7 +65,10 @@ def configs() -> dict[str, RunConfig]:
         total_steps=3 * 2 * 32,
         ppo=PPOConfig(hidden=(16, 16), epochs=2),
     )
-    return {"sac": resolve(sac), "ppo": resolve(ppo)}
+    fasttd3 = sac.replace(algo="fasttd3").replace(
+        fasttd3={"actor_hidden": (16, 16), "critic_hidden": (32, 32), "num_atoms": 11}
+    )
+    return {"sac": resolve(sac), "ppo": resolve(ppo), "fasttd3": resolve(fasttd3)}
 
 
 def where(state: TrainState) -> dict[str, list[int]]:

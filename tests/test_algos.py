@@ -177,7 +177,7 @@ def test_all_algorithms_share_loop_buffer_and_networks():
 def test_registry_lists_every_algorithm_once():
     """``algos/__init__.py`` is the list: one spec per algorithm module, its ``SPEC``;
     each spec's defaults give every run-level size and pass its own validation."""
-    assert algos.NAMES == ("sac", "td3", "ddpg", "ppo")
+    assert algos.NAMES == ("sac", "td3", "ddpg", "ppo", "fasttd3")
     assert [s.name for s in algos.all_specs()] == list(algos.NAMES)
     for name in algos.NAMES:
         spec = algos.get(name)
@@ -188,10 +188,17 @@ def test_registry_lists_every_algorithm_once():
         run = resolve(RunConfig(algo=name))
         spec.validate(getattr(run, name), f"{name}.", run)  # with its run-level checks
         assert spec.grad_step_multiple(spec.config_cls()) >= 1
-        assert "hidden" in fields_of("shape", spec.config_cls)
+        # the widths change the shapes (FastTD3: the actor's and the critic's own)
+        shape = fields_of("shape", spec.config_cls)
+        assert "hidden" in shape or {"actor_hidden", "critic_hidden"} <= set(shape)
     assert [s.name for s in algos.all_specs() if s.on_policy] == ["ppo"]
     assert algos.get("td3").grad_step_multiple(td3.TD3Config(policy_delay=3)) == 3
     assert sorted(fields_of("shape", algos.get("ppo").config_cls)) == ["hidden", "normalize_obs"]
+    assert fields_of("shape", algos.get("fasttd3").config_cls) == (
+        "num_atoms",
+        "actor_hidden",
+        "critic_hidden",
+    )
     with pytest.raises(ValueError, match="defaults must give exactly"):
         base.AlgoSpec(
             "x", sac.SACConfig, False, {"num_envs": 1}, sac.supports, sac.validate, sac.make

@@ -66,6 +66,15 @@ def adam(lr: float, max_grad_norm: float | None = None) -> optax.GradientTransfo
     return _averaged(opt)
 
 
+def adamw(lr: float, weight_decay: float) -> optax.GradientTransformation:
+    """AdamW (decoupled weight decay) whose learning rate is a state leaf, like :func:`adam`.
+
+    Under :func:`data_parallel` the gradients are averaged over the shards first.
+    """
+    opt = optax.inject_hyperparams(optax.adamw)(learning_rate=lr, weight_decay=weight_decay)
+    return _averaged(opt)
+
+
 def gradient_step(
     tx: optax.GradientTransformation,
     params: PyTree,
