@@ -97,6 +97,28 @@ class DeterministicActor(nn.Module):
         return jnp.tanh(MLP(self.hidden, self.action_dim)(_flat(obs, self.obs_cols)))
 
 
+def _ensemble(
+    hidden: Sequence[int],
+    out: int,
+    num_qs: int,
+    obs: jax.Array,
+    action: jax.Array,
+    obs_cols: Columns | None,
+) -> jax.Array:
+    """``num_qs`` independent MLPs of (obs, action) -> ``out``, stacked: ``[num_qs, B, out]``
+    (called inside a compact module: the MLPs are its submodules)."""
+    x = jnp.concatenate([_flat(obs, obs_cols), action], axis=-1)
+    ensemble = nn.vmap(
+        MLP,
+        variable_axes={"params": 0},
+        split_rngs={"params": True},
+        in_axes=None,
+        out_axes=0,
+        axis_size=num_qs,
+    )
+    return ensemble(hidden, out)(x)
+
+
 class QEnsemble(nn.Module):
     """``num_qs`` independent Q(s, a) MLPs evaluated together: ``[num_qs, B]``."""
 
@@ -107,16 +129,7 @@ class QEnsemble(nn.Module):
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
         """``(obs [B, ...], action [B, A]) -> Q [num_qs, B]``."""
-        x = jnp.concatenate([_flat(obs, self.obs_cols), action], axis=-1)
-        ensemble = nn.vmap(
-            MLP,
-            variable_axes={"params": 0},
-            split_rngs={"params": True},
-            in_axes=None,
-            out_axes=0,
-            axis_size=self.num_qs,
-        )
-        return ensemble(self.hidden, 1)(x)[..., 0]
+        return _ensemble(self.hidden, 1, self.num_qs, obs, action, self.obs_cols)[..., 0]
 
 
 class DistributionalQEnsemble(nn.Module):
@@ -134,16 +147,7 @@ class DistributionalQEnsemble(nn.Module):
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
         """``(obs [B, ...], action [B, A]) -> logits [num_qs, B, num_atoms]``."""
-        x = jnp.concatenate([_flat(obs, self.obs_cols), action], axis=-1)
-        ensemble = nn.vmap(
-            MLP,
-            variable_axes={"params": 0},
-            split_rngs={"params": True},
-            in_axes=None,
-            out_axes=0,
-            axis_size=self.num_qs,
-        )
-        return ensemble(self.hidden, self.num_atoms)(x)
+        return _ensemble(self.hidden, self.num_atoms, self.num_qs, obs, action, self.obs_cols)
 
 
 class ValueNet(nn.Module):

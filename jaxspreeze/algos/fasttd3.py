@@ -30,11 +30,14 @@ and observation normalisation. FastTD3 uses 1-step returns on most tasks.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import optax
 
 from jaxspreeze import networks
 from jaxspreeze.algos import base, common, deterministic, off_policy
@@ -241,6 +244,31 @@ def grad_step_multiple(cfg: FastTD3Config) -> int:
     return cfg.policy_delay
 
 
+def _init(
+    cfg: FastTD3Config,
+    spec: EnvSpec,
+    actor: nn.Module,
+    critic: nn.Module,
+    actor_tx: optax.GradientTransformation,
+    critic_tx: optax.GradientTransformation,
+    key: jax.Array,
+) -> base.AgentState:
+    """A fresh agent: both sides' parameters, targets equal to them, optimiser states, and
+    the seed of the per-env exploration noise."""
+    k_params, k_noise = jax.random.split(key)
+    obs = jnp.zeros((1, *spec.obs_shape))
+    act = jnp.zeros((1, spec.action_dim))
+    k_actor, k_critic = jax.random.split(k_params)
+    actor_params = actor.init(k_actor, obs)
+    critic_params = critic.init(k_critic, obs, act)
+    tau, gamma = jnp.asarray(cfg.tau, jnp.float32), jnp.asarray(cfg.gamma, jnp.float32)
+    zero = jnp.zeros((), jnp.int32)
+    seed = jax.random.bits(k_noise, (), jnp.uint32)
+    a = FastTD3Actor(actor_params, actor_params, actor_tx.init(actor_params), tau, zero, seed)
+    c = FastTD3Critic(critic_params, critic_params, critic_tx.init(critic_params), gamma, tau, zero)
+    return base.AgentState(a, c)
+
+
 def make(cfg: FastTD3Config, spec: EnvSpec, run: Any) -> base.Algorithm:
     """Bind FastTD3 to its config, env spec and the run's per-iteration update sizes."""
     delay, v_min, v_max = cfg.policy_delay, float(cfg.v_min), float(cfg.v_max)
@@ -254,21 +282,7 @@ def make(cfg: FastTD3Config, spec: EnvSpec, run: Any) -> base.Algorithm:
     smoothing = deterministic.Smoothing(cfg.target_noise, cfg.target_noise_clip)
     atoms = support(v_min, v_max, cfg.num_atoms)
 
-    def init(key: jax.Array) -> base.AgentState:
-        k_params, k_noise = jax.random.split(key)
-        obs = jnp.zeros((1, *spec.obs_shape))
-        act = jnp.zeros((1, spec.action_dim))
-        k_actor, k_critic = jax.random.split(k_params)
-        actor_params = actor.init(k_actor, obs)
-        critic_params = critic.init(k_critic, obs, act)
-        tau, gamma = jnp.asarray(cfg.tau, jnp.float32), jnp.asarray(cfg.gamma, jnp.float32)
-        zero = jnp.zeros((), jnp.int32)
-        seed = jax.random.bits(k_noise, (), jnp.uint32)
-        a = FastTD3Actor(actor_params, actor_params, actor_tx.init(actor_params), tau, zero, seed)
-        c = FastTD3Critic(
-            critic_params, critic_params, critic_tx.init(critic_params), gamma, tau, zero
-        )
-        return base.AgentState(a, c)
+    init = functools.partial(_init, cfg, spec, actor, critic, actor_tx, critic_tx)
 
     def act(state: FastTD3Actor, obs: jax.Array, key: jax.Array, deterministic: bool):
         action = actor.apply(state.params, obs)
