@@ -37,6 +37,15 @@ def _cache_every_compile():
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
 
 
+@pytest.fixture
+def no_xla_cache_writes():
+    """JAX's persistent cache keeps none of this test's compiles (the program cache's
+    tests: a program that JAX's cache answered is, by design, not kept by theirs)."""
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1e9)
+    yield
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+
+
 def pytest_unconfigure(config):
     shutil.rmtree(XLA_CACHE, ignore_errors=True)
 

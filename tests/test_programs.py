@@ -28,7 +28,7 @@ ON = {"JAXSPREEZE_PROGRAM_CACHE": "on"}
 
 
 @pytest.fixture
-def cache_on(monkeypatch):
+def cache_on(monkeypatch, no_xla_cache_writes):
     monkeypatch.setenv("JAXSPREEZE_PROGRAM_CACHE", "on")
 
 

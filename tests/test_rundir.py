@@ -163,15 +163,20 @@ LONG = [
 ]  # fmt: skip
 
 
-def test_two_processes_with_the_same_run_name(tmp_path):
-    """While one training runs, a second with the same --run-name exits 2 naming the
-    first's pid and writes nothing; the first goes on and stops cleanly (SIGINT)."""
+def test_two_processes_with_the_same_run_name(tmp_path, run_main):
+    """While one training runs, a second with the same --run-name (this process, through
+    cli.main) exits 2 naming the first's pid and writes nothing; the first goes on and
+    stops cleanly (SIGINT). The first is paused (SIGSTOP, its lock held) while the second
+    tries, so that the two do not share the cores."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    cmd = [sys.executable, "-m", "jaxspreeze", "train", *LONG, "--logdir", str(tmp_path)]
-    cmd += ["--run-name", "same"]
+    args = ["train", *LONG, "--logdir", str(tmp_path), "--run-name", "same"]
     run_dir = tmp_path / "same"
     first = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "jaxspreeze", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 600
@@ -180,13 +185,16 @@ def test_two_processes_with_the_same_run_name(tmp_path):
             assert first.poll() is None, first.stderr.read()
             assert time.monotonic() < deadline, "no chunk record within 600 s"
             time.sleep(0.2)
+        first.send_signal(signal.SIGSTOP)
         config_before = (run_dir / "config.json").read_bytes()
-        second = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        second = run_main(*args)
+        first.send_signal(signal.SIGCONT)
         assert first.poll() is None, "the first run must still be training"
         first.send_signal(signal.SIGINT)
         _, err = first.communicate(timeout=600)
     finally:
         if first.poll() is None:
+            first.send_signal(signal.SIGCONT)
             first.kill()
     assert second.returncode == 2, second.stderr
     lines = second.stderr.strip().splitlines()
