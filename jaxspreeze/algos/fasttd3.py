@@ -34,10 +34,8 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import optax
 
 from jaxspreeze import networks
 from jaxspreeze.algos import base, common, deterministic, off_policy
@@ -247,10 +245,10 @@ def grad_step_multiple(cfg: FastTD3Config) -> int:
 def _init(
     cfg: FastTD3Config,
     spec: EnvSpec,
-    actor: nn.Module,
-    critic: nn.Module,
-    actor_tx: optax.GradientTransformation,
-    critic_tx: optax.GradientTransformation,
+    actor: Any,
+    critic: Any,
+    actor_tx: Any,
+    critic_tx: Any,
     key: jax.Array,
 ) -> base.AgentState:
     """A fresh agent: both sides' parameters, targets equal to them, optimiser states, and
