@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from types import TracebackType
 
 import jax
 
@@ -61,12 +60,7 @@ class CompileLog:
         jax.monitoring.register_event_duration_secs_listener(self._listen)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         jax.monitoring.unregister_event_duration_listener(self._listen)
 
     def total_s(self, until: float | None = None) -> float:

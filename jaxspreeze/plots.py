@@ -134,94 +134,43 @@ def _title(runs: dict[str, Sequence[Record]]) -> str:
     return next(iter(runs)) if len(runs) == 1 else f"{len(runs)} runs"
 
 
+# A panel: (record kind, x field, y field, title, x label, y label).
+_TIME = "wall time since start (s)"
+EVAL_VS_STEPS = ("eval", "env_steps", "eval_return", "eval return", "env steps", "return")
+EVAL_VS_TIME = ("eval", "wall_s", "eval_return", "eval return vs time", _TIME, "return")
+TRAIN_RETURN = (
+    "chunk",
+    "env_steps",
+    "episode_return",
+    "training episode return",
+    "env steps",
+    "return",
+)
+SAMPLING = ("chunk", "wall_s", "env_steps_per_s", "sampling", _TIME, "env steps / s")
+UPDATES = ("chunk", "wall_s", "update_samples_per_s", "updates", _TIME, "update samples / s")
+
+
+def _panels(runs: dict[str, Sequence[Record]], panels: Sequence[tuple], nrows: int = 1):
+    """A figure of ``panels`` (each one of the tuples above) in ``nrows`` rows."""
+    fig, axes = _figure(len(panels) // nrows, nrows, title=_title(runs))
+    for ax, panel in zip(axes, panels, strict=True):
+        _panel(ax, runs, *panel)
+    return fig
+
+
 def learning_curve_figure(runs: dict[str, Sequence[Record]]):
     """Eval return vs env steps and vs wall time, and training episode return vs steps."""
-    fig, (a, b, c) = _figure(3, title=_title(runs))
-    _panel(a, runs, "eval", "env_steps", "eval_return", "eval return", "env steps", "return")
-    _panel(
-        b,
-        runs,
-        "eval",
-        "wall_s",
-        "eval_return",
-        "eval return vs time",
-        "wall time since start (s)",
-        "return",
-    )
-    _panel(
-        c,
-        runs,
-        "chunk",
-        "env_steps",
-        "episode_return",
-        "training episode return",
-        "env steps",
-        "return",
-    )
-    return fig
+    return _panels(runs, (EVAL_VS_STEPS, EVAL_VS_TIME, TRAIN_RETURN))
 
 
 def throughput_figure(runs: dict[str, Sequence[Record]]):
     """Env steps/s and update samples/s (per chunk) over wall time."""
-    fig, (a, b) = _figure(2, title=_title(runs))
-    _panel(
-        a,
-        runs,
-        "chunk",
-        "wall_s",
-        "env_steps_per_s",
-        "sampling",
-        "wall time since start (s)",
-        "env steps / s",
-    )
-    _panel(
-        b,
-        runs,
-        "chunk",
-        "wall_s",
-        "update_samples_per_s",
-        "updates",
-        "wall time since start (s)",
-        "update samples / s",
-    )
-    return fig
+    return _panels(runs, (SAMPLING, UPDATES))
 
 
 def comparison_figure(runs: dict[str, Sequence[Record]]):
     """One figure comparing runs: eval return vs steps and time, training return, throughput."""
-    fig, (a, b, c, d) = _figure(2, 2, title=_title(runs))
-    _panel(a, runs, "eval", "env_steps", "eval_return", "eval return", "env steps", "return")
-    _panel(
-        b,
-        runs,
-        "eval",
-        "wall_s",
-        "eval_return",
-        "eval return vs time",
-        "wall time since start (s)",
-        "return",
-    )
-    _panel(
-        c,
-        runs,
-        "chunk",
-        "env_steps",
-        "episode_return",
-        "training episode return",
-        "env steps",
-        "return",
-    )
-    _panel(
-        d,
-        runs,
-        "chunk",
-        "wall_s",
-        "env_steps_per_s",
-        "sampling",
-        "wall time since start (s)",
-        "env steps / s",
-    )
-    return fig
+    return _panels(runs, (EVAL_VS_STEPS, EVAL_VS_TIME, TRAIN_RETURN, SAMPLING), nrows=2)
 
 
 def save(fig, path: str | Path) -> Path:

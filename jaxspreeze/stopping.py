@@ -48,7 +48,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import FrameType
 from typing import Any, Literal
 
 from jaxspreeze import distributed
@@ -201,12 +201,7 @@ class GracefulStop:
         self.installed = True
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         """Restore the handlers (and wakeup fd) that were there before."""
         if not self.installed:
             return

@@ -188,6 +188,17 @@ class Schedule(ABC):
 class DeviceSchedule(Schedule):
     """A schedule whose envs step on the devices: a warm-up program and a chunk program."""
 
+    _warmup: Any = None  # the compiled warm-up program (set by _compile_warmup)
+
+    def warmup(self, state: TrainState) -> TrainState:
+        """Random-action warm-up (off-policy; a no-op otherwise), one donating program
+        (``self._warmup``, compiled here if :meth:`compile` has not)."""
+        if not self._warms_up():
+            return state
+        if self._warmup is None:
+            self._compile_warmup(state)
+        return self._warmup(state)
+
     def compile(self, state: TrainState) -> None:
         """Ahead-of-time compile the chunk and the warm-up for ``state``'s shapes.
 

@@ -230,7 +230,6 @@ class DataParallel(DeviceSchedule):
             lambda sharded: NamedSharding(mesh, spec_of(sharded)), self.layout
         )
         self._init = jax.jit(self._sharded(self._shard_init, keys_in=True))
-        self._warmup: Any = None
         self._chunk: Any = None
         self._agree: Any = None
 
@@ -322,14 +321,6 @@ class DataParallel(DeviceSchedule):
         """
         abstract = self.init_abstract()
         return jax.tree.map(lay_out, state, self.shardings, abstract)
-
-    def warmup(self, state: TrainState) -> TrainState:
-        """Random-action warm-up of every shard (off-policy; a no-op otherwise)."""
-        if not self._warms_up():
-            return state
-        if self._warmup is None:
-            self._compile_warmup(state)
-        return self._warmup(state)
 
     def _compile_warmup(self, state: TrainState) -> None:
         fn = jax.jit(self._sharded(self._shard_warmup), donate_argnums=0)

@@ -23,7 +23,6 @@ class Fused(DeviceSchedule):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._warmup: Any = None
         self._chunk: Any = None
 
     def fused_chunk(self, s: TrainState) -> tuple[TrainState, Metrics]:
@@ -34,14 +33,6 @@ class Fused(DeviceSchedule):
     def _compile_warmup(self, state: TrainState) -> None:
         fn = self.programs.jit("warmup", jax.vmap(self.per_seed.warmup), donate=(0,))
         self._warmup = self.programs.compile("warmup", fn, state)
-
-    def warmup(self, state: TrainState) -> TrainState:
-        """Random-action warm-up (off-policy; a no-op otherwise), one donating program."""
-        if not self._warms_up():
-            return state
-        if self._warmup is None:
-            self._compile_warmup(state)
-        return self._warmup(state)
 
     def _compile_chunk(self, state: TrainState) -> None:
         fn = self.programs.jit("fused_chunk", self.fused_chunk, donate=(0,))
