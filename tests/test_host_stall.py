@@ -29,6 +29,7 @@ from jaxspreeze.workers import ParamSlot, WorkerError, WorkerPool, WorkerStalled
 STALL_AFTER = 250  # steps of one env before its step blocks
 STALL_S = 5.0  # how long it blocks (bounded, so the test can see the thread end)
 STALLED = threading.Event()  # one env of the run stalls
+RUN_DIR: list = []  # the stalling run's directory: an env stalls once it holds a checkpoint
 
 
 class Stall(gym.Env):
@@ -47,10 +48,16 @@ class Stall(gym.Env):
 
     def step(self, action):
         self.t += 1
-        if self.t == STALL_AFTER and not STALLED.is_set():  # the first env to get there
+        # the first env past STALL_AFTER steps once the run has checkpointed (the workers
+        # run ahead of the learner: on a loaded machine they pass STALL_AFTER while it compiles)
+        if self.t >= STALL_AFTER and not STALLED.is_set() and _checkpointed():
             STALLED.set()
             threading.Event().wait(self.stall_s)  # stuck inside the simulator
         return np.zeros(3, np.float32), -float(np.square(action).sum()), False, False, {}
+
+
+def _checkpointed() -> bool:
+    return not RUN_DIR or checkpoint.latest(RUN_DIR[0]) is not None
 
 
 gym.register("JaxspreezeStall-v0", entry_point=Stall, max_episode_steps=50)
@@ -72,6 +79,7 @@ def test_a_short_get_timeout_does_not_hide_a_stalled_worker():
     """The learner waits for blocks with a timeout; a worker stuck inside its env is still
     reported as stalled (naming it), not as a bare "no block within ..." timeout."""
     STALLED.clear()
+    RUN_DIR.clear()
     slot = ParamSlot()
     slot.publish({"a": jnp.zeros(())}, 0)
     policy = lambda params, obs, key: jnp.zeros((obs.shape[0], 1)) + params["a"]
@@ -92,6 +100,7 @@ def test_the_stall_timeout_is_validated():
 
 def test_a_stalled_worker_ends_the_run_in_one_line_keeping_the_checkpoint(tmp_path, capsys):
     STALLED.clear()
+    RUN_DIR[:] = [tmp_path / "stall"]
     argv = [
         "train", "--env", "gymnasium/JaxspreezeStall-v0", *ARGS, "--host-stall-timeout-s",
         "2", "--logdir", str(tmp_path), "--run-name", "stall",
