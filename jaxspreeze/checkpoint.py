@@ -1,4 +1,4 @@
-"""Checkpoints: the whole run state on disk, written atomically; evaluating the latest one.
+"""Checkpoints: the whole run state on disk, written atomically; finding the newest intact one.
 
 A checkpoint is a directory ``<run_dir>/checkpoints/<env_steps, 12 digits>/`` holding
 
@@ -29,7 +29,8 @@ imports in milliseconds where orbax takes about 2.5 s. Host memory: :func:`save`
 leaf at a time to the host.
 
 Whether a checkpoint may be resumed with a given config is :mod:`jaxspreeze.resume`'s
-question; :func:`evaluate_checkpoint` is what ``jaxspreeze eval`` runs.
+question; :func:`find` and :func:`saved_config` are what ``jaxspreeze eval`` reads
+(:mod:`jaxspreeze.checkpoint_eval`).
 """
 
 from __future__ import annotations
@@ -48,11 +49,8 @@ import numpy as np
 
 from jaxspreeze import config as config_lib
 from jaxspreeze.config import RunConfig
-from jaxspreeze.envs import is_host_env, make_env
 from jaxspreeze.errors import CheckpointError, ConfigError, NonFiniteError
-from jaxspreeze.evaluate import make_evaluate, make_host_evaluate
 from jaxspreeze.iteration import TrainState
-from jaxspreeze.plan import RunPlan
 from jaxspreeze.records import clean
 
 FORMAT = 1
@@ -463,42 +461,39 @@ def saved_split(path: str | Path) -> bool:
     return any(e["path"].startswith(".obs_buffer") for e in read_manifest(path)["leaves"])
 
 
-# ------------------------------------------------------------------------------ evaluation
+# ---------------------------------------------------------------- reading a saved run
 def is_checkpoint(path: str | Path) -> bool:
     """Whether ``path`` is one checkpoint directory (``<run>/checkpoints/<digits>``)."""
     path = Path(path)
     return path.name.isdigit() and path.parent.name == CHECKPOINTS and (path / MANIFEST).is_file()
 
 
-def evaluate_checkpoint(
-    run_dir: str | Path, episodes: int | None = None, seed: int | None = None
-) -> dict[str, Any]:
-    """Restore a run's newest intact checkpoint (or the checkpoint ``run_dir`` names) and
-    evaluate its policy, per seed.
+def find(run_dir: str | Path) -> tuple[Path, Path, list[tuple[Path, str]]]:
+    """The checkpoint to read for ``run_dir``: ``(checkpoint, run directory, damaged)``.
 
-    ``run_dir`` is a run directory or one of its checkpoint directories
-    (``RUN/checkpoints/000000021000``). Returns ``{"checkpoint", "env_steps", "episodes",
-    "return_mean", "return_std", "length_mean", "damaged"}`` (lists over seeds;
-    ``env_steps`` per seed; ``damaged``: the newer checkpoints skipped as damaged, with
-    why). Raises CheckpointError if there is none.
+    ``run_dir`` is a run directory (its newest intact checkpoint; ``damaged`` lists the
+    newer ones skipped, with why) or one of its checkpoint directories
+    (``RUN/checkpoints/000000021000``, verified whole). Raises CheckpointError if there is
+    none.
     """
     given = Path(run_dir)
-    damaged: list[tuple[Path, str]] = []
     if is_checkpoint(given):
-        path, run_dir = given, given.parent.parent
-        verify(path)
-    else:
-        run_dir = given
-        path, damaged = newest_intact(run_dir)
-        if path is None:
-            if damaged:
-                raise CheckpointError(
-                    f"{run_dir} has no intact checkpoint: {damaged[0][1]}"
-                    + (f" (and {len(damaged) - 1} more damaged)" if len(damaged) > 1 else "")
-                )
+        verify(given)
+        return given, given.parent.parent, []
+    path, damaged = newest_intact(given)
+    if path is None:
+        if damaged:
             raise CheckpointError(
-                f"{run_dir} has no checkpoint (looked in {checkpoint_dir(run_dir)})"
+                f"{given} has no intact checkpoint: {damaged[0][1]}"
+                + (f" (and {len(damaged) - 1} more damaged)" if len(damaged) > 1 else "")
             )
+        raise CheckpointError(f"{given} has no checkpoint (looked in {checkpoint_dir(given)})")
+    return path, given, damaged
+
+
+def saved_config(path: Path, run_dir: Path) -> RunConfig:
+    """The config of the run that wrote the checkpoint at ``path`` (its own copy, else the
+    run directory's ``config.json``); CheckpointError when neither can be read."""
     cfg = read_config(path)
     if cfg is None and (run_dir / CONFIG).is_file():
         try:
@@ -507,28 +502,4 @@ def evaluate_checkpoint(
             raise CheckpointError(f"{run_dir / CONFIG} is damaged ({e})") from None
     if cfg is None:
         raise CheckpointError(f"{path} has no {CONFIG}, and neither has {run_dir}")
-    saved = RunPlan.saved(cfg)  # the saved run's algorithm, bound to its env
-    cfg, algo = saved.cfg, saved.make_algorithm()
-    episodes = episodes or cfg.eval_episodes
-    # only the agent is needed: a template without the (possibly huge) replay buffer
-    agent = jax.jit(jax.vmap(algo.init))(jax.random.split(jax.random.key(0), cfg.num_seeds))
-    template = TrainState(*[None] * len(TrainState._fields))._replace(agent=agent)
-    state, info = restore(path, template, partial=True)
-    seed = cfg.seed + 10_000 if seed is None else seed
-    if is_host_env(cfg.env):  # host envs: stepped on the host, seeded from ``seed``
-        result = make_host_evaluate(algo.act, cfg.env, episodes, seed)(state.agent.actor)
-    else:
-        evaluate = jax.jit(
-            jax.vmap(make_evaluate(algo.act, make_env(cfg.env, episodes, cfg.obs_keys)))
-        )
-        keys = jax.random.split(jax.random.key(seed), cfg.num_seeds)
-        result = jax.device_get(evaluate(state.agent.actor, keys))
-    return {
-        "checkpoint": str(path),
-        "env_steps": info["env_steps"],
-        "episodes": episodes,
-        "return_mean": np.asarray(result.return_mean).tolist(),
-        "return_std": np.asarray(result.return_std).tolist(),
-        "length_mean": np.asarray(result.length_mean).tolist(),
-        "damaged": [[str(p), why] for p, why in damaged],
-    }
+    return cfg

@@ -20,7 +20,7 @@ from test_split import run_worker
 
 from jaxspreeze import algos, config, envs, networks, resume
 from jaxspreeze.agent import load
-from jaxspreeze.checkpoint import evaluate_checkpoint
+from jaxspreeze.checkpoint_eval import evaluate_checkpoint
 from jaxspreeze.cli import main
 from jaxspreeze.envs import VecEnv
 from jaxspreeze.envs import playground as pg_family

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxspreeze import algos, checkpoint, cli, config, devices, resume, schedules
+from jaxspreeze import algos, checkpoint, checkpoint_eval, cli, config, devices, resume, schedules
 from jaxspreeze.algos.base import AgentState
 from jaxspreeze.algos.sac import SACConfig
 from jaxspreeze.config import RunConfig
@@ -418,7 +418,7 @@ def test_nonfinite_message():
 def test_evaluate_checkpoint_of_a_run_without_one_is_an_error(tmp_path):
     """evaluate_checkpoint names the directory it looked in."""
     with pytest.raises(CheckpointError, match="no checkpoint") as e:
-        checkpoint.evaluate_checkpoint(tmp_path / "nothing-here")
+        checkpoint_eval.evaluate_checkpoint(tmp_path / "nothing-here")
     assert str(checkpoint.checkpoint_dir(tmp_path / "nothing-here")) in str(e.value)
 
 

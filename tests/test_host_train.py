@@ -15,7 +15,8 @@ import pytest
 
 from jaxspreeze import config as config_lib
 from jaxspreeze import schedules
-from jaxspreeze.checkpoint import evaluate_checkpoint, list_checkpoints, read_manifest, restore
+from jaxspreeze.checkpoint import list_checkpoints, read_manifest, restore
+from jaxspreeze.checkpoint_eval import evaluate_checkpoint
 from jaxspreeze.config import RunConfig
 from jaxspreeze.errors import ConfigError
 from jaxspreeze.plan import plan

@@ -223,6 +223,16 @@ def test_a_second_run_of_a_config_loads_every_program_and_trains_the_same(tmp_pa
         for r in rows
     ]
     assert learned(rows1) == learned(rows2) and any(learned(rows1))
+    # `jaxspreeze eval` of the run loads the evaluation program the run kept, and evaluates
+    # the last checkpoint (the final state) exactly as the trainer's final evaluation did
+    evaluated = subprocess.run(
+        [sys.executable, "-m", "jaxspreeze", "eval", str(tmp_path / "first"), "--json"],
+        capture_output=True, text=True, env={**os.environ, **ON}, timeout=900,
+    )  # fmt: skip
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    result = json.loads(evaluated.stdout.strip().splitlines()[-1])
+    assert result["programs_loaded"] == ["evaluate"]
+    assert result["return_mean"] == [first["final_eval_return"]]
 
 
 @pytest.mark.slow

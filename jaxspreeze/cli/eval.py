@@ -15,7 +15,7 @@ from typing import Annotated
 import numpy as np
 import tyro
 
-from jaxspreeze.checkpoint import evaluate_checkpoint
+from jaxspreeze.checkpoint_eval import evaluate_checkpoint
 from jaxspreeze.cli.args import parse
 from jaxspreeze.cli.common import at_least_one, fail
 from jaxspreeze.errors import CheckpointError, ConfigError
