@@ -2,7 +2,7 @@
 
 Run it with::
 
-    pytest -m benchmark tests/benchmarks --benchmark-enable --benchmark-json out.json
+    pytest -n 0 -m benchmark tests/benchmarks --benchmark-enable --benchmark-json out.json
 
 Each case is the workload ``jaxspreeze bench`` measures (jaxspreeze.bench.suite): it is
 compiled before timing, pytest-benchmark times ``rounds`` calls after ``warmup`` ones

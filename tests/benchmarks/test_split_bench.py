@@ -1,6 +1,6 @@
 """The training chunk with the single and the split placement (opt-in: ``-m benchmark``).
 
-    JAX_NUM_CPU_DEVICES=2 pytest -m benchmark tests/benchmarks/test_split_bench.py \\
+    JAX_NUM_CPU_DEVICES=2 pytest -n 0 -m benchmark tests/benchmarks/test_split_bench.py \\
         --benchmark-enable --benchmark-json out.json
 
 The split case needs two devices (skipped otherwise). Fake CPU devices share the same
