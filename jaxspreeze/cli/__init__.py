@@ -15,7 +15,6 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from jaxspreeze.cli import fastcheck
 from jaxspreeze.cli.common import BAD_INPUT, FAULT, config_error, fail, os_error
 from jaxspreeze.errors import (
     CheckpointError,
@@ -60,6 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(f"unknown command {command!r}; choose one of {', '.join(COMMANDS)}")
     # flags, simple values and env ids that can be checked without JAX: one line, exit 2,
     # before the command (and JAX, and any simulator) is imported
+    from jaxspreeze.cli import fastcheck
+
     if (code := fastcheck.check(command, rest)) is not None:
         return code
     # imported when chosen: a command pulls in jax and its library, `jaxspreeze --help` does not

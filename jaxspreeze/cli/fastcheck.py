@@ -402,7 +402,7 @@ def check_flags(argv: Sequence[str], flags: dict[str, Kind], prog: str) -> str |
             value = argv[i]
             i += 1
         if problem := _value_problem(name, kind, value):
-            return problem
+            return problem if isinstance(kind, tuple) else f"{problem} (see `{prog} --help`)"
         if name == "--env" and (problem := check_env(value)):
             return problem
     return None
