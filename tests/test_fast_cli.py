@@ -156,3 +156,15 @@ def test_another_simulator_version_leaves_the_ids_to_the_full_check(monkeypatch)
     monkeypatch.setattr(fastcheck, "_installed_version", lambda distribution: "0.0.0-other")
     assert fastcheck.check_env("gymnax/Pendulm") is None  # not known here: checked later
     assert fastcheck.check_env("brax/halfcheeta") is not None  # jaxspreeze's own list
+
+
+@pytest.mark.parametrize(
+    "argv", [["eval"], ["render"], ["launch", "--port", "1"], ["cache", "tidy"]]
+)
+def test_what_tyro_refuses_is_refused_before_jax_too(argv):
+    """eval, render and launch import JAX (and what needs it) only after parsing: a command
+    line that passes the early check but not tyro (no RUN_DIR, no --processes, a bad
+    positional) is still one line and exit 2 without it."""
+    code, err, loaded = run_child(*argv)
+    assert code == 2 and len(err) == 1 and err[0].startswith("jaxspreeze: error: "), err
+    assert "jax" not in loaded, loaded
