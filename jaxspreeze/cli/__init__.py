@@ -57,6 +57,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         rest = [*rest, "--debug"] if "--" in rest else [*rest, "--", "--debug"]
     if command not in COMMANDS:
         return fail(f"unknown command {command!r}; choose one of {', '.join(COMMANDS)}")
+    # flags, simple values and env ids that can be checked without JAX: one line, exit 2,
+    # before the command (and JAX, and any simulator) is imported
+    from jaxspreeze.cli import fastcheck
+
+    if (code := fastcheck.check(command, rest)) is not None:
+        return code
     # imported when chosen: a command pulls in jax and its library, `jaxspreeze --help` does not
     module = importlib.import_module(f"jaxspreeze.cli.{command}")
     try:

@@ -18,7 +18,6 @@ from typing import Annotated
 
 import tyro
 
-from jaxspreeze import autotune
 from jaxspreeze.cli.train import parse_run_args, pinned_fields
 from jaxspreeze.config import RunConfig
 from jaxspreeze.errors import ConfigError
@@ -51,6 +50,8 @@ def main(argv: Sequence[str]) -> int:
     """Probe, choose and write the profile; a ConfigError reaches ``cli.main`` (exit 2)."""
     argv = list(argv)
     args = parse_run_args(AutotuneArgs, argv, "jaxspreeze autotune", description=DESCRIPTION)
+    from jaxspreeze import autotune  # after parsing: a refused command line does not wait
+
     out = Path(args.out)
     if out.suffix == ".json" or out.is_file():
         raise ConfigError(

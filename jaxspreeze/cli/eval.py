@@ -12,10 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated
 
-import numpy as np
 import tyro
 
-from jaxspreeze.checkpoint_eval import evaluate_checkpoint
 from jaxspreeze.cli.args import parse
 from jaxspreeze.cli.common import at_least_one, fail
 from jaxspreeze.errors import CheckpointError, ConfigError
@@ -47,6 +45,10 @@ def main(argv: Sequence[str]) -> int:
     args = parse(EvalArgs, argv, "jaxspreeze eval", markers=FLAGS, description=DESCRIPTION)
     if code := at_least_one(episodes=args.episodes):
         return code
+    import numpy as np  # after parsing: a refused command line does not wait for JAX
+
+    from jaxspreeze.checkpoint_eval import evaluate_checkpoint
+
     try:
         result = evaluate_checkpoint(args.run_dir, args.episodes, args.seed)
     except (CheckpointError, ConfigError) as e:

@@ -38,12 +38,6 @@ import tyro
 
 from jaxspreeze.cli.args import parse
 from jaxspreeze.cli.common import BAD_INPUT, FAULT, fail
-from jaxspreeze.distributed import (
-    ENV_COORDINATOR,
-    ENV_LOCAL_DEVICE_IDS,
-    ENV_NUM_PROCESSES,
-    ENV_PROCESS_ID,
-)
 
 POLL_S = 0.1
 ERROR_PREFIX = "jaxspreeze: error: "
@@ -119,6 +113,14 @@ def launch(
     SIGKILL after ``grace_s``) and the failed process's exit code is returned (1 if it
     was killed). ``debug``: every line of the processes' standard error passes through.
     """
+    # the launcher itself starts no JAX: only the names of the variables it sets
+    from jaxspreeze.distributed import (
+        ENV_COORDINATOR,
+        ENV_LOCAL_DEVICE_IDS,
+        ENV_NUM_PROCESSES,
+        ENV_PROCESS_ID,
+    )
+
     port = port or free_port(host)
     base = dict(os.environ if env is None else env)
     base.setdefault("PYTHONUNBUFFERED", "1")

@@ -10,7 +10,6 @@ import tyro
 
 from jaxspreeze.cli.args import parse
 from jaxspreeze.cli.common import fail
-from jaxspreeze.render import render_run
 
 DESCRIPTION = (
     "Roll out a trained policy (deterministic, one episode) to a GIF (gymnax, gymnasium) or "
@@ -37,6 +36,8 @@ class RenderArgs:
 def main(argv: Sequence[str]) -> int:
     """Render and print the output path."""
     args = parse(RenderArgs, argv, "jaxspreeze render", description=DESCRIPTION)
+    from jaxspreeze.render import render_run  # after parsing: a refused command line is quick
+
     try:
         path = render_run(
             args.run_dir,

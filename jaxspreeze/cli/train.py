@@ -23,14 +23,15 @@ from typing import Annotated, Any, TypeVar
 
 import tyro
 
-from jaxspreeze import autotune, config, distributed, rundir
+from jaxspreeze import config
 from jaxspreeze.cli.args import Group, option_value, parse_grouped
 from jaxspreeze.cli.common import fail
 from jaxspreeze.config import RunConfig
 from jaxspreeze.envs import is_host_env
 from jaxspreeze.errors import ConfigError
-from jaxspreeze.plan import plan
-from jaxspreeze.trainer import train
+
+# autotune, distributed, plan, rundir and the trainer are imported after parsing (in the
+# functions that use them): a refused command line does not wait for them
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -41,8 +42,10 @@ Flag = Annotated[bool, tyro.conf.FlagCreatePairsOff]  # --autotune (no --no-auto
 
 
 DESCRIPTION = (
-    "Train an actor-critic agent. `--config FILE` loads a TOML preset (see experiments/); "
-    "flags given after it override it."
+    "Train an actor-critic agent. `--config FILE` loads a TOML file of settings (a preset: "
+    "keys are the flags' names with underscores, [sac] etc. for an algorithm's section; a "
+    "run's config.json also works); flags given with it override it. Example presets are "
+    "in the source repository's experiments/presets/, not in the installed package."
 )
 
 
@@ -148,6 +151,8 @@ def parse_train_args(argv: Sequence[str], base_file: str | Path | None = None) -
 
 def pinned_fields(argv: Sequence[str]) -> set[str]:
     """The tuned fields a ``train``-style argv sets explicitly (a flag, or a key of its --config)."""
+    from jaxspreeze import autotune
+
     pinned: set[str] = set()
     for name in autotune.HOST_TUNED:
         flags = {"--" + name.replace("_", "-"), "--" + name}
@@ -165,6 +170,8 @@ def _record_tuning(
     run_dir: Path, cfg: RunConfig, choice: dict[str, Any] | None, profile: str | None
 ) -> None:
     """Add the autotuned sizes (and where they came from) to the run's summary.json."""
+    from jaxspreeze import rundir
+
     path = rundir.RunDir(Path(run_dir)).summary_file
     summary = json.loads(path.read_text())
     summary["autotune"] = {
@@ -201,6 +208,13 @@ def profile_file(profile: str) -> Path:
     return path
 
 
+def train(cfg: RunConfig, **kwargs: Any) -> Any:
+    """:func:`jaxspreeze.trainer.train`, imported when a run starts (after parsing)."""
+    from jaxspreeze.trainer import train as run
+
+    return run(cfg, **kwargs)
+
+
 def main(argv: Sequence[str]) -> int:
     """Train one run; errors reach ``cli.main`` (one line, exit 2 or 1)."""
     argv = list(argv)
@@ -214,6 +228,9 @@ def main(argv: Sequence[str]) -> int:
         if base_file is None or option_value(argv, "--config"):
             raise
         raise ConfigError("resume", f"{base_file}: {str(e).split(': ', 1)[1]}") from None
+    from jaxspreeze import autotune, distributed, rundir
+    from jaxspreeze.plan import plan
+
     if args.resume and (args.autotune or args.profile):
         return fail("--resume: a resumed run keeps its sizes; drop --autotune/--profile")
     if args.resume and args.overwrite:
