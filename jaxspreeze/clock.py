@@ -3,7 +3,7 @@
 The ``jaxspreeze`` command marks itself (:func:`mark_command`) as it starts; the first
 :func:`jaxspreeze.train` of that process then counts its wall time from the process's
 start (the interpreter and the imports included, as ``time`` would count the command).
-``train`` called from Python counts from its call. Imports nothing (no JAX), so the
+``train`` called from Python (``jaxspreeze.cli.main([...])`` too) counts from its call. Imports nothing (no JAX), so the
 command line can mark the start before anything heavy is loaded.
 """
 
@@ -34,11 +34,11 @@ def process_started() -> float:
         return _IMPORTED
 
 
-def mark_command(process: bool = True) -> None:
-    """The command starts: its run counts from the process's start (``process``) or now
-    (the command line called in a process that did other things first, e.g. a test)."""
+def mark_command() -> None:
+    """The ``jaxspreeze`` command starts (the CLI's ``main()`` called by the console script
+    or ``python -m jaxspreeze``, not from Python): its run counts from the process's start."""
     global _command
-    _command = process_started() if process else time.time()
+    _command = process_started()
 
 
 def take_command_start() -> float | None:

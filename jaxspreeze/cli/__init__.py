@@ -47,8 +47,8 @@ COMMANDS = ("train", "eval", "autotune", "bench", "render", "plot", "launch", "c
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``jaxspreeze`` console script; returns the exit code."""
-    if argv is None or list(argv)[:1] == ["train"]:  # a run's wall time counts from here
-        clock.mark_command(process=argv is None)  # (the process's start, for the command)
+    if argv is None:  # the command itself (not a call from Python): its run's wall time
+        clock.mark_command()  # counts from the process's start
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("JAXSPREEZE_DEBUG", "") not in ("", "0")
     argv = [a for a in argv if a != "--debug"]
