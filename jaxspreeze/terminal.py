@@ -58,10 +58,13 @@ def quiet_third_party(env: str = "") -> bool:
         return False
     warnings.filterwarnings("ignore", message=BRAX_MAINTENANCE, category=UserWarning)
     if _uses_mujoco(env):
-        import mujoco
+        try:
+            import mujoco
 
-        if mujoco.get_mju_user_warning() is None:  # never replace someone else's handler
-            mujoco.set_mju_user_warning(mujoco_warning)
+            if mujoco.get_mju_user_warning() is None:  # never replace someone else's handler
+                mujoco.set_mju_user_warning(mujoco_warning)
+        except Exception:  # a MuJoCo that does not load: the env's own error comes later
+            pass
     return True
 
 
@@ -71,7 +74,10 @@ def mujoco_warning(message: str) -> None:
         seen = _mujoco_seen.get(message, 0)
         _mujoco_seen[message] = seen + 1
     if not seen:
-        line(f"MuJoCo warning (each shown once; --debug shows all): {message}", err=True)
+        try:  # (called from MuJoCo's C code: never raise into it)
+            line(f"MuJoCo warning (each shown once; --debug shows all): {message}", err=True)
+        except Exception:
+            pass
 
 
 def repeats() -> dict[str, int]:
