@@ -9,7 +9,6 @@ covered by at least one event (the union of their intervals), not their sum.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
@@ -19,25 +18,6 @@ TRACE = "/jax/core/compile/jaxpr_trace_duration"
 LOWER = "/jax/core/compile/jaxpr_to_mlir_module_duration"
 BACKEND = "/jax/core/compile/backend_compile_duration"  # XLA, or a persistent-cache read
 EVENTS = (TRACE, LOWER, BACKEND)
-_IMPORTED = time.time()  # the fallback for process_started()
-
-
-def process_started() -> float:
-    """When this process started (``time.time()`` seconds): the command's own start.
-
-    Linux: the process's start time from ``/proc/self/stat`` against ``/proc/uptime``
-    (10 ms resolution). Elsewhere: when this module was imported (after the interpreter
-    and jaxspreeze's imports started, so a little late).
-    """
-    try:
-        with open("/proc/self/stat") as f:
-            fields = f.read().rpartition(")")[2].split()
-        with open("/proc/uptime") as f:
-            uptime = float(f.read().split()[0])
-        age = uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: starttime
-        return time.time() - max(age, 0.0)
-    except (OSError, ValueError, IndexError):  # pragma: no cover - not Linux
-        return _IMPORTED
 
 
 class CompileLog:

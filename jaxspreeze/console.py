@@ -68,25 +68,49 @@ def host_env_note(latest: Path | None, run_dir: Path) -> str:
     )
 
 
-def start_times_line(summary: Record) -> str:
-    """One console line: the command's start to the first chunk, and compiling in all."""
-    first = summary.get("command_to_first_chunk_s")
+def ready_line(n_chunks: int, k: int) -> str:
+    """The line once the run has compiled and warmed up (or restored): what it will run.
+
+    No time on it: the run's compile time and wall time are each given once, at the end
+    (:func:`compile_line`, :func:`last_line`), as ``summary.json`` holds them.
+    """
+    return f"  compiled: {n_chunks} chunks x {k} iterations to run"
+
+
+def compile_line(summary: Record) -> str:
+    """The console's one compile figure (``compile_all_s``: every trace, lowering and
+    compile of the run) and when the first chunk was dispatched."""
     loaded = len(summary.get("programs_loaded") or ())
     kept = f"; {loaded} programs loaded from the program cache" if loaded else ""
+    compiled = summary.get("compile_all_s") or 0
+    line = f"  compiling {compiled:.1f}s in all{kept} (every program: see summary.json)"
+    from_command = summary.get("wall_counted_from") == "command"
+    first = summary.get("command_to_first_chunk_s" if from_command else "first_chunk_dispatched_s")
     if first is None:
-        return f"  compiling in all {summary.get('compile_all_s') or 0:.1f}s{kept}"
-    return (
-        f"  first chunk dispatched {first:.1f}s after the command started "
-        f"({summary['command_to_train_s']:.1f}s before train()); compiling in all "
-        f"{summary['compile_all_s']:.1f}s{kept} (every program: see summary.json)"
-    )
+        return line
+    since = "the command started" if from_command else "train() was called"
+    return f"{line}; first chunk dispatched {first:.1f}s after {since}"
 
 
-def final_line(cfg: RunConfig, summary: Record) -> str:
-    """The last console line of a finished run."""
+def wall_text(summary: Record) -> str:
+    """The console's one wall figure (``command_wall_s``)."""
+    return f"wall {summary['command_wall_s']:.1f}s"
+
+
+def last_line(cfg: RunConfig, summary: Record, stopped: str | None = None) -> str:
+    """The last console line: the final evaluation, the rate and the wall time; a stopped
+    run's line (``stopped``: why, and how to go on) with its wall time."""
+    if stopped is not None:
+        return f"{stopped} ({wall_text(summary)})"
     ret = summary["final_eval_return"]
     return (
         f"final eval return: {'n/a' if ret is None else f'{ret:.1f}'} (mean over "
         f"{cfg.num_seeds} seed(s), {cfg.eval_episodes} episodes each) | "
-        f"{summary['env_steps_per_s']:,.0f} env steps/s | wall {summary['wall_s']:.1f}s"
+        f"{summary['env_steps_per_s']:,.0f} env steps/s | {wall_text(summary)}"
     )
+
+
+def end_lines(cfg: RunConfig, summary: Record, run_dir: Path, stopped: str | None) -> list[str]:
+    """A finished run's last console lines: the compile time, the run directory, then
+    :func:`last_line`."""
+    return [compile_line(summary), f"run directory: {run_dir}", last_line(cfg, summary, stopped)]

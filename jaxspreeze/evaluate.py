@@ -18,7 +18,7 @@ import numpy as np
 
 from jaxspreeze.envs import VecEnv
 from jaxspreeze.hostenvs import make_host_env
-from jaxspreeze.metrics import Report, warn
+from jaxspreeze.metrics import Note, Report, warn
 from jaxspreeze.programs import ProgramCache
 from jaxspreeze.types import PyTree
 
@@ -159,6 +159,7 @@ class Snapshot:
 
 
 OnResult = Callable[[Snapshot, EvalResult, float], None]
+OnNote = Callable[[Note], None]
 
 
 def snapshot_copy(actor: PyTree, device: jax.Device | None = None) -> PyTree:
@@ -179,6 +180,10 @@ class Evaluator:
     replaced one is counted in :attr:`skipped` and its future cancelled). Errors are
     reported and counted, never raised into training. :meth:`close` sends the sentinel
     and waits for the queued snapshot to finish.
+
+    ``on_note`` hears, in order, each snapshot queued (before the evaluator can take it),
+    each one skipped and why (the evaluation it waited behind) and each one that failed:
+    with the records, what the console needs to print every evaluation in step order.
     """
 
     def __init__(
@@ -188,10 +193,13 @@ class Evaluator:
         device: jax.Device | None = None,
         on_result: OnResult | None = None,
         report: Report | None = None,
+        on_note: OnNote | None = None,
     ):
         self._evaluate = evaluate
         self.device = device
         self._on_result = on_result
+        self._on_note = on_note or (lambda note: None)
+        self._busy: Snapshot | None = None  # the snapshot being evaluated
         self._report = report or warn
         self._queue: queue.Queue = queue.Queue(maxsize=1)
         self._lock = threading.Lock()
@@ -222,6 +230,8 @@ class Evaluator:
             else:
                 old.future.cancel()
                 self.skipped += 1
+                self._on_note(Note("skipped", old.env_steps, _why_skipped(self._busy, env_steps)))
+            self._on_note(Note("queued", env_steps))  # before the evaluator can take it
             self._queue.put_nowait(snap)
         return snap.future
 
@@ -232,6 +242,7 @@ class Evaluator:
                 return
             if not snap.future.set_running_or_notify_cancel():
                 continue
+            self._busy = snap
             t0 = time.perf_counter()
             try:
                 result = jax.device_get(self._evaluate(snap.actor))
@@ -239,11 +250,13 @@ class Evaluator:
             except Exception as e:
                 self.failed += 1
                 self._fail(f"evaluation at {snap.env_steps} env steps failed", e)
+                self._on_note(Note("failed", snap.env_steps, f"{type(e).__name__}: {e}"))
                 snap.actor = None  # free the copy
                 snap.future.set_exception(e)
                 continue
             finally:
                 self.eval_s += time.perf_counter() - t0
+                self._busy = None
             self.done += 1
             if self._on_result is not None:
                 try:  # (it may keep the actor: the best evaluation's policy)
@@ -276,3 +289,13 @@ class Evaluator:
             "evaluations_failed": self.failed,
             "eval_wall_s": self.eval_s,
         }
+
+
+def _why_skipped(busy: Snapshot | None, newer: int) -> str:
+    """Why a waiting snapshot was replaced by the one at ``newer`` env steps."""
+    if busy is None:  # (between two evaluations)
+        return f"the snapshot at {newer:,} steps replaced it while it waited"
+    return (
+        f"the evaluator was still busy with {busy.env_steps:,} steps when {newer:,} came; "
+        "only the newest snapshot waits"
+    )

@@ -13,11 +13,12 @@ from that checkpoint finds the records of every chunk it includes.
 from __future__ import annotations
 
 import queue
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
+from jaxspreeze import terminal
 from jaxspreeze.types import Record, Sink
 
 Report = Callable[[str], None]
@@ -49,7 +50,19 @@ class _Barrier:
 
 def warn(message: str) -> None:
     """Report a host-side problem on stderr without stopping anything."""
-    print(f"jaxspreeze: warning: {message}", file=sys.stderr, flush=True)
+    terminal.line(f"jaxspreeze: warning: {message}", err=True)
+
+
+@dataclass(frozen=True)
+class Note:
+    """What happened to an evaluation besides its record, for the console (a sink with a
+    ``note`` method): ``kind`` is ``"queued"`` (a snapshot at ``env_steps`` waits for the
+    evaluator; its record or another note follows), ``"skipped"`` or ``"failed"``
+    (``why`` says why). Notes keep their place among the records; no file holds them."""
+
+    kind: str
+    env_steps: int
+    why: str = ""
 
 
 class _SinkWorker:
@@ -83,6 +96,12 @@ class _SinkWorker:
         except queue.Full:
             self._drop()
 
+    def offer_note(self, note: Note) -> None:
+        """Queue ``note`` behind the records, if the sink takes notes (a full queue drops
+        it, counted as a record)."""
+        if callable(getattr(self.sink, "note", None)):
+            self.offer(note)  # type: ignore[arg-type]
+
     def offer_barrier(self, barrier: _Barrier) -> None:
         """Queue ``barrier`` behind the records; a full queue lets it pass at once."""
         try:
@@ -104,7 +123,10 @@ class _SinkWorker:
                 record.arrive()
                 continue
             try:
-                self.sink.write(record)
+                if isinstance(record, Note):
+                    self.sink.note(record)  # type: ignore[attr-defined]
+                else:
+                    self.sink.write(record)
             except Exception as e:
                 self._drop()
                 self._fail("write", e)
@@ -131,7 +153,8 @@ class _SinkWorker:
 class MetricsThread:
     """Builds records on a host thread and fans them out to the sinks.
 
-    ``submit(item)`` never waits: ``item`` is a finished record or a zero-argument
+    ``submit(item)`` never waits: ``item`` is a finished record, a :class:`Note` (handed
+    in its place among the records to the sinks that take notes) or a zero-argument
     callable that builds one (e.g. fetching a chunk's device metrics with
     ``jax.device_get``, which blocks this thread, not the caller). Each sink has its own
     bounded queue (``sink.queue_size`` if it has one, else ``sink_maxsize``) and thread;
@@ -157,7 +180,7 @@ class MetricsThread:
         self._thread = threading.Thread(target=self._run, name="jaxspreeze-metrics", daemon=True)
         self._thread.start()
 
-    def submit(self, item: Record | Callable[[], Record | None]) -> None:
+    def submit(self, item: Record | Note | Callable[[], Record | None]) -> None:
         """Hand over a record (or a callable building one); never blocks."""
         try:
             self._queue.put_nowait(item)
@@ -174,6 +197,10 @@ class MetricsThread:
                 item.expect(len(durable))
                 for worker in durable:
                     worker.offer_barrier(item)
+                continue
+            if isinstance(item, Note):
+                for worker in self._workers:
+                    worker.offer_note(item)
                 continue
             try:
                 record = item() if callable(item) else item

@@ -8,6 +8,7 @@ memory estimate, the resume and the stop, and the compile accounting of the whol
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from jaxspreeze import checkpoint, distributed, records, schedules
@@ -21,46 +22,62 @@ from jaxspreeze.threads import HostThreads
 from jaxspreeze.types import Record
 
 
+@dataclass(frozen=True)
+class Ran:
+    """What the chunks of one call of :func:`jaxspreeze.train` left."""
+
+    state: TrainState
+    steps: int  # env steps per seed
+    chunks: int  # chunks run by this call (a resumed run counts from the resume)
+    stopped: str | None  # the signal that stopped the run, if one did
+    train_s: float  # seconds from the host threads' start to the last chunk done
+    first_dispatch_s: float | None  # from the call of train() to the first chunk dispatched
+    final: EvalResult | None  # the final evaluation (process 0, a run not stopped)
+
+
 def run_summary(
     cfg: RunConfig,
     schedule: schedules.Schedule,
     run_dir: Path,
     host: HostThreads,
+    ran: Ran,
     *,
-    state: TrainState,
-    final: EvalResult | None,
     t_start: float,
-    train_s: float,
     compile_s: float,
-    chunks: int,
     sink_drops: int,
     estimate: dict[str, int],
     point: ResumePoint | None,
-    stopped: str | None,
     compiles: Record | None,
+    wall_from: tuple[float, str] | None = None,
 ) -> Record:
     """The summary of a run on process 0 (whose ``host`` threads hold the evaluator).
 
-    ``wall_s`` counts from ``t_start`` (the call of ``train``) to this call; ``estimate``
-    is the memory estimate, ``point`` where a resumed run continued from, ``compiles``
-    :func:`compiles`' accounting.
+    ``wall_s`` counts from ``t_start`` (the call of ``train``, ``perf_counter`` seconds)
+    to this call; ``command_wall_s`` (the wall time the console prints) from
+    ``wall_from``: a ``time.time()`` and what it was, ``wall_counted_from`` (``"command"``:
+    the process's start, for the ``jaxspreeze`` command; ``"train()"``: the call, the
+    default). ``estimate`` is the memory estimate, ``point`` where a resumed run continued
+    from, ``compiles`` :func:`compiles`' accounting.
     """
     evaluator = host.evaluator
     assert evaluator is not None, "process 0 writes the summary"
     latest = checkpoint.latest(run_dir)
+    wall_s = time.perf_counter() - t_start
+    since, what = wall_from or (time.time() - wall_s, "train()")
+    wall = {"command_wall_s": time.time() - since, "wall_counted_from": what}
     return records.summary(
         cfg,
-        env_steps=distributed.local_copy(state.env_steps),
-        final_eval=records.final_eval_fields(final, evaluator.errors),
-        times={"wall_s": time.perf_counter() - t_start, "train_s": train_s, "compile_s": compile_s},
-        compiles=compiles,
+        env_steps=distributed.local_copy(ran.state.env_steps),
+        final_eval=records.final_eval_fields(ran.final, evaluator.errors),
+        times={"wall_s": wall_s, "train_s": ran.train_s, "compile_s": compile_s},
+        compiles={**(compiles or {}), **wall},
         work=host.work,
-        chunks=chunks,
+        chunks=ran.chunks,
         schedule=schedule,
         host={**evaluator.stats(), "sink_drops": sink_drops, "sink_errors": host.metrics.errors},
         memory=estimate,
         resumed_from=str(point.checkpoint) if point is not None else None,
-        stopped=stopped,
+        stopped=ran.stopped,
         checkpoint=str(latest) if latest else None,
         resume=point.record() if point is not None else None,
     )

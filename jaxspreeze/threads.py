@@ -175,8 +175,8 @@ def _evaluator(
     watch: EvalWatch | None = None,
 ) -> Evaluator:
     """The evaluator thread, on the eval device, running ``evaluate`` (compiled ahead by
-    :func:`jaxspreeze.starting.start`, else made here); its results go to the metrics
-    thread."""
+    :func:`jaxspreeze.starting.start`, else made here); its results, and a note of each
+    snapshot queued, skipped or failed, go to the metrics thread."""
     if evaluate is None:
         evaluate = make_evaluate(schedule)
     return Evaluator(
@@ -184,6 +184,7 @@ def _evaluator(
         device=schedule.placement.eval,
         on_result=functools.partial(_eval_record, metrics_thread, builder, watch),
         report=report,
+        on_note=metrics_thread.submit,  # in their place among the records (the console)
     )
 
 

@@ -37,11 +37,10 @@ from typing import Any, Literal
 
 import jax
 
-from jaxspreeze import console, distributed, metrics, schedules
+from jaxspreeze import clock, console, distributed, metrics, schedules, terminal
 from jaxspreeze.checkpointing import save_checkpoint
-from jaxspreeze.compiles import CompileLog, process_started
+from jaxspreeze.compiles import CompileLog
 from jaxspreeze.config import RunConfig
-from jaxspreeze.evaluate import EvalResult
 from jaxspreeze.evalwatch import EvalWatch, OnEval, stop_reason, stopped_line
 from jaxspreeze.faults import explained
 from jaxspreeze.iteration import TrainState
@@ -50,7 +49,7 @@ from jaxspreeze.records import Work
 from jaxspreeze.sinks import Sink
 from jaxspreeze.starting import BEFORE_SETUP, Setup, Started, budget_warnings, set_up, start
 from jaxspreeze.stopping import GracefulStop
-from jaxspreeze.summary import compiles, run_summary
+from jaxspreeze.summary import Ran, compiles, run_summary
 from jaxspreeze.threads import HostThreads, start_threads
 from jaxspreeze.threads import sinks as run_sinks
 
@@ -132,10 +131,13 @@ def train(
     ``summary`` only holds ``process_index``.
     """
     t_start = time.perf_counter()
-    before_train_s = time.time() - process_started()  # the command's start to this call
+    command = clock.take_command_start()  # the jaxspreeze command's start, if it is one
+    wall_from = (command, "command") if command else (time.time(), "train()")  # the wall's 0
+    before_train_s = time.time() - clock.process_started()  # the process's start to this call
     main = distributed.is_main()  # process 0 (of a multi-process run) owns the output
     quiet = quiet or not main
-    say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
+    say = (lambda text: None) if quiet else terminal.line
+    terminal.quiet_third_party(cfg.env)  # MuJoCo's and brax's repeated notices, once
     stop = GracefulStop(second=signals) if signals else None
     setup: Setup | None = None
     try:
@@ -154,7 +156,7 @@ def train(
                     metrics.warn(line)
                 started = start(setup, say, stop)
             return _run(setup, started, t_start, say, quiet, sinks, save, stop,
-                        compile_log, before_train_s, on_eval)  # fmt: skip
+                        compile_log, (before_train_s, wall_from), on_eval)  # fmt: skip
     finally:
         if setup is not None:
             setup.schedule.close()  # the host schedule's workers and envs
@@ -176,10 +178,14 @@ def _run(
     save: bool,
     stop: GracefulStop | None,
     compile_log: CompileLog | None = None,
-    before_train_s: float | None = None,
+    clocks: tuple[float, tuple[float, str]] | None = None,
     on_eval: OnEval | None = None,
 ) -> RunResult:
-    """Run the chunks of a started run, then its final evaluation, summary and policy."""
+    """Run the chunks of a started run, then its final evaluation, summary and policy.
+
+    ``clocks``: the seconds from the process's start to the call of ``train``, and where
+    the run's wall time counts from (``summary.run_summary``'s ``wall_from``)."""
+    before_train_s, wall_from = clocks or (None, None)
     cfg, schedule, run = setup.cfg, setup.schedule, setup.run
     main = distributed.is_main()  # the others run no sinks and no evaluator
     resumed_at = setup.point.env_steps if setup.point is not None else None
@@ -188,7 +194,7 @@ def _run(
     spi = setup.plan.steps_per_iteration
     remaining = math.ceil(max(cfg.total_steps - started.steps, 0) / spi)
     n_chunks = math.ceil(remaining / k)
-    say(f"  compiled in {started.compile_s:.1f}s ({n_chunks} chunks x {k} iterations to run)")
+    say(console.ready_line(n_chunks, k))
 
     # the host threads: metrics -> sinks, snapshots -> evaluator -> metrics
     work = Work.per_chunk(setup.plan, schedule.algo, k)
@@ -206,43 +212,18 @@ def _run(
 
     # finish: the summary, the final policy, the last lines on the console
     summary = run_summary(
-        cfg,
-        schedule,
-        run.path,
-        host,
-        state=ran.state,
-        final=ran.final,
-        t_start=t_start,
-        train_s=ran.train_s,
-        compile_s=started.compile_s,
-        chunks=ran.chunks,
-        sink_drops=sink_drops,
-        estimate=setup.memory,
-        point=setup.point,
-        stopped=ran.stopped,
+        cfg, schedule, run.path, host, ran, t_start=t_start, compile_s=started.compile_s,
+        sink_drops=sink_drops, estimate=setup.memory, point=setup.point, wall_from=wall_from,
         compiles=compiles(compile_log, ran.first_dispatch_s, before_train_s, schedule.programs),
-    )
+    )  # fmt: skip
     if save:
         save_policy(run.path, distributed.local_copy(ran.state.agent.actor))
     run.write_summary(summary)
-    say(console.start_times_line(summary))
-    say(f"run directory: {run.path}")
     hint = stop.resume_hint(run.path, ran.steps) if stop and ran.stopped else None
-    say(stopped_line(ran.stopped, run.path) or hint or console.final_line(cfg, summary))
+    stopped = stopped_line(ran.stopped, run.path) or hint
+    for line in console.end_lines(cfg, summary, run.path, stopped):
+        say(line)
     return RunResult(run.path, summary, ran.state, schedule)
-
-
-@dataclass(frozen=True)
-class _Ran:
-    """What the chunks of one call of :func:`train` left."""
-
-    state: TrainState
-    steps: int  # env steps per seed
-    chunks: int  # chunks run by this call (a resumed run counts from the resume)
-    stopped: str | None  # the signal that stopped the run, if one did
-    train_s: float  # seconds from the host threads' start to the last chunk done
-    first_dispatch_s: float | None  # from the call of train() to the first chunk dispatched
-    final: EvalResult | None  # the final evaluation (process 0, a run not stopped)
 
 
 def _chunks(
@@ -253,7 +234,7 @@ def _chunks(
     stop: GracefulStop | None,
     t_start: float,
     watch: EvalWatch | None = None,
-) -> _Ran:
+) -> Ran:
     """Dispatch ``n_chunks`` chunks, with evaluations, checkpoints and stops at their
     boundaries; then the last checkpoint and the final evaluation (unless stopped)."""
     cfg, schedule, evaluator = setup.cfg, setup.schedule, host.evaluator
@@ -306,4 +287,4 @@ def _chunks(
         except Exception:  # reported by the evaluator; the run still finishes
             result = None
     chunks = chunk - started.first_chunk + 1
-    return _Ran(state, steps, chunks, stopped, train_s, first_dispatch_s, result)
+    return Ran(state, steps, chunks, stopped, train_s, first_dispatch_s, result)

@@ -98,6 +98,12 @@ def test_train_cli_writes_run_directory(tmp_path):
     assert (run / "metrics.jsonl").read_text().count("\n") >= 1
     last = out.stdout.strip().splitlines()[-2:]
     assert str(run) in last[0] and "final eval return" in last[1]
+    # the one wall figure: the command's, from the process's start to the summary
+    assert summary["wall_counted_from"] == "command"
+    assert summary["command_wall_s"] == pytest.approx(
+        summary["command_to_train_s"] + summary["wall_s"], abs=0.5
+    )
+    assert last[1].endswith(f"| wall {summary['command_wall_s']:.1f}s")
 
 
 def test_top_level_help_imports_no_command():
@@ -109,7 +115,9 @@ def test_top_level_help_imports_no_command():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     loaded = out.stdout.strip().splitlines()[-1]
-    assert loaded == "['jaxspreeze.cli', 'jaxspreeze.cli.common', 'jaxspreeze.errors']"
+    # (jaxspreeze.clock: the command's start, marked as it starts; a leaf without JAX)
+    expected = ["jaxspreeze.cli", "jaxspreeze.cli.common", "jaxspreeze.clock", "jaxspreeze.errors"]
+    assert loaded == str(expected)
 
 
 def test_bad_flag_is_one_line_naming_it(run_main):

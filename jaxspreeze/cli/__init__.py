@@ -15,6 +15,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from jaxspreeze import clock
 from jaxspreeze.cli.common import BAD_INPUT, FAULT, config_error, fail, os_error
 from jaxspreeze.errors import (
     CheckpointError,
@@ -46,6 +47,8 @@ COMMANDS = ("train", "eval", "autotune", "bench", "render", "plot", "launch", "c
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``jaxspreeze`` console script; returns the exit code."""
+    if argv is None:  # the command itself (not a call from Python): its run's wall time
+        clock.mark_command()  # counts from the process's start
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("JAXSPREEZE_DEBUG", "") not in ("", "0")
     argv = [a for a in argv if a != "--debug"]
