@@ -228,7 +228,7 @@ def main(argv: Sequence[str]) -> int:
         if base_file is None or option_value(argv, "--config"):
             raise
         raise ConfigError("resume", f"{base_file}: {str(e).split(': ', 1)[1]}") from None
-    from jaxspreeze import autotune, distributed, rundir
+    from jaxspreeze import autotune, distributed, rundir, terminal
     from jaxspreeze.plan import plan
 
     if args.resume and (args.autotune or args.profile):
@@ -243,6 +243,7 @@ def main(argv: Sequence[str]) -> int:
     if several and (args.autotune or args.profile):
         return fail("--autotune: tune in one process, then train the processes with its sizes")
     cfg = args.run
+    terminal.quiet_third_party(cfg.env)  # the plan builds the env: its warnings once
     plan(cfg, on_devices=False)  # exit 2 on a bad config, before any device is touched
     tuned: dict[str, Any] | None = None
     profile = str(profile_file(args.profile)) if args.profile else None
