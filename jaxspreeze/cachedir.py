@@ -130,6 +130,25 @@ class Entry:
                 pass
 
 
+def time_untimed(directory: Path) -> int:
+    """Give every JAX entry in ``directory`` that lacks its use-time file one (its file's
+    modification time); returns how many. JAX writes use times only while a size cap is
+    set, and with the cap on it reads one for every entry before each write: an entry left
+    by a run without the cap (or by an older jaxspreeze) would make every later write fail
+    with a warning."""
+    timed = 0
+    for path in directory.glob(f"*{_JAX_SUFFIX}") if directory.is_dir() else []:
+        atime = _atime_path(path)
+        if atime.exists():
+            continue
+        try:
+            atime.write_bytes(path.stat().st_mtime_ns.to_bytes(8, "little"))
+            timed += 1
+        except OSError:  # removed meanwhile, or not ours to write: JAX will say
+            continue
+    return timed
+
+
 def _atime_path(path: Path) -> Path:
     return path.with_name(path.name[: -len(_JAX_SUFFIX)] + _ATIME_SUFFIX)
 

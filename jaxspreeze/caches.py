@@ -37,7 +37,10 @@ def enable_compile_cache(setting: str) -> str | None:
     jax.config.update("jax_compilation_cache_dir", str(path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    jax.config.update("jax_compilation_cache_max_size", cachedir.max_size() or -1)
+    cap = cachedir.max_size()
+    if cap:  # JAX's eviction reads every entry's use time
+        cachedir.time_untimed(path)
+    jax.config.update("jax_compilation_cache_max_size", cap or -1)
     return str(path)
 
 

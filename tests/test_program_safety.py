@@ -251,3 +251,39 @@ def test_unwritable_names_why(tmp_path):
     (tmp_path / "file").write_text("")
     assert "not a directory" in cachedir.unwritable(tmp_path / "file" / "xla")
     assert cachedir.unwritable(tmp_path / "new" / "xla") is None
+
+
+def test_entries_left_without_use_times_do_not_break_the_capped_cache(tmp_path, monkeypatch):
+    """JAX's capped cache reads every entry's use time before each write; an entry left by
+    a run without the cap (no ``-atime`` file) made every later write fail with a warning.
+    Turning the cache on gives such entries a use time (their file's)."""
+    from jax._src.lru_cache import LRUCache
+
+    from jaxspreeze.caches import enable_compile_cache
+
+    root = tmp_path / "xla"
+    root.mkdir()
+    old = root / "jit_old-0123-cache"
+    old.write_bytes(b"compiled without the cap")
+    with pytest.raises(FileNotFoundError):  # what JAX does with it, before the fix
+        LRUCache(str(root), max_size=10**6).put("jit_new-1", b"new")
+    monkeypatch.setenv(cachedir.ENV_MAX_SIZE, "1MB")
+    keep = {
+        name: getattr(jax.config, name)
+        for name in (
+            "jax_compilation_cache_dir",
+            "jax_persistent_cache_min_compile_time_secs",
+            "jax_persistent_cache_min_entry_size_bytes",
+            "jax_compilation_cache_max_size",
+        )
+    }
+    try:
+        assert enable_compile_cache(str(root)) == str(root)
+    finally:
+        for name, value in keep.items():
+            jax.config.update(name, value)
+    atime = root / "jit_old-0123-atime"
+    assert int.from_bytes(atime.read_bytes(), "little") == old.stat().st_mtime_ns
+    LRUCache(str(root), max_size=10**6).put("jit_new-2", b"new")  # no error now
+    assert (root / "jit_new-2-cache").read_bytes() == b"new"
+    assert cachedir.time_untimed(root) == 0  # every entry has its use time
