@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 import jax
 
-from jaxspreeze import console, distributed, metrics, schedules
+from jaxspreeze import console, distributed, hostenvs, metrics, schedules
 from jaxspreeze.checkpointing import save_checkpoint
 from jaxspreeze.compiles import CompileLog, process_started
 from jaxspreeze.config import RunConfig
@@ -79,8 +79,18 @@ def train(
     signals: Literal["raise", "kill"] | None = "raise",
     overwrite: bool = False,
     on_eval: OnEval | None = None,
+    env: Any = None,
 ) -> RunResult:
     """Train an agent as configured; returns the run directory and summary.
+
+    ``env``: your own gymnasium env, no id to register: a ``gymnasium.Env`` instance
+    (deep-copied for every env the run builds), a factory (a zero-argument callable
+    returning a new ``gymnasium.Env``, called once per env) or a gymnasium vector env
+    (its ``env_fns`` are used). It replaces ``cfg.env`` with ``user/<ClassName>`` (a host
+    env: the sampling workers step it) and the run directory records it
+    (``user_env.json``); a ConfigError naming ``env`` refuses another type or a space
+    other than a Box observation and a Box(d,) or Discrete action. Resuming such a run
+    needs the env passed again: ``train(cfg, env=..., resume=RUN_DIR)``.
 
     Resolves ``cfg`` (run-level sizes left unset come from the algorithm's defaults),
     validates it and checks its memory estimate first (raising
@@ -138,6 +148,8 @@ def train(
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     stop = GracefulStop(second=signals) if signals else None
     setup: Setup | None = None
+    if env is not None and isinstance(cfg, RunConfig):  # a user's env: a host env under its reserved name
+        cfg = cfg.replace(env=hostenvs.register_user_env(env).name)
     try:
         # every trace, lowering and compile of the run (memory estimate, init, warm-up,
         # chunk, evaluation), for the summary
@@ -146,6 +158,8 @@ def train(
             with starting:
                 # config, devices, resume point, memory check, run directory (locked)
                 setup = set_up(cfg, resume, overwrite)
+                if env is not None and main:
+                    hostenvs.save_user_env(setup.run.path, cfg.env)
                 if stop is not None:
                     stop.run_dir = setup.run.path
                     stop.set_start_line(console.start_line(setup.run.path, setup.point is not None))
