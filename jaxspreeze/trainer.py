@@ -148,7 +148,7 @@ def train(
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     stop = GracefulStop(second=signals) if signals else None
     setup: Setup | None = None
-    if env is not None and isinstance(cfg, RunConfig):  # a user's env: a host env under its reserved name
+    if env is not None and isinstance(cfg, RunConfig):  # a user's env, named user/<Class>
         cfg = cfg.replace(env=hostenvs.register_user_env(env).name)
     try:
         # every trace, lowering and compile of the run (memory estimate, init, warm-up,

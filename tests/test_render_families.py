@@ -142,7 +142,6 @@ def test_render_playground_to_a_gif(tmp_path):
 
 
 @needs_envpool
-@pytest.mark.slow  # about 30 s here (the policy's init and act compile)
 def test_render_an_envpool_run(tmp_path):
     run_dir = fresh_run(tmp_path, "envpool/Pendulum-v1")
     frames = read_gif(render.render_run(run_dir, tmp_path / "e.gif", max_steps=8))
@@ -171,3 +170,12 @@ def test_render_a_user_env_needs_it_passed_again(tmp_path, monkeypatch):
     assert cli.main(["render", str(run_dir)]) == 2  # one line: pass the env from Python
     path = render.render_run(run_dir, env=lambda: gym.make("Pendulum-v1"), max_steps=5)
     assert_moving(read_gif(path), 6)
+
+
+@needs_gl
+@pytest.mark.slow  # the policy's init and act compile, MuJoCo's model loads
+def test_render_a_gymnasium_mujoco_task_through_the_offline_backend(tmp_path):
+    pytest.importorskip("mujoco")
+    run_dir = fresh_run(tmp_path, "gymnasium/HalfCheetah-v5")
+    frames = read_gif(render.render_run(run_dir, tmp_path / "g.gif", max_steps=4))
+    assert_moving(frames, 5)
