@@ -231,3 +231,15 @@ def test_train_a_user_pendulum_then_load_and_predict(tmp_path, how):
     hostenvs._USER_ENVS.clear()  # as a later process
     agent = jaxspreeze.load(res.run_dir)
     assert agent.predict(np.zeros((4, 3))).shape == (4, 1)
+
+
+@pytest.mark.slow
+def test_resume_a_user_env_run_from_python_with_the_env_passed_again(tmp_path):
+    first = jaxspreeze.train(tiny(tmp_path, "r"), env=pendulum, quiet=True)
+    hostenvs._USER_ENVS.clear()  # as a later process
+    cfg = tiny(tmp_path, "r", total_steps=600)
+    with pytest.raises(ConfigError, match="pass it again from Python") as e:
+        jaxspreeze.train(cfg.replace(env=NAME), resume=first.run_dir, quiet=True)
+    assert e.value.field == "env"
+    res = jaxspreeze.train(cfg, env=pendulum, resume=first.run_dir, quiet=True)
+    assert res.run_dir == first.run_dir and res.summary["env_steps"] >= 600
