@@ -39,10 +39,20 @@ class Evaluation(NamedTuple):
     episodes: int
 
 
-def load(path: str | Path, seed_index: int | None = None) -> Agent:
+def load(path: str | Path, seed_index: int | None = None, *, env: Any = None) -> Agent:
     """The agent of a finished run directory or a policy file (``Agent.save``'s or a run's
     ``policy.msgpack``); ``seed_index`` picks the seed of a multi-seed run (default: the
-    file's, 0 for a run)."""
+    file's, 0 for a run).
+
+    A run trained on your own env (``jaxspreeze.train(cfg, env=...)``) loads from its run
+    directory's record of the env: ``predict`` works at once; evaluating or rendering it
+    by name needs the env, passed again as ``env`` (an instance, a factory or a vector
+    env, as for ``train``; also what a standalone policy file of such a run needs).
+    """
+    if env is not None:
+        hostenvs.register_user_env(env)
+    run_dir = Path(path) if Path(path).is_dir() else Path(path).parent
+    hostenvs.load_user_env(run_dir)
     policy = load_policy(path)
     return Agent(policy, policy.seed_index if seed_index is None else seed_index)
 

@@ -1,5 +1,16 @@
 """Environments that run on the host CPU: ``gymnasium/<id>``, ``envpool/<task>`` or your own.
 
+Your own gymnasium env trains without registering an id: ``jaxspreeze.train(cfg,
+env=...)`` takes a ``gymnasium.Env`` instance, a factory (a zero-argument callable
+returning one) or a gymnasium vector env, and enters it here under the reserved name
+``user/<ClassName>`` (:func:`register_user_env`): from then on it is a host env like
+the others, built by name by the sampling workers and the evaluator. An instance is
+deep-copied for every env built (it is never stepped itself); a factory is called once
+per env; a vector env lends its ``env_fns`` (SyncVectorEnv, AsyncVectorEnv). The run
+directory records the env (:data:`USER_ENV_FILE`: how it was passed, its class, its
+spec), so ``jaxspreeze.load(run)`` knows its spaces in a later process; stepping it there
+needs it passed again from Python.
+
 Every host env, whatever its library, is a batch of ``N`` envs driven through one numpy
 contract close to the device one (:mod:`jaxspreeze.envs`)::
 
@@ -36,19 +47,26 @@ Tuple, MultiDiscrete, MultiBinary, unbounded actions, ...) is refused by name.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import difflib
 import functools
 import importlib
 import importlib.util
-from collections.abc import Callable
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from jaxspreeze.errors import UnknownEnvError
+from jaxspreeze.errors import ConfigError, UnknownEnvError
 from jaxspreeze.types import EnvSpec
 
 FAMILIES = ("gymnasium", "envpool")
+USER = "user"  # the reserved prefix of the envs passed to jaxspreeze.train(cfg, env=...)
+USER_ENV_FILE = "user_env.json"  # a run directory's record of its user env
 ENVPOOL_INSTALL = 'pip install "jaxspreeze[envpool]"'
 GYMNASIUM_INSTALL = 'pip install "gymnasium[mujoco]>=1.1"'
 HOST_INSTALL = 'pip install "jaxspreeze[host]"'  # gymnasium[mujoco] and envpool (pyproject)
@@ -71,8 +89,14 @@ class HostStep(NamedTuple):
 
 
 def is_host_env(name: str) -> bool:
-    """Whether ``name`` names a host env family (``gymnasium/...`` or ``envpool/...``)."""
-    return name.partition("/")[0] in FAMILIES
+    """Whether ``name`` names a host env (``gymnasium/...``, ``envpool/...`` or ``user/...``)."""
+    prefix = name.partition("/")[0]
+    return prefix in FAMILIES or prefix == USER
+
+
+def is_user_env(name: str) -> bool:
+    """Whether ``name`` is a user's env passed to ``jaxspreeze.train(cfg, env=...)``."""
+    return name.partition("/")[0] == USER
 
 
 # --- spaces -------------------------------------------------------------------------------
@@ -412,6 +436,9 @@ def _spec_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 def check_host_env_name(name: str) -> None:
     """Raise :class:`UnknownEnvError` for a host env name whose family, package or id is unknown."""
     family, sep, env_id = name.partition("/")
+    if family == USER:
+        _user_entry(name)
+        return
     if not sep or family not in FAMILIES or not env_id:
         raise UnknownEnvError(
             f"unknown host environment {name!r}; names are gymnasium/<id> or envpool/<task>"
@@ -445,11 +472,21 @@ def env_names(family: str) -> list[str]:
     raise UnknownEnvError(f"unknown host env family {family!r}; one of {', '.join(FAMILIES)}")
 
 
-@functools.cache
 def host_env_spec(name: str) -> EnvSpec:
-    """The :class:`EnvSpec` of a named host env (checks the name and its spaces; builds one env)."""
+    """The :class:`EnvSpec` of a named host env (checks the name and its spaces; builds one env
+    once per name; a user env's spec is the one registered)."""
+    if is_user_env(name):
+        return _user_entry(name).spec
+    return _library_env_spec(name)
+
+
+@functools.cache
+def _library_env_spec(name: str) -> EnvSpec:
     with make_host_env(name, 1) as env:
         return env.spec
+
+
+host_env_spec.cache_clear = _library_env_spec.cache_clear  # type: ignore[attr-defined]
 
 
 def make_host_env(
@@ -476,6 +513,12 @@ def make_host_env(
         raise ValueError(f"num_envs must be >= 1, got {num_envs}")
     if vectorization not in ("sync", "async"):
         raise ValueError(f"vectorization must be 'sync' or 'async', got {vectorization!r}")
+    if isinstance(env, str) and is_user_env(env):
+        user = _user_entry(env)
+        if user.fns is None:
+            raise UnknownEnvError(_not_here(env))
+        fns = [user.fns[i % len(user.fns)] for i in range(num_envs)]
+        return _vector_of(env, fns, vectorization, user.spec.max_episode_steps)
     if isinstance(env, str):
         check_host_env_name(env)
         family, _, env_id = env.partition("/")
@@ -518,12 +561,20 @@ def make_host_env(
             "env must be a name, a gymnasium env factory, Env or VectorEnv; "
             f"got {type(env).__name__}"
         )
+    return _vector_of(None, fns, vectorization, kwargs.get("max_episode_steps"))
+
+
+def _vector_of(
+    name: str | None, fns: list[Callable[[], Any]], vectorization: str, max_steps: int | None
+) -> GymnasiumHostEnv:
+    """A same-step autoreset gymnasium vector env of ``fns`` (sync or async), adapted."""
+    gym = _import_gymnasium()
     same_step = gym.vector.AutoresetMode.SAME_STEP
     if vectorization == "async":
         vec = gym.vector.AsyncVectorEnv(fns, autoreset_mode=same_step, context=ASYNC_CONTEXT)
     else:
         vec = gym.vector.SyncVectorEnv(fns, autoreset_mode=same_step)
-    return GymnasiumHostEnv(_user_name(vec), vec, kwargs.get("max_episode_steps"))
+    return GymnasiumHostEnv(name or _user_name(vec), vec, max_steps)
 
 
 def _user_name(vec: Any) -> str:
@@ -535,3 +586,170 @@ def _user_name(vec: Any) -> str:
     inner = envs[0].unwrapped if envs else None
     cls = type(inner).__name__ if inner is not None else type(vec).__name__
     return f"gymnasium/{cls}"
+
+
+# --- a user's env -------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class UserEnv:
+    """A user's env under its reserved name: how to build it and its spec.
+
+    ``fns``: the factories env ``i`` is built from (``fns[i % len(fns)]``); None for an env
+    known only by the spec a run directory recorded (a loaded run: nothing to step).
+    """
+
+    name: str
+    spec: EnvSpec
+    fns: tuple[Callable[[], Any], ...] | None
+    kind: str  # "instance", "factory" or "vector": how it was passed
+    cls: str  # the unwrapped env's class, module.qualname
+    vectorization: str = "sync"
+
+
+_USER_ENVS: dict[str, UserEnv] = {}
+
+
+def _not_here(name: str) -> str:
+    return (
+        f"{name} is a gymnasium env passed from Python (jaxspreeze.train(cfg, env=...)), "
+        "which this process does not have: pass it again from Python "
+        "(jaxspreeze.train(cfg, env=..., resume=RUN_DIR) to resume; "
+        "jaxspreeze.load(RUN_DIR, env=...) to evaluate or render)"
+    )
+
+
+def _user_entry(name: str) -> UserEnv:
+    entry = _USER_ENVS.get(name)
+    if entry is None:
+        raise UnknownEnvError(_not_here(name))
+    return entry
+
+
+def user_env(name: str) -> UserEnv | None:
+    """The registered user env ``name`` (None if this process has none by that name)."""
+    return _USER_ENVS.get(name)
+
+
+def _class_of(env: Any) -> tuple[str, str]:
+    """(class name, module.qualname) of a gymnasium env's innermost env."""
+    cls = type(getattr(env, "unwrapped", env))
+    return cls.__name__, f"{cls.__module__}.{cls.__qualname__}"
+
+
+def register_user_env(env: Any) -> UserEnv:
+    """Enter a user's gymnasium env under ``user/<ClassName>``; its :class:`UserEnv`.
+
+    ``env``: a ``gymnasium.Env`` instance (deep-copied for every env built: it must
+    support ``copy.deepcopy``), a zero-argument callable returning a new
+    ``gymnasium.Env`` (called once here to read its spaces, then once per env), or a
+    gymnasium vector env with ``env_fns`` (``SyncVectorEnv``, ``AsyncVectorEnv``,
+    ``gymnasium.make_vec``'s). Spaces: a Box observation and a Box(d,) or Discrete
+    action. Anything else is a :class:`~jaxspreeze.errors.ConfigError` naming ``env``.
+    A later registration under the same name replaces the earlier one.
+    """
+    if importlib.util.find_spec("gymnasium") is None:
+        raise ConfigError("env", f"a Python env needs gymnasium: {GYMNASIUM_INSTALL}")
+    gym = _import_gymnasium()
+    vectorization = "sync"
+    if isinstance(env, gym.vector.VectorEnv):
+        kind = "vector"
+        env_fns = getattr(env, "env_fns", None)
+        if not isinstance(env_fns, Sequence) or not env_fns:
+            raise ConfigError(
+                "env",
+                f"the vector env {type(env).__name__} has no env_fns to build envs from; pass "
+                "a factory (a callable returning a gymnasium.Env) instead",
+            )
+        fns = tuple(env_fns)
+        if isinstance(env, gym.vector.AsyncVectorEnv):
+            vectorization = "async"
+        obs_space, act_space = env.single_observation_space, env.single_action_space
+        max_steps = getattr(getattr(env, "spec", None), "max_episode_steps", None)
+        probe = env.envs[0] if getattr(env, "envs", None) else None
+        cls_name, cls = _class_of(probe) if probe is not None else _class_of(env)
+    elif isinstance(env, gym.Env):
+        kind = "instance"
+        try:
+            copy.deepcopy(env)
+        except Exception as e:  # what a deep copy raises depends on the env's members
+            raise ConfigError(
+                "env",
+                f"the gymnasium env {type(env).__name__} cannot be deep-copied "
+                f"({type(e).__name__}: {e}); pass a factory instead, e.g. env=lambda: MyEnv()",
+            ) from None
+        fns = (functools.partial(copy.deepcopy, env),)
+        obs_space, act_space = env.observation_space, env.action_space
+        max_steps = getattr(getattr(env, "spec", None), "max_episode_steps", None)
+        cls_name, cls = _class_of(env)
+    elif callable(env) and not isinstance(env, str | bytes):
+        kind = "factory"
+        made = env()
+        if not isinstance(made, gym.Env):
+            raise ConfigError(
+                "env",
+                f"the factory {getattr(env, '__name__', env)!r} returned a "
+                f"{type(made).__name__}, not a gymnasium.Env",
+            )
+        try:
+            obs_space, act_space = made.observation_space, made.action_space
+            max_steps = getattr(getattr(made, "spec", None), "max_episode_steps", None)
+            cls_name, cls = _class_of(made)
+        finally:
+            made.close()
+        fns = (env,)
+    else:
+        raise ConfigError(
+            "env",
+            "expected a gymnasium.Env, a factory returning one or a gymnasium vector env; "
+            f"got {type(env).__name__}",
+        )
+    name = f"{USER}/{cls_name}"
+    try:
+        spec = _spec_from_spaces(name, obs_space, act_space, max_steps)
+    except UnknownEnvError as e:
+        raise ConfigError("env", str(e)) from None
+    entry = UserEnv(name, spec, fns, kind, cls, vectorization)
+    _USER_ENVS[name] = entry
+    return entry
+
+
+def save_user_env(run_dir: str | Path, name: str) -> Path:
+    """Record the user env ``name`` in ``run_dir`` (:data:`USER_ENV_FILE`), atomically."""
+    entry = _user_entry(name)
+    record = {
+        "name": entry.name,
+        "source": "a gymnasium env passed from Python: jaxspreeze.train(cfg, env=...)",
+        "passed_as": entry.kind,
+        "class": entry.cls,
+        "spec": dataclasses.asdict(entry.spec),
+    }
+    path = Path(run_dir) / USER_ENV_FILE
+    tmp = path.with_name(f".{USER_ENV_FILE}.tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def load_user_env(run_dir: str | Path) -> UserEnv | None:
+    """The user env a run directory recorded, entered by its spec alone unless this process
+    has it with its factories already; None when the run's env is not a user env."""
+    path = Path(run_dir) / USER_ENV_FILE
+    if not path.exists():
+        return None
+    record = json.loads(path.read_text())
+    known = _USER_ENVS.get(record["name"])
+    if known is not None and known.fns is not None:
+        return known
+    raw = record["spec"]
+    fields = {f.name for f in dataclasses.fields(EnvSpec)}
+    spec = EnvSpec(
+        **{
+            k: tuple(v) if isinstance(v, list) else v
+            for k, v in raw.items()
+            if k in fields and k not in ("actor_obs", "critic_obs")
+        }
+    )
+    entry = UserEnv(record["name"], spec, None, record["passed_as"], record["class"])
+    _USER_ENVS[entry.name] = entry
+    return entry

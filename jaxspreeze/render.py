@@ -1,18 +1,34 @@
-"""Watch a trained policy: a GIF for gymnax and gymnasium tasks, an HTML viewer for brax tasks.
+"""Watch a trained policy: one deterministic episode as a GIF, for every env family.
 
 :func:`render_run` loads a run's ``policy.msgpack``, rolls out one deterministic episode
 with the policy of one seed (0 by default) and writes a file (default
-``<run>/render.gif`` or ``render.html``). gymnax frames are drawn here from the env state
-(gymnax's own renderer needs gym): see :data:`DRAWERS` for the supported tasks. brax
-episodes use ``brax.io.html.render``. gymnasium runs are drawn by the env itself
-(``render_mode="rgb_array"``) or, for the classic-control tasks of :data:`DRAWERS` when it
-cannot (no pygame), by the same drawings (:func:`gymnasium_frames`).
+``<run>/render.gif``). Who draws the frames, by family:
+
+- gymnax: drawn here from the env state (gymnax's own renderer needs gym), for the tasks
+  of :data:`DRAWERS`;
+- brax and MuJoCo Playground: MuJoCo's own renderer (``mujoco.Renderer``, through
+  ``brax.io.image.render_array`` and Playground's ``env.render``), which needs an offline
+  OpenGL backend: EGL or OSMesa (:func:`mujoco_gl`; ``MUJOCO_GL`` picks one, else EGL is
+  tried, then OSMesa). Without one a GIF is refused with one line naming what failed.
+  brax also writes its HTML viewer (``--out FILE.html``, ``brax.io.html``; the default
+  when no backend works), which loads its JavaScript from the internet
+  (cdn.jsdelivr.net): it shows nothing offline;
+- gymnasium (``gymnasium/<id>`` and a user's env, ``user/<ClassName>``): the env itself
+  (``render_mode="rgb_array"``; MuJoCo tasks through the backend above) or, for the
+  classic-control tasks of :data:`DRAWERS` when it cannot (no pygame), the same drawings
+  (:func:`gymnasium_frames`);
+- envpool: the pool's own frames (``render_mode="rgb_array"``; MuJoCo tasks draw into an
+  offline OpenGL context made current here) (:func:`envpool_frames`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
+import json
 import math
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -25,11 +41,17 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from jaxspreeze import hostenvs
-from jaxspreeze.envs import env_spec, is_host_env, make_env
+from jaxspreeze.envs import env_spec, make_env
 from jaxspreeze.policy import Policy, load_policy
 
 WIDTH, HEIGHT = 320, 240
 Frame = np.ndarray  # [H, W, 3] uint8
+MUJOCO_GL_BACKENDS = ("egl", "osmesa")  # offline OpenGL for MuJoCo, in the order tried
+BRAX_HTML_NOTE = (
+    "note: the brax HTML viewer loads its JavaScript from the internet (cdn.jsdelivr.net): "
+    "it shows nothing offline; --out FILE.gif draws the frames here instead"
+)
+Say = Callable[[str], None]
 
 
 # ------------------------------------------------------------------- gymnax drawings
@@ -210,28 +232,41 @@ def _frame_of(env: Any, name: str, t: int, own: bool) -> Frame:
     return DRAWERS[name](state, params, t)
 
 
+def _gymnasium_env(name: str) -> tuple[Any, str]:
+    """A new env of a gymnasium run, rendering rgb_array frames, and its id for the drawings."""
+    if hostenvs.is_user_env(name):
+        entry = hostenvs.user_env(name)
+        if entry is None or entry.fns is None:
+            hostenvs.make_host_env(name, 1)  # raises: pass the env again from Python
+        assert entry is not None and entry.fns is not None
+        env = entry.fns[0]()
+        own_id = getattr(getattr(env, "spec", None), "id", None) or ""
+        return env, own_id
+    hostenvs.check_host_env_name(name)  # imports the module of a "module:Env" id
+    gym = importlib.import_module("gymnasium")  # lazy: heavy, and only for host runs
+    bare = name.partition("/")[2].rpartition(":")[2]
+    if "mujoco" in str(getattr(gym.spec(bare), "entry_point", "")):
+        with contextlib.suppress(ValueError):  # none works: the env says why it draws nothing
+            os.environ.setdefault("MUJOCO_GL", mujoco_gl())
+    return gym.make(bare, render_mode="rgb_array"), bare
+
+
 def gymnasium_frames(
     policy: Policy, seed_index: int = 0, max_steps: int | None = None
 ) -> list[Frame]:
     """The frames of one deterministic episode of a gymnasium run (reset with seed 0).
 
-    The env draws them itself (``render_mode="rgb_array"``); where it cannot (gymnasium's
-    classic control needs pygame, ``gymnasium[classic-control]``) the drawings of
-    :data:`DRAWERS` are used for the tasks they cover. Another env that draws no frames
-    (e.g. MuJoCo without an OpenGL backend) is refused with the reason.
+    The env draws them itself (``render_mode="rgb_array"``; a user's env as its factory
+    made it); where it cannot (gymnasium's classic control needs pygame,
+    ``gymnasium[classic-control]``) the drawings of :data:`DRAWERS` are used for the tasks
+    they cover. Another env that draws no frames (e.g. MuJoCo without an OpenGL backend) is
+    refused with the reason.
     """
     name = policy.cfg.env
-    family, _, env_id = name.partition("/")
-    if family != "gymnasium":
-        raise ValueError(
-            f"no renderer for {name}: envpool pools draw no frames; render the same task "
-            "through gymnasium (a run of gymnasium/<id>)"
-        )
-    hostenvs.check_host_env_name(name)  # imports the module of a "module:Env" id
-    gym = importlib.import_module("gymnasium")  # lazy: heavy, and only for host runs
-    bare = env_id.rpartition(":")[2]
+    if name.partition("/")[0] == "envpool":
+        return envpool_frames(policy, seed_index, max_steps)
     spec = env_spec(name, policy.cfg.obs_keys)
-    env = gym.make(bare, render_mode="rgb_array")
+    env, bare = _gymnasium_env(name)
     try:
         to_env = hostenvs._Actions(spec, env.action_space)
         act = jax.jit(policy.algo.act, static_argnums=3)
@@ -245,7 +280,8 @@ def gymnasium_frames(
         except Exception as e:  # gymnasium raises DependencyNotInstalled, MuJoCo GL errors
             own, why = False, f"{type(e).__name__}: {e}"
         if not own and bare not in DRAWERS:
-            raise ValueError(f"{name} draws no frames here ({why})")
+            hint = " (build it with render_mode='rgb_array')" if hostenvs.is_user_env(name) else ""
+            raise ValueError(f"{name} draws no frames here ({why}){hint}")
         frames = [_frame_of(env, bare, 0, own)]
         for t in range(max_steps or spec.max_episode_steps):
             x = np.asarray(obs, np.float32).reshape(spec.obs_shape)[None]
@@ -257,6 +293,138 @@ def gymnasium_frames(
     finally:
         env.close()
     return frames
+
+
+def envpool_frames(
+    policy: Policy, seed_index: int = 0, max_steps: int | None = None
+) -> list[Frame]:
+    """The frames of one deterministic episode of an envpool run: a pool of one env built
+    with ``render_mode="rgb_array"`` (seed 0) draws them. Its MuJoCo tasks draw with the
+    OpenGL context current on the calling thread: an offline one is made current here
+    (:func:`mujoco_gl`); its other tasks need none."""
+    name = policy.cfg.env
+    task = name.partition("/")[2]
+    envpool = hostenvs._import_envpool()
+    spec = env_spec(name, policy.cfg.obs_keys)
+    # a MuJoCo task (envpool.mujoco.*) draws into the current OpenGL context; with none,
+    # MuJoCo ends the process: make an offline one current first (or refuse)
+    entry = importlib.import_module("envpool.registration").registry.specs.get(task)
+    on_mujoco = bool(entry) and str(entry[0]).startswith("envpool.mujoco")
+    gl = _current_gl_context() if on_mujoco else contextlib.nullcontext()
+    with gl:
+        pool = envpool.make(task, env_type="gymnasium", num_envs=1, seed=0, render_mode="rgb_array")
+        try:
+            to_env = hostenvs._Actions(spec, pool.action_space)
+            act = jax.jit(policy.algo.act, static_argnums=3)
+            actor = jax.tree.map(jnp.asarray, policy.seed(seed_index))
+            key = jax.random.key(0)
+            obs, _ = pool.reset()
+            frames = [_pool_frame(pool, name)]
+            for _ in range(max_steps or spec.max_episode_steps):
+                x = np.asarray(obs, np.float32).reshape(1, *spec.obs_shape)
+                obs, _, terminated, truncated, _ = pool.step(
+                    to_env(np.asarray(act(actor, x, key, True)))
+                )
+                frames.append(_pool_frame(pool, name))
+                if terminated[0] or truncated[0]:
+                    break
+        finally:
+            pool.close()
+    return frames
+
+
+def _pool_frame(pool: Any, name: str) -> Frame:
+    try:
+        frame = np.asarray(pool.render())
+    except Exception as e:  # envpool raises RuntimeError for a task that cannot draw
+        raise ValueError(f"{name} draws no frames here ({type(e).__name__}: {e})") from None
+    return frame.reshape(frame.shape[-3:])[..., :3].astype(np.uint8)
+
+
+# ----------------------------------------------------- MuJoCo's renderer (brax, Playground)
+def _gl_context_class(backend: str) -> Any:
+    return importlib.import_module(f"mujoco.{backend}").GLContext
+
+
+@functools.cache
+def mujoco_gl() -> str:
+    """The offline OpenGL backend MuJoCo's renderer draws with in this process.
+
+    ``MUJOCO_GL`` set: that backend only; unset: EGL, then OSMesa. The first that makes a
+    context is kept (``mujoco.Renderer`` draws through it from then on) and named
+    (``"egl"`` or ``"osmesa"``). None works: ValueError, one line naming what failed.
+    """
+    wanted = os.environ.get("MUJOCO_GL", "").lower().strip()
+    tries = (wanted,) if wanted else MUJOCO_GL_BACKENDS
+    failed = []
+    for backend in tries:
+        try:
+            cls = _gl_context_class(backend)
+            context = cls(8, 8)
+            context.make_current()
+            context.free()
+        except Exception as e:  # ImportError, OSError, RuntimeError, PyOpenGL's errors
+            detail = " ".join(f"{type(e).__name__}: {e}".split())[:160]
+            failed.append(f"MUJOCO_GL={backend} ({detail})")
+            continue
+        _use_gl_context(cls)
+        return backend
+    raise ValueError(
+        "no offline OpenGL backend for MuJoCo's renderer: "
+        + "; ".join(failed)
+        + " (install EGL, libegl1 or a GPU driver, or OSMesa, libosmesa6; or set MUJOCO_GL)"
+    )
+
+
+def _use_gl_context(cls: Any) -> None:
+    """Make ``mujoco.Renderer`` draw through ``cls`` (it reads the class mujoco chose from
+    ``MUJOCO_GL`` when it was imported, perhaps before any backend was asked for)."""
+    for module in ("mujoco.rendering.classic.gl_context", "mujoco.gl_context"):
+        with contextlib.suppress(ImportError):
+            importlib.import_module(module).GLContext = cls
+
+
+@contextlib.contextmanager
+def _current_gl_context():
+    """An offline OpenGL context current on this thread for the block (envpool's MuJoCo)."""
+    context = _gl_context_class(mujoco_gl())(8, 8)
+    context.make_current()
+    try:
+        yield
+    finally:
+        context.free()
+
+
+@contextlib.contextmanager
+def _quiet_tqdm():
+    """tqdm's bars off for the block (``TQDM_DISABLE``, read by every new bar)."""
+    before = os.environ.get("TQDM_DISABLE")
+    os.environ["TQDM_DISABLE"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TQDM_DISABLE", None)
+        else:
+            os.environ["TQDM_DISABLE"] = before
+
+
+def mujoco_frames(policy: Policy, seed_index: int = 0, max_steps: int | None = None) -> list[Frame]:
+    """The frames of one deterministic episode of a brax or Playground run, drawn by
+    MuJoCo's renderer (brax: ``brax.io.image.render_array``; Playground: ``env.render``)."""
+    family = policy.cfg.env.partition("/")[0]
+    mujoco_gl()  # raises with the reason when no offline backend works
+    lib_env = make_env(policy.cfg.env, 1, policy.cfg.obs_keys).render_state
+    inner, length, _ = rollout_episode(policy, seed_index, max_steps)
+    states = [jax.tree.map(lambda x: x[t, 0], inner.state) for t in range(max(length, 1))]
+    if family == "brax":
+        from brax.io import image  # lazy: brax imports in about 3 s
+
+        frames = image.render_array(lib_env.sys, [s.pipeline_state for s in states], HEIGHT, WIDTH)
+    else:
+        with _quiet_tqdm():  # Playground draws a progress bar per frame
+            frames = lib_env.render(states, height=HEIGHT, width=WIDTH)
+    return [np.asarray(f, np.uint8)[..., :3] for f in frames]
 
 
 def write_gif(frames: Sequence[Frame], out: str | Path, fps: int = 30) -> Path:
@@ -279,6 +447,10 @@ def brax_html(policy: Policy, seed_index: int = 0, max_steps: int | None = None)
     return html.render(brax_env.sys.tree_replace({"opt.timestep": brax_env.dt}), frames)
 
 
+# the families whose frames come from MuJoCo's renderer
+MUJOCO_FAMILIES = ("brax", "playground")
+
+
 def render_run(
     run_dir: str | Path,
     out: str | Path | None = None,
@@ -286,25 +458,67 @@ def render_run(
     seed_index: int = 0,
     max_steps: int | None = None,
     fps: int = 30,
+    env: Any = None,
+    say: Say | None = None,
 ) -> Path:
-    """Render a finished run's policy to ``out`` (GIF for gymnax and gymnasium, HTML for brax)."""
-    policy = load_policy(run_dir)
-    brax = policy.cfg.env.startswith("brax/")
+    """Render a finished run's policy to ``out``: a GIF (every family), or brax's HTML
+    viewer (``.html``). Default ``<run>/render.gif`` (a brax run without an offline OpenGL
+    backend: ``render.html``). ``env``: a user env run's env, passed again (as for
+    ``jaxspreeze.train``). ``say`` gets the notes: the OpenGL backend used, and that the
+    brax viewer needs the internet."""
+    say = say or (lambda line: None)
+    where = Path(run_dir) if Path(run_dir).is_dir() else Path(run_dir).parent
+    hostenvs.load_user_env(where)
+    if env is not None:
+        hostenvs.register_user_env(env)
+    family = _saved_env(where).partition("/")[0]
+    policy = None
+    if not family:  # a standalone policy file: its config is inside it
+        policy = load_policy(run_dir)
+        family = policy.cfg.env.partition("/")[0]
     if out is None:
-        out = Path(run_dir) / ("render.html" if brax else "render.gif")
+        html = family == "brax" and not _gl_works()
+        out = Path(run_dir) / ("render.html" if html else "render.gif")
     out = Path(out)
+    html = family == "brax" and out.suffix.lower() in (".html", ".htm")
+    if not html and out.suffix.lower() != ".gif":
+        also = " or an HTML viewer (.html)" if family == "brax" else ""
+        raise ValueError(f"a {family} run renders to a GIF (.gif){also}; got --out {out}")
+    if family in MUJOCO_FAMILIES and not html:
+        mujoco_gl()  # no offline OpenGL backend: refused before the policy loads
+    policy = policy or load_policy(run_dir)
     if not 0 <= seed_index < policy.cfg.num_seeds:
         raise ValueError(
             f"seed index {seed_index} out of range: the run has {policy.cfg.num_seeds} seed(s)"
         )
-    if brax:
-        if out.suffix.lower() not in (".html", ".htm"):
-            raise ValueError(f"brax tasks render to HTML; got --out {out}")
+    if html:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(brax_html(policy, seed_index, max_steps))
+        say(BRAX_HTML_NOTE)
         return out
-    if out.suffix.lower() != ".gif":
-        raise ValueError(f"gymnax and gymnasium tasks render to a GIF; got --out {out}")
-    if is_host_env(policy.cfg.env):
-        return write_gif(gymnasium_frames(policy, seed_index, max_steps), out, fps)
-    return write_gif(gif_frames(policy, seed_index, max_steps), out, fps)
+    if family in MUJOCO_FAMILIES:
+        frames = mujoco_frames(policy, seed_index, max_steps)
+        backend = mujoco_gl()
+        say(f"drawn by MuJoCo's renderer through {backend.upper()} (MUJOCO_GL={backend})")
+    elif hostenvs.is_host_env(policy.cfg.env):
+        frames = gymnasium_frames(policy, seed_index, max_steps)
+    else:
+        frames = gif_frames(policy, seed_index, max_steps)
+    return write_gif(frames, out, fps)
+
+
+def _saved_env(where: Path) -> str:
+    """The env name in the run's (or the policy file's directory's) ``config.json``; ""
+    when there is none (a standalone policy file: its config is read with the policy)."""
+    try:
+        return str(json.loads((where / "config.json").read_text())["env"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+
+
+def _gl_works() -> bool:
+    try:
+        mujoco_gl()
+    except ValueError:
+        return False
+    return True

@@ -19,7 +19,7 @@ from typing import Any
 import jax
 
 from jaxspreeze import config as config_lib
-from jaxspreeze import devices, distributed, memory, rundir, schedules
+from jaxspreeze import devices, distributed, hostenvs, memory, rundir, schedules
 from jaxspreeze import resume as resume_lib
 from jaxspreeze.caches import enable_compile_cache, program_cache
 from jaxspreeze.config import RunConfig
@@ -121,6 +121,8 @@ def set_up(cfg: RunConfig, resume: str | Path | None, overwrite: bool) -> Setup:
             estimate = memory.check_memory(planned, placement, state=abstract)
             if point is None and main:
                 run.start_new(planned.cfg)
+            if main and hostenvs.is_user_env(planned.cfg.env):  # how the user passed it
+                hostenvs.save_user_env(run.path, planned.cfg.env)
         except Exception as e:
             error = e
         agree(error, "set up the run")

@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 import jax
 
-from jaxspreeze import clock, console, distributed, metrics, schedules, terminal
+from jaxspreeze import clock, console, distributed, hostenvs, metrics, schedules, terminal
 from jaxspreeze.checkpointing import save_checkpoint
 from jaxspreeze.compiles import CompileLog
 from jaxspreeze.config import RunConfig
@@ -78,8 +78,14 @@ def train(
     signals: Literal["raise", "kill"] | None = "raise",
     overwrite: bool = False,
     on_eval: OnEval | None = None,
+    env: Any = None,
 ) -> RunResult:
     """Train an agent as configured; returns the run directory and summary.
+
+    ``env``: your own gymnasium env, no id to register (an instance, deep-copied per env;
+    a factory; or a vector env): it replaces ``cfg.env`` with the host env
+    ``user/<ClassName>`` (:func:`jaxspreeze.hostenvs.register_user_env`, which refuses
+    other types and spaces); resuming needs it again (``train(cfg, env=..., resume=RUN)``).
 
     Resolves ``cfg`` (run-level sizes left unset come from the algorithm's defaults),
     validates it and checks its memory estimate first (raising
@@ -140,6 +146,8 @@ def train(
     terminal.quiet_third_party(cfg.env)  # MuJoCo's and brax's repeated notices, once
     stop = GracefulStop(second=signals) if signals else None
     setup: Setup | None = None
+    if env is not None and isinstance(cfg, RunConfig):  # a user's env, named user/<Class>
+        cfg = cfg.replace(env=hostenvs.register_user_env(env).name)
     try:
         # every trace, lowering and compile of the run (memory estimate, init, warm-up,
         # chunk, evaluation), for the summary

@@ -23,6 +23,7 @@ from jaxspreeze.errors import (
     HostEnvError,
     NonFiniteError,
     ProcessError,
+    UnknownEnvError,
 )
 
 USAGE = """usage: jaxspreeze COMMAND [options]
@@ -88,7 +89,7 @@ def report(e: Exception) -> int:
     """One line for an error that reached the command line; returns its exit code."""
     if isinstance(e, ConfigError):
         return config_error(e)
-    if isinstance(e, CheckpointError):
+    if isinstance(e, (CheckpointError, UnknownEnvError)):  # e.g. a saved run's env not here
         return fail(str(e))
     if isinstance(e, (NonFiniteError, ProcessError, HostEnvError)):
         return fail(str(e), FAULT)

@@ -1,7 +1,11 @@
-"""``jaxspreeze render RUN_DIR [--out FILE]``: a trained policy's episode as a GIF or HTML."""
+"""``jaxspreeze render RUN_DIR [--out FILE]``: a trained policy's episode as a GIF or HTML.
+
+The output path goes to stdout; the notes (the OpenGL backend MuJoCo's renderer used, that
+the brax HTML viewer needs the internet) go to stderr."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated
@@ -12,8 +16,9 @@ from jaxspreeze.cli.args import parse
 from jaxspreeze.cli.common import fail
 
 DESCRIPTION = (
-    "Roll out a trained policy (deterministic, one episode) to a GIF (gymnax, gymnasium) or "
-    "an HTML viewer (brax)."
+    "Roll out a trained policy (deterministic, one episode) to a GIF (every family; brax and "
+    "Playground through MuJoCo's renderer on EGL or OSMesa) or brax's HTML viewer (.html; it "
+    "loads its JavaScript from the internet)."
 )
 
 
@@ -24,7 +29,7 @@ class RenderArgs:
     run_dir: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="RUN_DIR")]
     """A finished run directory."""
     out: Annotated[str | None, tyro.conf.arg(metavar="FILE")] = None
-    """Output file (.gif for gymnax and gymnasium, .html for brax)."""
+    """Output file: .gif (default <run>/render.gif), or .html for brax's online viewer."""
     seed_index: int = 0
     """Which seed's policy."""
     max_steps: int | None = None
@@ -45,6 +50,7 @@ def main(argv: Sequence[str]) -> int:
             seed_index=args.seed_index,
             max_steps=args.max_steps,
             fps=args.fps,
+            say=lambda line: print(line, file=sys.stderr, flush=True),
         )
     except (FileNotFoundError, ValueError) as e:
         return fail(str(e))

@@ -8,7 +8,8 @@ module plus one line in :data:`FAMILIES`. A family whose envs may observe dicts 
 ``OBS_KEYS = True`` and takes the keys to read, ``make(env_name, keys: ObsKeys)``
 (asymmetric actor-critic, see :func:`check_obs_keys`); the others refuse keys.
 
-Host envs (``gymnasium/<id>``, ``envpool/<task>``, :mod:`jaxspreeze.hostenvs`) step on the
+Host envs (``gymnasium/<id>``, ``envpool/<task>``, and ``user/<ClassName>``: a gymnasium
+env passed to ``jaxspreeze.train(cfg, env=...)``, :mod:`jaxspreeze.hostenvs`) step on the
 host CPU, through the sampling workers of the host schedule: their names are checked and
 their specs built here like the others', but :func:`make_env` gives only a placeholder
 (the shapes of the env carry, no device step), see :func:`host_placeholder`.
@@ -155,13 +156,21 @@ def _parts(name: str, keys: ObsKeys = DEFAULT_OBS_KEYS) -> EnvParts:
     return family.make(env_name, keys) if keys.given else family.make(env_name)
 
 
-@functools.cache
 def env_spec(name: str, keys: ObsKeys = DEFAULT_OBS_KEYS) -> EnvSpec:
     """The :class:`EnvSpec` of a named environment (builds the env once, no jit).
 
     ``keys`` choose what the actor and the critic observe of a dict observation
     (:class:`~jaxspreeze.types.ObsKeys`); ConfigError for keys that do not fit the env.
+    A user env's spec (``user/...``) is the one registered now, never a cached one.
     """
+    if hostenvs.is_user_env(name):
+        check_obs_keys(name, keys)
+        return hostenvs.host_env_spec(name)
+    return _env_spec(name, keys)
+
+
+@functools.cache
+def _env_spec(name: str, keys: ObsKeys = DEFAULT_OBS_KEYS) -> EnvSpec:
     if is_host_env(name):
         check_obs_keys(name, keys)
         return hostenvs.host_env_spec(name)
