@@ -33,7 +33,7 @@ commands:
   eval       evaluate the latest checkpoint of a run directory
   autotune   measure this machine and pick num_envs, batch size and update ratio
   bench      run the throughput benchmarks and write bench.json / bench.md
-  render     roll out a trained policy to a GIF (gymnax) or HTML (brax)
+  render     roll out a trained policy to a GIF (every family; brax also to HTML)
   plot       learning-curve and throughput PNGs for one or more run directories
   launch     start N local processes of one data-parallel run:
              jaxspreeze launch --processes N -- train <train args>
