@@ -24,6 +24,7 @@ import importlib.util
 from collections.abc import Sequence
 
 from jaxspreeze.cli.common import fail
+from jaxspreeze.envids import BRAX_NAMES
 
 # A flag's kind: "0" takes no value, "*" any number of values (not checked here),
 # "int"/"float"/"str" one value ("int?"/"float?": or None), a tuple: one of these choices.
@@ -193,23 +194,7 @@ GYMNAX = (
     ),
 )
 # jaxspreeze.envs.brax.NAMES (jaxspreeze's own list: any brax version)
-BRAX = (
-    None,
-    (
-        "ant",
-        "fast",
-        "halfcheetah",
-        "hopper",
-        "humanoid",
-        "humanoidstandup",
-        "inverted_pendulum",
-        "inverted_double_pendulum",
-        "pusher",
-        "reacher",
-        "swimmer",
-        "walker2d",
-    ),
-)
+BRAX = (None, BRAX_NAMES)
 # mujoco_playground.registry.ALL_ENVS (playground 0.2.0); whether a task's models are
 # present (the Menagerie) is the full check's
 PLAYGROUND = (

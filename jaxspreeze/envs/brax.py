@@ -16,25 +16,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxspreeze.envids import BRAX_NAMES
 from jaxspreeze.envs.base import EnvParts, auto_reset
 from jaxspreeze.errors import UnknownEnvError
 from jaxspreeze.types import EnvSpec
 
 PREFIX = "brax"
-NAMES = (
-    "ant",
-    "fast",
-    "halfcheetah",
-    "hopper",
-    "humanoid",
-    "humanoidstandup",
-    "inverted_pendulum",
-    "inverted_double_pendulum",
-    "pusher",
-    "reacher",
-    "swimmer",
-    "walker2d",
-)
+NAMES = BRAX_NAMES
 EPISODE_LENGTH = 1000
 
 
