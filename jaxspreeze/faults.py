@@ -27,27 +27,29 @@ PEER_WAIT_S = 30.0  # how long a process whose collective failed asks who died
 
 @contextlib.contextmanager
 def explained(
-    run_dir: Path, metrics_thread: MetricsThread, checkpoint_every: int = 0
+    run_dir: Path, metrics_thread: MetricsThread | None, checkpoint_every: int = 0
 ) -> Iterator[None]:
-    """Run the chunks: their failures re-raised with what the run directory keeps
-    (``checkpoint_every``: the run's checkpoint cadence, for the advice)."""
+    """Run the chunks (or the start: no ``metrics_thread`` yet): their failures re-raised
+    with what the run directory keeps (``checkpoint_every``: the run's checkpoint
+    cadence, for the advice)."""
+    close = metrics_thread.close if metrics_thread is not None else lambda timeout: None
     try:
         yield
     except jax.errors.JaxRuntimeError as e:
         if distributed.process_count() == 1:
-            metrics_thread.close(timeout=10.0)
+            close(timeout=10.0)
             raise
         # a collective failed: a peer died (or the coordinator went away). End at once,
         # naming it, rather than wait in the next collective or the shutdown barrier
         distributed.abort(distributed.peer_failure_message(e, wait_s=PEER_WAIT_S))
         raise
     except NonFiniteError as e:
-        metrics_thread.close(timeout=10.0)
+        close(timeout=10.0)
         note = checkpoint_note(checkpoint.latest(run_dir), run_dir, checkpoint_every)
         raise NonFiniteError(f"{e} {note}") from None
     except HostEnvError as e:
         # a host env's worker failed or stalled: the message names them; add what is kept
-        metrics_thread.close(timeout=10.0)
+        close(timeout=10.0)
         slow = " (an env that is only slow: raise --host-stall-timeout-s)"
         note = host_env_note(checkpoint.latest(run_dir), run_dir)
         e.args = (f"{e}{slow if isinstance(e, WorkerStalledError) else ''}; {note}",)
@@ -55,7 +57,7 @@ def explained(
     except BaseException:
         # an error or Ctrl-C: flush what the sinks have and stop the live console (the
         # evaluator is a daemon thread and is left to the interpreter's exit)
-        metrics_thread.close(timeout=10.0)
+        close(timeout=10.0)
         raise
 
 

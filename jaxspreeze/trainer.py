@@ -162,7 +162,8 @@ def train(
                 say(console.header(setup.plan, setup.memory))
                 for line in budget_warnings(setup.plan) if main else []:
                     metrics.warn(line)
-                started = start(setup, say, stop)
+                with explained(setup.run.path, None):  # e.g. a host env stalled warming up
+                    started = start(setup, say, stop)
             return _run(setup, started, t_start, say, quiet, sinks, save, stop,
                         compile_log, (before_train_s, wall_from), on_eval)  # fmt: skip
     finally:

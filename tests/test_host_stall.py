@@ -63,6 +63,21 @@ def _checkpointed() -> bool:
 gym.register("JaxspreezeStall-v0", entry_point=Stall, max_episode_steps=50)
 
 
+class StallAtOnce(Stall):
+    """Stalls at its first step: inside the random-action warm-up, before any checkpoint."""
+
+    stall_s = 3.0
+
+    def step(self, action):
+        if not STALLED.is_set():
+            STALLED.set()
+            threading.Event().wait(self.stall_s)
+        return np.zeros(3, np.float32), 0.0, False, False, {}
+
+
+gym.register("JaxspreezeStallAtOnce-v0", entry_point=StallAtOnce, max_episode_steps=50)
+
+
 def worker_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("jaxspreeze-worker")]
 
@@ -175,3 +190,19 @@ def test_the_cli_reports_host_env_errors_and_timeouts_as_faults(capsys):
     assert report(TimeoutError("no block from the workers within 60 s")) == 1
     err = capsys.readouterr().err.strip()
     assert err == "jaxspreeze: error: timed out: no block from the workers within 60 s"
+
+
+def test_a_worker_stalled_while_warming_up_is_explained_too(tmp_path, capsys):
+    """A stall before the chunks (the warm-up) gets the same advice and says that no
+    checkpoint was written yet."""
+    STALLED.clear()
+    argv = [
+        "train", "--env", "gymnasium/JaxspreezeStallAtOnce-v0", *ARGS,
+        "--host-stall-timeout-s", "1", "--logdir", str(tmp_path), "--run-name", "early",
+    ]  # fmt: skip
+    assert main(argv) == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1, err
+    assert "has not answered" in err[0] and "--host-stall-timeout-s" in err[0]
+    assert "no checkpoint was written" in err[0]
+    assert checkpoint.latest(tmp_path / "early") is None
