@@ -87,3 +87,21 @@ def sample(state: ReplayState, key: jax.Array, batch_size: int) -> PyTree:
     """A uniform batch ``[batch_size, ...]`` from the written slots."""
     idx = sample_indices(state, key, batch_size)
     return jax.tree.map(lambda buf: buf[idx], state.data)
+
+
+def sample_sequences(
+    state: ReplayState, key: jax.Array, batch_size: int, length: int, stride: int
+) -> PyTree:
+    """``batch_size`` runs of ``length`` consecutive transitions of one env: ``[B, length, ...]``.
+
+    The buffer holds ``[T, N]`` rollouts added in time order (:func:`add_rollout`), so the
+    next transition of the env of slot ``s`` is at slot ``s + N`` (``stride = N``). The
+    first transition of a run is drawn uniformly among those whose ``length - 1``
+    successors are written (its age, counted back from the newest slot, is at least
+    ``(length - 1) * stride``); the buffer must hold more than that many items.
+    """
+    lo = (length - 1) * stride
+    age = jax.random.randint(key, (batch_size,), lo, jnp.maximum(state.size, lo + 1))
+    start = (state.index - 1 - age) % state.capacity
+    idx = (start[:, None] + stride * jnp.arange(length)) % state.capacity  # [B, length]
+    return jax.tree.map(lambda buf: buf[idx], state.data)

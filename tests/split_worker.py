@@ -68,7 +68,17 @@ def configs() -> dict[str, RunConfig]:
     fasttd3 = sac.replace(algo="fasttd3").replace(
         fasttd3={"actor_hidden": (16, 16), "critic_hidden": (32, 32), "num_atoms": 11}
     )
-    return {"sac": resolve(sac), "ppo": resolve(ppo), "fasttd3": resolve(fasttd3)}
+    # FastSAC with 2-step returns: the critic reads runs of consecutive transitions from
+    # its buffer, the actor plain batches from its observation-only copy
+    fastsac = sac.replace(algo="fastsac").replace(
+        fastsac={"actor_hidden": (16, 16), "critic_hidden": (32, 32), "num_atoms": 11, "n_step": 2}
+    )
+    return {
+        "sac": resolve(sac),
+        "ppo": resolve(ppo),
+        "fasttd3": resolve(fasttd3),
+        "fastsac": resolve(fastsac),
+    }
 
 
 def where(state: TrainState) -> dict[str, list[int]]:

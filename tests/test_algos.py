@@ -177,7 +177,7 @@ def test_all_algorithms_share_loop_buffer_and_networks():
 def test_registry_lists_every_algorithm_once():
     """``algos/__init__.py`` is the list: one spec per algorithm module, its ``SPEC``;
     each spec's defaults give every run-level size and pass its own validation."""
-    assert algos.NAMES == ("sac", "td3", "ddpg", "ppo", "fasttd3")
+    assert algos.NAMES == ("sac", "td3", "ddpg", "ppo", "fasttd3", "fastsac")
     assert [s.name for s in algos.all_specs()] == list(algos.NAMES)
     for name in algos.NAMES:
         spec = algos.get(name)
@@ -195,6 +195,11 @@ def test_registry_lists_every_algorithm_once():
     assert algos.get("td3").grad_step_multiple(td3.TD3Config(policy_delay=3)) == 3
     assert sorted(fields_of("shape", algos.get("ppo").config_cls)) == ["hidden", "normalize_obs"]
     assert fields_of("shape", algos.get("fasttd3").config_cls) == (
+        "num_atoms",
+        "actor_hidden",
+        "critic_hidden",
+    )
+    assert fields_of("shape", algos.get("fastsac").config_cls) == (
         "num_atoms",
         "actor_hidden",
         "critic_hidden",

@@ -82,6 +82,8 @@ BAD: list[tuple[dict, str]] = [
     ({"ppo": "@ppo.gae_lambda=1.5"}, "ppo.gae_lambda"),
     ({"ddpg": "@ddpg.tau=1.5"}, "ddpg.tau"),
     ({"fasttd3": "@fasttd3.gamma=1.5"}, "fasttd3.gamma"),
+    ({"fastsac": "@fastsac.tau=1.5"}, "fastsac.tau"),
+    ({"fastsac": "@fastsac.n_step=1.5"}, "fastsac.n_step"),
     ({"env": "gymnax/CartPole-v1"}, "algo"),  # SAC cannot do discrete actions
 ]
 
@@ -244,13 +246,13 @@ def test_runconfig_is_built_from_the_registry():
     assert names[:5] == order  # hand-written order kept
     assert names[-len(algos.NAMES) :] == list(algos.NAMES)
     text = " ".join(_help().split())
-    for flag in ("--algo {sac,td3,ddpg,ppo,fasttd3}", "--sac.actor-lr FLOAT", "--td3.policy-delay INT",
+    for flag in ("--algo {sac,td3,ddpg,ppo,fasttd3,fastsac}", "--sac.actor-lr FLOAT", "--td3.policy-delay INT",
                  "--ppo.normalize-obs, --ppo.no-normalize-obs", "--num-envs", "--eval-every"):  # fmt: skip
         assert flag in text, flag
     assert "SAC hyperparameters." in text and "Actor learning rate (Adam)." in text
     # the sizes that depend on the algorithm say so, with every algorithm's value
     assert "Parallel environments (vmapped on the device). None: the algorithm's default" in text
-    assert "sac/td3/ddpg/fasttd3 8, ppo" in text
+    assert "sac/td3/ddpg/fasttd3/fastsac 8, ppo" in text
     parsed = tyro.cli(
         RunConfig, args=["--sac.actor-lr", "0.01", "--algo", "ppo", "--num-envs", "4"]
     )

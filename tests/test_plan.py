@@ -33,7 +33,8 @@ PROGRAM_FREE = {
     "stop_at_return",
 }
 ALGO_SHAPE = {"sac": {"hidden"}, "td3": {"hidden"}, "ddpg": {"hidden"}, "ppo": {"hidden", "normalize_obs"},
-              "fasttd3": {"num_atoms", "actor_hidden", "critic_hidden"}}  # fmt: skip
+              "fasttd3": {"num_atoms", "actor_hidden", "critic_hidden"},
+              "fastsac": {"num_atoms", "actor_hidden", "critic_hidden"}}  # fmt: skip
 
 
 def test_field_sets_are_pinned():

@@ -9,7 +9,7 @@ all come from here.
 
 from __future__ import annotations
 
-from jaxspreeze.algos import ddpg, fasttd3, ppo, sac, td3
+from jaxspreeze.algos import ddpg, fastsac, fasttd3, ppo, sac, td3
 from jaxspreeze.algos.base import AlgoSpec
 from jaxspreeze.errors import ConfigError
 
@@ -19,6 +19,7 @@ _SPECS: tuple[AlgoSpec, ...] = (
     ddpg.SPEC,
     ppo.SPEC,
     fasttd3.SPEC,
+    fastsac.SPEC,
 )
 
 NAMES: tuple[str, ...] = tuple(spec.name for spec in _SPECS)

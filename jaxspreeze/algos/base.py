@@ -183,17 +183,19 @@ def replay_phase(
     num_steps: int,
     batch_size: int,
     select: Callable[[Any], Any] = lambda batch: batch,
+    sample: Callable[[replay.ReplayState, jax.Array, int], Any] = replay.sample,
 ) -> Phase:
     """A phase of ``num_steps`` updates, each on a fresh uniform batch from the buffer.
 
     ``select`` picks what the update needs from a sampled batch (the actor uses only
-    ``batch.obs``, so it works on an observation-only buffer too).
+    ``batch.obs``, so it works on an observation-only buffer too). ``sample(buffer, key,
+    batch_size)`` draws it (n-step critics: runs of consecutive transitions).
     """
 
     def phase(state: PyTree, view: PyTree, buffer: replay.ReplayState, key: jax.Array):
         def body(state, key):
             k_sample, k_update = jax.random.split(key)
-            batch = select(replay.sample(buffer, k_sample, batch_size))
+            batch = select(sample(buffer, k_sample, batch_size))
             return update(state, view, batch, k_update)
 
         if num_steps == 0:

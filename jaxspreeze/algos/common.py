@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxspreeze.types import PyTree
+from jaxspreeze.types import PyTree, Transition
 
 # the named axes a data-parallel schedule is tracing one shard's step under (None: none)
 _DATA_AXES: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar(
@@ -121,6 +121,35 @@ def gae(
 
     _, adv = jax.lax.scan(step, jnp.zeros_like(deltas[0]), (deltas, not_done), reverse=True)
     return adv, adv + values
+
+
+def nstep(seq: Transition, gamma: jax.Array | float) -> tuple[Transition, jax.Array]:
+    """Fold runs of ``n`` consecutive transitions ``[B, n, ...]`` into n-step ones ``[B]``.
+
+    Returns ``(batch, discount)``: ``batch.obs`` and ``batch.action`` are the first
+    step's, ``batch.reward`` the discounted sum ``sum_k gamma^k r_k`` of the rewards up to
+    and including the first step that ends an episode (terminated or truncated; later
+    steps belong to the next episode and are cut), ``next_obs``, ``terminated`` and
+    ``truncated`` those of that last kept step ``m``, and ``discount = gamma^(m+1) (1 -
+    terminated)``: a termination bootstraps from 0, a truncation from its kept final
+    observation, a run with no episode end from the n-th next observation. The target is
+    ``batch.reward + discount * V(batch.next_obs)``.
+    """
+    ended = jnp.logical_or(seq.terminated, seq.truncated).astype(jnp.int32)  # [B, n]
+    kept = (jnp.cumsum(ended, axis=1) - ended) == 0  # no episode end before step k
+    n = seq.reward.shape[1]
+    powers = jnp.cumprod(jnp.concatenate([jnp.ones((1,)), jnp.full((n - 1,), gamma)]))
+    reward = jnp.sum(jnp.where(kept, powers * seq.reward, 0.0), axis=1)
+    last = kept.sum(1) - 1  # [B] the last kept step
+
+    def at_last(x: jax.Array) -> jax.Array:
+        index = last.reshape(-1, *([1] * (x.ndim - 1)))
+        return jnp.take_along_axis(x, index, axis=1)[:, 0]
+
+    terminated, truncated, next_obs = map(at_last, (seq.terminated, seq.truncated, seq.next_obs))
+    discount = powers[last] * gamma * (1.0 - terminated.astype(jnp.float32))
+    batch = Transition(seq.obs[:, 0], seq.action[:, 0], reward, terminated, truncated, next_obs)
+    return batch, discount
 
 
 def all_finite(*trees: PyTree) -> jax.Array:

@@ -24,8 +24,15 @@ the whole run (FastTD3 re-draws an env's scale when its episode ends; keeping it
 needs no episode signal in ``act`` and gives the same spread of scales over the envs).
 Evaluation acts deterministically and uses none.
 
-Not here (the codebase has no general off-policy version of them yet): n-step returns
-and observation normalisation. FastTD3 uses 1-step returns on most tasks.
+*n-step returns* (``n_step``, default 1): the critic samples runs of ``n_step``
+consecutive transitions of one env (:func:`~jaxspreeze.replay.sample_sequences`) and folds
+them (:func:`~jaxspreeze.algos.common.nstep`: rewards summed with discount up to the first
+episode end; a termination bootstraps from 0, a truncation from its kept final
+observation) into a target ``R + gamma^m (1 - terminated) Z``. FastTD3 uses 1-step returns
+on most tasks.
+
+Not here (the codebase has no general off-policy version of it yet): observation
+normalisation.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxspreeze import networks
+from jaxspreeze import networks, replay
 from jaxspreeze.algos import base, common, deterministic, off_policy
 from jaxspreeze.errors import ConfigError
 from jaxspreeze.types import EnvSpec, PyTree, Transition
@@ -84,6 +91,8 @@ class FastTD3Config:
     """Smallest per-env exploration noise std (fraction of the half-width)."""
     noise_max: float = 0.4
     """Largest per-env exploration noise std; each env's is uniform in [noise_min, noise_max]."""
+    n_step: int = 1
+    """Rewards summed per critic target (n-step returns; 1: one-step TD, as TD3)."""
     num_atoms: int = field(default=101, metadata=base.kinds("shape"))
     """Atoms of the categorical critic's support."""
     v_min: float = -1000.0
@@ -172,6 +181,61 @@ def cross_entropy(logits: jax.Array, target: jax.Array) -> jax.Array:
     return -(target * jax.nn.log_softmax(logits, axis=-1)).sum(-1).mean(-1).sum()
 
 
+def categorical_target(
+    next_probs: jax.Array,
+    reward: jax.Array,
+    discount: jax.Array,
+    atoms: jax.Array,
+    v_min: float,
+    v_max: float,
+) -> tuple[jax.Array, jax.Array]:
+    """The critic's target distribution ``[B, K]`` (held fixed) and the fraction of targets
+    outside the atoms' range.
+
+    ``next_probs [B, K]`` is the next state's (lower-mean) distribution on ``atoms``;
+    ``discount [B]`` is ``gamma * (1 - terminated)`` (``gamma ** n`` for an n-step batch).
+    """
+    target = jax.lax.stop_gradient(project(next_probs, reward, discount, v_min, v_max))
+    scalar = reward + discount * mean_value(next_probs, atoms)
+    outside = jnp.mean((scalar < v_min) | (scalar > v_max)).astype(jnp.float32)
+    return target, outside
+
+
+def fit_categorical(
+    critic: networks.DistributionalQEnsemble,
+    tx: Any,
+    params: PyTree,
+    opt_state: PyTree,
+    batch: Transition,
+    target: jax.Array,
+    atoms: jax.Array,
+) -> tuple[PyTree, PyTree, jax.Array, jax.Array, jax.Array]:
+    """One gradient step of the categorical critics towards ``target [B, K]`` (cross-entropy).
+
+    Returns ``(params, opt_state, loss, q, grad_norm)``, ``q [Q, B]`` the critics' means.
+    """
+
+    def loss_fn(params: PyTree) -> tuple[jax.Array, jax.Array]:
+        logits = critic.apply(params, batch.obs, batch.action)
+        return cross_entropy(logits, target), logits
+
+    params, opt_state, loss, logits, gnorm = common.gradient_step(tx, params, opt_state, loss_fn)
+    return params, opt_state, loss, mean_value(jax.nn.softmax(logits, axis=-1), atoms), gnorm
+
+
+def critic_metrics(
+    loss: jax.Array, q: jax.Array, gnorm: jax.Array, **extra: jax.Array
+) -> dict[str, jax.Array]:
+    """A categorical critic step's metrics: loss, mean value, gradient norm, ``extra``, finite."""
+    return {
+        "critic_loss": loss,
+        "q_mean": q.mean(),
+        "critic_grad_norm": gnorm,
+        **extra,
+        "finite": common.all_finite(loss, gnorm).astype(jnp.float32),
+    }
+
+
 def noise_scales(seed: jax.Array, num_envs: int, low: float, high: float) -> jax.Array:
     """Each env's exploration noise std ``[num_envs, 1]``, uniform in ``[low, high]``.
 
@@ -200,25 +264,20 @@ def _check_widths(value: Any, name: str) -> None:
         raise ConfigError(name, f"must be positive layer widths, got {value!r}")
 
 
-def validate(cfg: FastTD3Config, prefix: str, run: Any) -> None:
-    """Raise ConfigError naming the first bad FastTD3 field (and grad_steps when ``run`` is given)."""
-    deterministic.check_config(
-        cfg,
-        prefix,
-        ("actor_lr", "critic_lr", "policy_delay", "num_atoms"),
-        ("weight_decay", "target_noise", "target_noise_clip", "noise_min", "noise_max"),
-    )
-    for name in ("policy_delay", "num_atoms"):
-        value = getattr(cfg, name)
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise ConfigError(f"{prefix}{name}", f"must be an integer, got {value!r}")
+def _check_integer(value: Any, name: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigError(name, f"must be an integer, got {value!r}")
+
+
+def check_num_atoms(cfg: Any, prefix: str) -> None:
+    """ConfigError unless ``cfg.num_atoms`` is an integer >= 2."""
+    _check_integer(cfg.num_atoms, f"{prefix}num_atoms")
     if cfg.num_atoms < 2:
         raise ConfigError(f"{prefix}num_atoms", f"must be at least 2, got {cfg.num_atoms}")
-    if cfg.noise_min > cfg.noise_max:
-        raise ConfigError(
-            f"{prefix}noise_min",
-            f"must be <= {prefix}noise_max ({cfg.noise_max}), got {cfg.noise_min}",
-        )
+
+
+def check_value_range(cfg: Any, prefix: str) -> None:
+    """ConfigError unless ``cfg.v_min < cfg.v_max`` are numbers (the atoms' range)."""
     for name in ("v_min", "v_max"):
         value = getattr(cfg, name)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -227,14 +286,85 @@ def validate(cfg: FastTD3Config, prefix: str, run: Any) -> None:
         raise ConfigError(
             f"{prefix}v_min", f"must be < {prefix}v_max ({cfg.v_max}), got {cfg.v_min}"
         )
+
+
+def check_n_step(cfg: Any, prefix: str, run: Any) -> None:
+    """ConfigError unless ``cfg.n_step`` is an integer >= 1 that the run's buffer can serve.
+
+    With ``run`` (the algorithm in use): the warm-up must hold a run of ``n_step``
+    transitions of every env (``learning_starts >= (n_step - 1) * num_envs``), and one
+    host worker must write the buffer (several interleave their envs' blocks, so an env's
+    next transition is not ``num_envs`` slots on: :func:`~jaxspreeze.replay.sample_sequences`).
+    """
+    _check_integer(cfg.n_step, f"{prefix}n_step")
+    if cfg.n_step < 1:
+        raise ConfigError(f"{prefix}n_step", f"must be at least 1, got {cfg.n_step}")
+    if run is None or cfg.n_step == 1:
+        return
+    if run.learning_starts < (cfg.n_step - 1) * run.num_envs:
+        raise ConfigError(
+            "learning_starts",
+            f"must be at least ({prefix}n_step - 1) x num_envs = "
+            f"{(cfg.n_step - 1) * run.num_envs} so every env has {cfg.n_step} transitions "
+            f"to sample; got {run.learning_starts}",
+        )
+    if run.host_workers != 1:
+        raise ConfigError(
+            f"{prefix}n_step",
+            f"n-step returns ({cfg.n_step}) need host_workers 1 (the workers' blocks "
+            f"interleave in the buffer); got host_workers {run.host_workers}",
+        )
+
+
+def sampler(n_step: int, run: Any) -> Any:
+    """The critic's replay read: :func:`replay.sample` (``n_step`` 1), else runs of
+    ``n_step`` consecutive transitions per env ``[B, n_step, ...]``."""
+    if n_step == 1:
+        return replay.sample
+    return functools.partial(replay.sample_sequences, length=n_step, stride=run.num_envs)
+
+
+def critic_batch(data: Transition, gamma: jax.Array, n_step: int) -> tuple[Transition, jax.Array]:
+    """The critic's batch ``[B]`` and its bootstrap discount ``[B]`` from a :func:`sampler` read.
+
+    ``n_step`` 1: the batch itself and ``gamma (1 - terminated)``; else the n-step fold
+    (:func:`~jaxspreeze.algos.common.nstep`) of the runs ``[B, n_step]``.
+    """
+    if n_step == 1:
+        return data, gamma * (1.0 - data.terminated.astype(jnp.float32))
+    return common.nstep(data, gamma)
+
+
+def check_widths(cfg: Any, prefix: str) -> None:
+    """ConfigError unless ``actor_hidden`` and ``critic_hidden`` are positive layer widths."""
+    _check_widths(cfg.actor_hidden, f"{prefix}actor_hidden")
+    _check_widths(cfg.critic_hidden, f"{prefix}critic_hidden")
+
+
+def validate(cfg: FastTD3Config, prefix: str, run: Any) -> None:
+    """Raise ConfigError naming the first bad FastTD3 field (and grad_steps when ``run`` is given)."""
+    deterministic.check_config(
+        cfg,
+        prefix,
+        ("actor_lr", "critic_lr", "policy_delay", "num_atoms"),
+        ("weight_decay", "target_noise", "target_noise_clip", "noise_min", "noise_max"),
+    )
+    _check_integer(cfg.policy_delay, f"{prefix}policy_delay")
+    check_num_atoms(cfg, prefix)
+    if cfg.noise_min > cfg.noise_max:
+        raise ConfigError(
+            f"{prefix}noise_min",
+            f"must be <= {prefix}noise_max ({cfg.noise_max}), got {cfg.noise_min}",
+        )
+    check_value_range(cfg, prefix)
+    check_n_step(cfg, prefix, run)
     if run is not None and run.grad_steps % cfg.policy_delay:
         raise ConfigError(
             "grad_steps",
             f"must be a multiple of {prefix}policy_delay ({cfg.policy_delay}) so the actor "
             f"updates every policy_delay critic updates; got {run.grad_steps}",
         )
-    _check_widths(cfg.actor_hidden, f"{prefix}actor_hidden")
-    _check_widths(cfg.critic_hidden, f"{prefix}critic_hidden")
+    check_widths(cfg, prefix)
 
 
 def grad_step_multiple(cfg: FastTD3Config) -> int:
@@ -289,37 +419,27 @@ def make(cfg: FastTD3Config, spec: EnvSpec, run: Any) -> base.Algorithm:
         std = noise_scales(state.noise_seed, action.shape[0], cfg.noise_min, cfg.noise_max)
         return common.explore(action, key, std, scale, bias)
 
-    def update_critic(c: FastTD3Critic, target_actor: PyTree, batch: Transition, key):
+    def update_critic(c: FastTD3Critic, target_actor: PyTree, data: Transition, key):
+        # the n-step batch (a plain batch and gamma (1 - terminated) when n_step is 1)
+        batch, discount = critic_batch(data, c.gamma, cfg.n_step)
         # the smoothed target action, the target critics' distributions there, the lower-mean
         # one per sample, shifted by the reward and discount and projected onto the atoms
         action = deterministic.smoothed(actor.apply(target_actor, batch.next_obs), key, smoothing)
         next_logits = critic.apply(c.target_params, batch.next_obs, action * scale + bias)
         next_probs = lower_mean(jax.nn.softmax(next_logits, axis=-1), atoms)
-        discount = c.gamma * (1.0 - batch.terminated.astype(jnp.float32))
-        target = jax.lax.stop_gradient(project(next_probs, batch.reward, discount, v_min, v_max))
-        scalar = batch.reward + discount * mean_value(next_probs, atoms)
-        outside = jnp.mean((scalar < v_min) | (scalar > v_max)).astype(jnp.float32)
-
-        def loss_fn(params: PyTree) -> tuple[jax.Array, jax.Array]:
-            logits = critic.apply(params, batch.obs, batch.action)
-            return cross_entropy(logits, target), logits
-
-        params, opt_state, loss, logits, gnorm = common.gradient_step(
-            critic_tx, c.params, c.opt_state, loss_fn
+        target, outside = categorical_target(
+            next_probs, batch.reward, discount, atoms, v_min, v_max
+        )
+        params, opt_state, loss, q, gnorm = fit_categorical(
+            critic, critic_tx, c.params, c.opt_state, batch, target, atoms
         )
         steps = c.steps + 1
         target_params, due = deterministic.delayed_polyak(
             c.target_params, params, c.tau, steps, delay
         )
-        q = mean_value(jax.nn.softmax(logits, axis=-1), atoms)
-        metrics = {
-            "critic_loss": loss,
-            "q_mean": q.mean(),
-            "critic_grad_norm": gnorm,
-            "target_outside": outside,
-            "target_updates": due.astype(jnp.float32),
-            "finite": common.all_finite(loss, gnorm).astype(jnp.float32),
-        }
+        metrics = critic_metrics(
+            loss, q, gnorm, target_outside=outside, target_updates=due.astype(jnp.float32)
+        )
         c = c._replace(params=params, target_params=target_params, opt_state=opt_state)
         return c._replace(steps=steps), metrics
 
@@ -355,6 +475,7 @@ def make(cfg: FastTD3Config, spec: EnvSpec, run: Any) -> base.Algorithm:
         critic_steps=run.grad_steps,
         actor_steps=run.grad_steps // delay,
         batch_size=run.batch_size,
+        critic_sample=sampler(cfg.n_step, run),
     )
 
 

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxspreeze import networks
+from jaxspreeze import networks, replay
 from jaxspreeze.algos import base, common
 from jaxspreeze.types import EnvSpec, PyTree, Transition
 
@@ -106,10 +106,12 @@ def replay_algorithm(
     critic_steps: int,
     actor_steps: int,
     batch_size: int,
+    critic_sample: Callable[[Any, jax.Array, int], Any] = replay.sample,
 ) -> base.Algorithm:
     """An off-policy :class:`~jaxspreeze.algos.base.Algorithm`: each gradient step on a fresh batch.
 
-    ``update_critic(critic, actor_view, batch, key)`` is one step on a sampled batch,
+    ``update_critic(critic, actor_view, batch, key)`` is one step on a sampled batch
+    (drawn by ``critic_sample(buffer, key, batch_size)``),
     ``update_actor(actor, critic_view, obs, key)`` one on its observations only (so the
     actor side may keep an observation-only buffer); ``*_steps`` are per iteration.
     """
@@ -120,7 +122,9 @@ def replay_algorithm(
         act=act,
         actor_view=actor_view,
         critic_view=critic_view,
-        critic_phase=base.replay_phase(update_critic, critic_steps, batch_size),
+        critic_phase=base.replay_phase(
+            update_critic, critic_steps, batch_size, sample=critic_sample
+        ),
         actor_phase=base.replay_phase(update_actor, actor_steps, batch_size, _observations),
         actor_steps_per_iteration=actor_steps,
         critic_steps_per_iteration=critic_steps,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -95,6 +97,74 @@ def update_temperature(
     return optax.apply_updates(log_alpha, update), opt_state
 
 
+def sample(
+    actor: networks.TanhGaussianActor,
+    params: PyTree,
+    obs: jax.Array,
+    key: jax.Array,
+    scale: jax.Array,
+    bias: jax.Array,
+) -> tuple[jax.Array, jax.Array]:
+    """A squashed-Gaussian action ``[B, A]`` in the bounds and its log-probability ``[B]``."""
+    mean, log_std = actor.apply(params, obs)
+    return networks.tanh_gaussian_sample(mean, log_std, key, scale, bias)
+
+
+def act(
+    actor: networks.TanhGaussianActor,
+    scale: jax.Array,
+    bias: jax.Array,
+    state: SACActor,
+    obs: jax.Array,
+    key: jax.Array,
+    deterministic: bool,
+) -> jax.Array:
+    """The policy's action: a sample, or the squashed mean when ``deterministic``."""
+    if deterministic:
+        mean, _ = actor.apply(state.params, obs)
+        return jnp.tanh(mean) * scale + bias
+    return sample(actor, state.params, obs, key, scale, bias)[0]
+
+
+def actor_step(
+    actor_tx: optax.GradientTransformation,
+    alpha_tx: optax.GradientTransformation,
+    a: SACActor,
+    sample_fn: Callable[[PyTree, jax.Array, jax.Array], tuple[jax.Array, jax.Array]],
+    q_fn: Callable[[jax.Array, jax.Array], jax.Array],
+    obs: jax.Array,
+    key: jax.Array,
+    target_entropy: float,
+) -> tuple[SACActor, base.Metrics]:
+    """One SAC actor step and one temperature step: ``(actor, metrics)``.
+
+    The actor minimises ``alpha * logp - q_fn(obs, action)`` at sampled actions
+    (``sample_fn(params, obs, key) -> (action, logp)``; ``q_fn -> [B]``, e.g. the smaller
+    of twin critics), then :func:`update_temperature` moves alpha.
+    """
+    alpha = jnp.exp(a.log_alpha)
+
+    def loss_fn(params):
+        action, logp = sample_fn(params, obs, key)
+        return (alpha * logp - q_fn(obs, action)).mean(), logp
+
+    params, opt_state, loss, logp, gnorm = common.gradient_step(
+        actor_tx, a.params, a.opt_state, loss_fn
+    )
+    log_alpha, alpha_opt_state = update_temperature(
+        alpha_tx, a.log_alpha, a.alpha_opt_state, logp, target_entropy
+    )
+    finite = common.all_finite(loss, gnorm, log_alpha)
+    a = SACActor(params, opt_state, log_alpha, alpha_opt_state)
+    return a, {
+        "actor_loss": loss,
+        "entropy": -logp.mean(),
+        "alpha": jnp.exp(log_alpha),
+        "actor_grad_norm": gnorm,
+        "finite": finite.astype(jnp.float32),
+    }
+
+
 def make(cfg: SACConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
     """Bind SAC to its config, env spec and the run's per-iteration update sizes."""
     grad_steps = run.grad_steps
@@ -105,6 +175,7 @@ def make(cfg: SACConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
     critic_tx = common.adam(cfg.critic_lr)
     alpha_tx = common.adam(cfg.alpha_lr)
     target_entropy = -cfg.target_entropy_scale * spec.action_dim
+    policy = functools.partial(sample, actor, scale=scale, bias=bias)
 
     def init(key: jax.Array) -> base.AgentState:
         actor_params, critic_params = off_policy.init_params(key, actor, critic, spec)
@@ -122,20 +193,10 @@ def make(cfg: SACConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
             ),
         )
 
-    def sample(params: PyTree, obs: jax.Array, key: jax.Array) -> tuple[jax.Array, jax.Array]:
-        mean, log_std = actor.apply(params, obs)
-        return networks.tanh_gaussian_sample(mean, log_std, key, scale, bias)
-
-    def act(state: SACActor, obs: jax.Array, key: jax.Array, deterministic: bool) -> jax.Array:
-        if deterministic:
-            mean, _ = actor.apply(state.params, obs)
-            return jnp.tanh(mean) * scale + bias
-        return sample(state.params, obs, key)[0]
-
     def update_critic(c: SACCritic, view: ActorView, batch: Transition, key: jax.Array):
         # soft Bellman target: the smaller target Q at a sampled next action, less alpha
         # times its log-probability
-        next_action, next_logp = sample(view.params, batch.next_obs, key)
+        next_action, next_logp = policy(view.params, batch.next_obs, key)
         next_q = critic.apply(c.target_params, batch.next_obs, next_action).min(0)
         alpha = jnp.exp(view.log_alpha)
         target = off_policy.bellman_target(batch, c.gamma, next_q - alpha * next_logp)
@@ -147,33 +208,13 @@ def make(cfg: SACConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
         return c, metrics
 
     def update_actor(a: SACActor, critic_params: PyTree, obs: jax.Array, key: jax.Array):
-        alpha = jnp.exp(a.log_alpha)
-
-        def loss_fn(params):
-            action, logp = sample(params, obs, key)
-            q = critic.apply(critic_params, obs, action).min(0)
-            return (alpha * logp - q).mean(), logp
-
-        params, opt_state, loss, logp, gnorm = common.gradient_step(
-            actor_tx, a.params, a.opt_state, loss_fn
-        )
-        log_alpha, alpha_opt_state = update_temperature(
-            alpha_tx, a.log_alpha, a.alpha_opt_state, logp, target_entropy
-        )
-        finite = common.all_finite(loss, gnorm, log_alpha)
-        a = SACActor(params, opt_state, log_alpha, alpha_opt_state)
-        return a, {
-            "actor_loss": loss,
-            "entropy": -logp.mean(),
-            "alpha": jnp.exp(log_alpha),
-            "actor_grad_norm": gnorm,
-            "finite": finite.astype(jnp.float32),
-        }
+        q_fn = lambda o, action: critic.apply(critic_params, o, action).min(0)
+        return actor_step(actor_tx, alpha_tx, a, policy, q_fn, obs, key, target_entropy)
 
     return off_policy.replay_algorithm(
         "sac",
         init=init,
-        act=act,
+        act=functools.partial(act, actor, scale, bias),
         actor_view=lambda a: ActorView(a.params, a.log_alpha),
         critic_view=lambda c: c.params,
         update_critic=update_critic,
