@@ -26,7 +26,7 @@ the squashed mean. Not here: observation normalisation (as FastTD3).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -45,37 +45,15 @@ DEFAULTS = dict(fasttd3.DEFAULTS)
 
 
 @dataclass(frozen=True)
-class FastSACConfig:
-    """FastSAC's own hyperparameters."""
+class FastSACConfig(fasttd3.RecipeConfig):
+    """FastSAC's own hyperparameters: the recipe's, and SAC's entropy temperature."""
 
-    actor_lr: float = 3e-4
-    """Actor learning rate (AdamW)."""
-    critic_lr: float = 3e-4
-    """Critic learning rate (AdamW)."""
     alpha_lr: float = 3e-4
     """Entropy-temperature learning rate (Adam)."""
-    weight_decay: float = 0.1
-    """AdamW's decoupled weight decay (actor and critic)."""
-    gamma: float = 0.99
-    """Discount factor."""
-    tau: float = 0.1
-    """Polyak coefficient of the target update (every critic update)."""
     init_alpha: float = 0.01
     """Initial entropy temperature (low: the many parallel envs explore too)."""
     target_entropy_scale: float = 1.0
     """Target entropy is ``-scale * action_dim``."""
-    n_step: int = 1
-    """Rewards summed per critic target (n-step returns; 1: one-step TD, as SAC)."""
-    num_atoms: int = field(default=101, metadata=base.kinds("shape"))
-    """Atoms of the categorical critic's support."""
-    v_min: float = -1000.0
-    """Lowest atom: the smallest discounted return the critic can represent."""
-    v_max: float = 1000.0
-    """Highest atom (the ``target_outside`` metric is the fraction of targets outside)."""
-    actor_hidden: tuple[int, ...] = field(default=(128, 128), metadata=base.kinds("shape"))
-    """Hidden layer widths of the actor (on a GPU: 512 256 128)."""
-    critic_hidden: tuple[int, ...] = field(default=(256, 256), metadata=base.kinds("shape"))
-    """Hidden layer widths of each critic, wider than the actor (on a GPU: 1024 512 256)."""
 
 
 def supports(spec: EnvSpec) -> str | None:

@@ -68,8 +68,9 @@ DEFAULTS = {
 
 
 @dataclass(frozen=True)
-class FastTD3Config:
-    """FastTD3's own hyperparameters."""
+class RecipeConfig:
+    """What the fast recipes (FastTD3, FastSAC) share: AdamW, a fast target update,
+    n-step returns and a categorical twin critic wider than the actor."""
 
     actor_lr: float = 3e-4
     """Actor learning rate (AdamW)."""
@@ -81,6 +82,26 @@ class FastTD3Config:
     """Discount factor."""
     tau: float = 0.1
     """Polyak coefficient of the target updates."""
+    n_step: int = 1
+    """Rewards summed per critic target (n-step returns; 1: one-step TD)."""
+    num_atoms: int = field(default=101, metadata=base.kinds("shape"))
+    """Atoms of the categorical critic's support."""
+    v_min: float = -1000.0
+    """Lowest atom: the smallest discounted return the critic can represent."""
+    v_max: float = 1000.0
+    """Highest atom (the default range holds returns of |reward| <= 10 at gamma 0.99; the
+    ``target_outside`` metric is the fraction of targets that fall outside it)."""
+    actor_hidden: tuple[int, ...] = field(default=(128, 128), metadata=base.kinds("shape"))
+    """Hidden layer widths of the actor (the paper's on a GPU: 512 256 128)."""
+    critic_hidden: tuple[int, ...] = field(default=(256, 256), metadata=base.kinds("shape"))
+    """Hidden layer widths of each critic, wider than the actor (on a GPU: 1024 512 256)."""
+
+
+@dataclass(frozen=True)
+class FastTD3Config(RecipeConfig):
+    """FastTD3's own hyperparameters: the recipe's, and TD3's smoothing, delay and
+    per-env exploration noise."""
+
     policy_delay: int = 2
     """Critic updates per actor (and target) update."""
     target_noise: float = 0.2
@@ -91,19 +112,6 @@ class FastTD3Config:
     """Smallest per-env exploration noise std (fraction of the half-width)."""
     noise_max: float = 0.4
     """Largest per-env exploration noise std; each env's is uniform in [noise_min, noise_max]."""
-    n_step: int = 1
-    """Rewards summed per critic target (n-step returns; 1: one-step TD, as TD3)."""
-    num_atoms: int = field(default=101, metadata=base.kinds("shape"))
-    """Atoms of the categorical critic's support."""
-    v_min: float = -1000.0
-    """Lowest atom: the smallest discounted return the critic can represent."""
-    v_max: float = 1000.0
-    """Highest atom (the default range holds returns of |reward| <= 10 at gamma 0.99; the
-    ``target_outside`` metric is the fraction of targets that fall outside it)."""
-    actor_hidden: tuple[int, ...] = field(default=(128, 128), metadata=base.kinds("shape"))
-    """Hidden layer widths of the actor (FastTD3 on a GPU: 512 256 128)."""
-    critic_hidden: tuple[int, ...] = field(default=(256, 256), metadata=base.kinds("shape"))
-    """Hidden layer widths of each critic, wider than the actor (FastTD3 on a GPU: 1024 512 256)."""
 
 
 class FastTD3Actor(NamedTuple):

@@ -30,7 +30,7 @@ from jaxspreeze.envids import BRAX_NAMES
 # "int"/"float"/"str" one value ("int?"/"float?": or None), a tuple: one of these choices.
 Kind = str | tuple[str, ...]
 
-ALGOS = ("sac", "td3", "ddpg", "ppo", "fasttd3")
+ALGOS = ("sac", "td3", "ddpg", "ppo", "fasttd3", "fastsac")
 PLACEMENTS = ("auto", "single", "split", "data", "split-data")
 
 # RunConfig's flags (train, autotune and launch's train arguments), in parser order.
@@ -106,16 +106,31 @@ RUN_FLAGS: dict[str, Kind] = {
     "--fasttd3.weight-decay": "float",
     "--fasttd3.gamma": "float",
     "--fasttd3.tau": "float",
-    "--fasttd3.policy-delay": "int",
-    "--fasttd3.target-noise": "float",
-    "--fasttd3.target-noise-clip": "float",
-    "--fasttd3.noise-min": "float",
-    "--fasttd3.noise-max": "float",
+    "--fasttd3.n-step": "int",
     "--fasttd3.num-atoms": "int",
     "--fasttd3.v-min": "float",
     "--fasttd3.v-max": "float",
     "--fasttd3.actor-hidden": "*",
     "--fasttd3.critic-hidden": "*",
+    "--fasttd3.policy-delay": "int",
+    "--fasttd3.target-noise": "float",
+    "--fasttd3.target-noise-clip": "float",
+    "--fasttd3.noise-min": "float",
+    "--fasttd3.noise-max": "float",
+    "--fastsac.actor-lr": "float",
+    "--fastsac.critic-lr": "float",
+    "--fastsac.weight-decay": "float",
+    "--fastsac.gamma": "float",
+    "--fastsac.tau": "float",
+    "--fastsac.n-step": "int",
+    "--fastsac.num-atoms": "int",
+    "--fastsac.v-min": "float",
+    "--fastsac.v-max": "float",
+    "--fastsac.actor-hidden": "*",
+    "--fastsac.critic-hidden": "*",
+    "--fastsac.alpha-lr": "float",
+    "--fastsac.init-alpha": "float",
+    "--fastsac.target-entropy-scale": "float",
 }
 
 # Each command's flags (what its tyro parser takes; positionals are left to tyro).

@@ -90,7 +90,7 @@ RUN_GROUPS = (
         "algorithm",
         "The sizes of an iteration, per seed; unset (None) takes the chosen algorithm's "
         "default. Each algorithm's own hyperparameters are in its box at the end "
-        "(--sac.*, --td3.*, --ddpg.*, --ppo.*).",
+        "(--sac.*, --td3.*, --ddpg.*, --ppo.*, --fasttd3.*, --fastsac.*).",
         (
             *("rollout_steps", "grad_steps", "batch_size", "buffer_size"),
             *("learning_starts", "chunk_iterations"),
