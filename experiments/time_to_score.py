@@ -5,7 +5,7 @@ interleaved, each side in its own process so that imports and compilation count,
 and warm caches, plots). This script keeps the earlier table: one seed, both sides in
 this process, walls counted after compilation.
 
-Runs the brax and Playground rows of :data:`jaxspreeze.bench.score.TASKS` (a preset per env and algorithm,
+Runs the rows of :data:`jaxspreeze.bench.score.TASKS` (brax and Playground: a preset per env and algorithm,
 a stated threshold) with jaxspreeze and with brax's own trainer, and writes OUT.json and
 OUT.md (merged with what OUT.json already holds: rows are replaced by (side, task), so the
 table can be filled one call at a time; saved after every row).
@@ -30,7 +30,7 @@ import time
 import traceback
 from pathlib import Path
 
-from jaxspreeze.bench import score, score_tasks
+from jaxspreeze.bench import score
 from jaxspreeze.bench.record import versions
 from jaxspreeze.devices import describe_hardware
 
@@ -48,11 +48,7 @@ def main(argv: list[str]) -> int:
         "--readme", action="store_true", help="print OUT.json's side-by-side table and exit"
     )
     args = p.parse_args(argv)
-    tasks = [
-        score.TASKS[n]
-        for n in score_tasks.BRAX_ROWS
-        if not args.only or any(s in n for s in args.only)
-    ]
+    tasks = [t for n, t in score.TASKS.items() if not args.only or any(s in n for s in args.only)]
     if args.list:
         for t in tasks:
             print(f"{t.name:26s} {t.preset:24s} threshold {t.threshold:g}")

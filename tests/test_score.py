@@ -174,7 +174,7 @@ def test_refusals_and_the_list(fake_sides, capsys):
 def test_which_sides_run_which_rows():
     """brax's trainers on brax and Playground rows, rejax on gymnax, SBX on gymnasium."""
     table = {s.name: s for s in score_sides.BUILTIN}
-    for task in score_tasks.TASKS.values():
+    for task in score_tasks.ROWS.values():
         runs = {n for n, s in table.items() if s.runs(task.family, task.algo)}
         peer = {"brax": "brax", "playground": "brax", "gymnax": "rejax", "gymnasium": "sbx"}
         assert runs == {"jaxspreeze", peer[task.family]}, task.name
@@ -184,9 +184,9 @@ def test_which_sides_run_which_rows():
         "sac-inverted_pendulum", "ppo-reacher", "sac-halfcheetah", "ppo-CartpoleBalance",
         "sac-CheetahRun", "sac-gymnasium-Pendulum-v1", "td3-HalfCheetah-v5",
     ):  # fmt: skip
-        assert name in score_tasks.TASKS
+        assert name in score_tasks.ROWS
     runs = score_run.order(
-        [score_tasks.TASKS[ROW]], {ROW: ["jaxspreeze", "rejax"]}, 2, ("cold", "warm")
+        [score_tasks.ROWS[ROW]], {ROW: ["jaxspreeze", "rejax"]}, 2, ("cold", "warm")
     )
     assert [(seed, cache, side) for _, seed, cache, side in runs][:4] == [
         (0, "cold", "jaxspreeze"),
@@ -197,7 +197,7 @@ def test_which_sides_run_which_rows():
 
 
 def test_medians_count_an_unreached_seed_as_never():
-    task = score_tasks.TASKS[ROW]
+    task = score_tasks.ROWS[ROW]
 
     def run(seed, returns, cache="cold"):
         curve = [
@@ -215,3 +215,34 @@ def test_medians_count_an_unreached_seed_as_never():
     (line,) = score_rows.summarise([run(0, [-300, -100]), run(1, [-300]), run(2, [-300])])
     assert line["env_steps_to_threshold"] is None  # one of three: no median
     assert math.isnan(score_rows.row("x", task, [])["final_return"])
+
+
+@pytest.mark.slow
+def test_a_real_tiny_row_end_to_end(tmp_path):
+    """jaxspreeze (and rejax when installed) on gymnax Pendulum SAC, one seed, a reduced
+    budget, cold and warm: every run has its curve, each point's wall from the command's
+    start exceeds its wall after compilation, and the report is written."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    argv = ["--rows", ROW, "--seeds", "1", "--total-steps", "2000", "--out", str(out)]
+    done = subprocess.run(
+        [sys.executable, "-m", "jaxspreeze", "score", *argv], capture_output=True, text=True,
+        timeout=1200,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    doc = json.loads((out / "score.json").read_text())
+    sides = doc["sides"][ROW]
+    assert sides[0] == "jaxspreeze"
+    assert [(r["side"], r["cache"]) for r in doc["runs"]] == [
+        (s, c) for c in ("cold", "warm") for s in sides
+    ]
+    for r in doc["runs"]:
+        curve = r["row"]["curve"]
+        assert curve and curve[-1]["env_steps"] >= 2000, r["side"]
+        assert all(p["command_s"] > p["wall_s"] > 0 for p in curve), curve
+        assert r["row"]["compile_s"] > 0
+    if "rejax" not in sides:
+        assert [k["side"] for k in doc["skipped"]] == ["rejax"]
+    assert (out / f"{ROW}.png").exists() and "| jaxspreeze |" in (out / "score.md").read_text()

@@ -47,7 +47,7 @@ from jaxspreeze.bench.score_rows import first_reaching, row  # noqa: F401 (re-ex
 from jaxspreeze.bench.score_tasks import (  # noqa: F401 (re-exported)
     BRAX_ROWS,
     PRESETS,
-    TASKS,
+    ROWS,
     THRESHOLDS,
     ScoreTask,
 )
@@ -59,6 +59,10 @@ from jaxspreeze.evaluate import make_seed_evaluate
 from jaxspreeze.plan import RunPlan, plan
 
 EPISODE_LENGTH = 1000  # jaxspreeze's time limit on brax and Playground envs
+
+# experiments/time_to_score.py's rows: jaxspreeze beside brax (`jaxspreeze score` runs ROWS)
+TASKS: dict[str, ScoreTask] = {n: ROWS[n] for n in BRAX_ROWS}
+_row = row  # one side's row (score_rows.row)
 
 
 def preset_config(task: ScoreTask, **fields: Any) -> RunPlan:
@@ -116,8 +120,9 @@ def run_jaxspreeze(
             "return": float(np.mean(done.result.return_mean)),
             "wall_s": time.perf_counter() - t_start,
             "train_s": train_s,
-            "command_s": _since(started),
         }
+        if started is not None:
+            point["command_s"] = time.time() - started
         curve.append(point)
         say(
             f"  jaxspreeze {task.name:24s} {point['env_steps']:>9,} steps "
@@ -136,11 +141,6 @@ def run_jaxspreeze(
         config={k: getattr(cfg, k) for k in (*RUN_SIZES, "eval_every", "eval_episodes", "seed")},
         algo_config=_plain(planned.algo_config),
     )
-
-
-def _since(started: float | None, now: float | None = None) -> float | None:
-    """Seconds from ``started`` (a ``time.time()``) to ``now`` (default: now), or None."""
-    return None if started is None else (time.time() if now is None else now) - started
 
 
 def _plain(algo_config: Any) -> dict[str, Any]:
@@ -266,8 +266,9 @@ def run_brax(
             "return": float(metrics["eval/episode_reward"]),
             "wall_s": now - t0[0] - compile_s[0],
             "compile_s": compile_s[0],
-            "command_s": _since(started, now),
         }
+        if started is not None:
+            point["command_s"] = now - started
         curve.append(point)
         say(
             f"  brax       {task.name:24s} {point['env_steps']:>9,} steps "
@@ -412,8 +413,9 @@ def run_trainer(
             "env_steps": int(record["env_steps"]),
             "return": float(record["eval_return"]),
             "at": now,
-            "command_s": _since(started, now),
         }
+        if started is not None:
+            point["command_s"] = now - started
         if not curve or point["env_steps"] > curve[-1]["env_steps"]:  # the final's repeat
             curve.append(point)
             say(
@@ -533,9 +535,7 @@ def markdown(doc: dict[str, Any]) -> str:
             f"{_fmt(r.get('compile_s'), '.0f')} | {r.get('load_start', 0):.1f}-{r.get('load_end', 0):.1f} |"
         )
     done = {(r["task"], r["side"]) for r in doc["rows"]}
-    missing = [
-        f"{s} {n}" for n in BRAX_ROWS for s in ("jaxspreeze", "brax") if (n, s) not in done
-    ]
+    missing = [f"{s} {n}" for n in TASKS for s in ("jaxspreeze", "brax") if (n, s) not in done]
     if missing:
         lines += ["", "Not run: " + ", ".join(missing) + "."]
     notes = sorted({n for r in doc["rows"] if r.get("notes") for n in r["notes"].split("; ")})
@@ -566,8 +566,7 @@ def side_by_side(doc: dict[str, Any]) -> str:
         "| jaxspreeze compile s |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for name in BRAX_ROWS:
-        task = TASKS[name]
+    for name, task in TASKS.items():
         ours = rows.get((name, "jaxspreeze"))
         if ours is None and (name, "brax") not in rows:
             continue

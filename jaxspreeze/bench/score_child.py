@@ -31,7 +31,7 @@ def main(argv: Sequence[str]) -> int:
     args = p.parse_args(argv)
 
     from jaxspreeze.bench import score_sides
-    from jaxspreeze.bench.score_tasks import TASKS
+    from jaxspreeze.bench.score_tasks import ROWS
 
     def say(line: str) -> None:
         print(f"[seed {args.seed}] {line.strip()}", flush=True)
@@ -40,7 +40,7 @@ def main(argv: Sequence[str]) -> int:
         side = score_sides.sides()[args.side]
         run = score_sides.runner(side)
         result = run(
-            TASKS[args.task],
+            ROWS[args.task],
             seed=args.seed,
             scale=args.scale,
             compile_cache=args.compile_cache,

@@ -30,6 +30,8 @@ class FiveValueEnv:
         self._env = env
 
     def __getattr__(self, name: str) -> Any:
+        if name == "_env" or name.startswith("__"):  # copy.deepcopy before __init__
+            raise AttributeError(name)
         return getattr(self._env, name)
 
     def step(self, key: Any, state: Any, action: Any, params: Any = None) -> tuple:
@@ -81,6 +83,29 @@ def _rejax_config(planned: Any, task: ScoreTask) -> dict[str, Any]:
                 policy_delay=a.policy_delay,
             )
     return out
+
+
+def _deterministic_act(algo: Any, ts: Any) -> Callable[[Any, Any], Any]:
+    """rejax's policy, deterministic as jaxspreeze evaluates its own: SAC's squashed mean,
+    PPO's mode (a Gaussian's mean clipped to the action range, a categorical's argmax);
+    TD3's actor is deterministic already (rejax's own ``make_act``)."""
+    import jax.numpy as jnp
+
+    if not hasattr(algo.actor, "_action_dist"):
+        return algo.make_act(ts)
+
+    def mode(m: Any, obs: Any) -> Any:
+        a = m._action_dist(obs).mode()
+        if hasattr(m, "bij"):  # rejax's squashed Gaussian: tanh, then the action range
+            return m.action_loc + m.bij.forward(a) * m.action_scale
+        return jnp.clip(a, *m.action_range) if hasattr(m, "action_range") else a
+
+    def act(obs: Any, rng: Any) -> Any:
+        if getattr(algo, "normalize_observations", False):
+            obs = algo.normalize_obs(ts.obs_rms_state, obs)
+        return jnp.squeeze(algo.actor.apply(ts.actor_ts.params, obs[None], method=mode))
+
+    return act
 
 
 REJAX_NOTES = {
@@ -135,7 +160,7 @@ def run_rejax(
         )
 
     def eval_callback(algo: Any, ts: Any, rng: Any) -> Any:
-        act = algo.make_act(ts)
+        act = _deterministic_act(algo, ts)
         lengths, returns = evaluate(
             act,
             rng,
@@ -157,10 +182,8 @@ def run_rejax(
     notes = [
         "gymnax >= 1.0's six-value step given to rejax as five (done = terminated or "
         "truncated: no bootstrap at time limits)",
-        "rejax's own initialisations; its policy's act() samples (jaxspreeze evaluates "
-        "the deterministic policy)"
-        if task.algo != "ppo"
-        else "rejax's own initialisations",
+        "rejax's own initialisations; evaluated with its policy's mode (rejax's own "
+        "evaluation samples)",
         REJAX_NOTES[task.algo],
     ]
     return row(

@@ -28,10 +28,14 @@ def first_reaching(curve: list[dict[str, Any]], threshold: float) -> dict[str, A
 
 
 def row(side: str, task: Any, curve: list[dict[str, Any]], **fields: Any) -> Record:
-    """One side's row on ``task`` (a :class:`~jaxspreeze.bench.score_tasks.ScoreTask`)."""
+    """One side's row on ``task`` (a :class:`~jaxspreeze.bench.score_tasks.ScoreTask`).
+
+    ``command_to_threshold_s`` is there when the points carry ``command_s`` (the runs of
+    ``jaxspreeze score``; ``experiments/time_to_score.py``'s do not).
+    """
     hit = first_reaching(curve, task.threshold)
     final = curve[-1]["return"] if curve else math.nan
-    return {
+    out = {
         "kind": "time_to_score",
         "side": side,
         "task": task.name,
@@ -43,13 +47,15 @@ def row(side: str, task: Any, curve: list[dict[str, Any]], **fields: Any) -> Rec
         "env_steps_to_threshold": hit["env_steps"] if hit else None,
         "wall_to_threshold_s": hit.get("wall_s") if hit else None,
         "train_to_threshold_s": hit.get("train_s") if hit else None,
-        "command_to_threshold_s": hit.get("command_s") if hit else None,
         "final_return": final,
         "best_return": max((p["return"] for p in curve), default=math.nan),
         "env_steps": curve[-1]["env_steps"] if curve else 0,
         "curve": curve,
         **fields,
     }
+    if any("command_s" in p for p in curve):
+        out["command_to_threshold_s"] = hit.get("command_s") if hit else None
+    return out
 
 
 def _median(values: Sequence[float | None], unreached: bool = False) -> float | None:
@@ -103,7 +109,7 @@ def summarise(runs: Sequence[Record]) -> list[Record]:
         }
         for c in CACHES:
             line[f"{c}_command_to_threshold_s"] = (
-                _median([r["command_to_threshold_s"] for r in by_cache[c]], unreached=True)
+                _median([r.get("command_to_threshold_s") for r in by_cache[c]], unreached=True)
                 if by_cache[c]
                 else None
             )

@@ -17,9 +17,11 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -191,6 +193,9 @@ def run(
         "plots": [],
     }
     root = Path(tempfile.mkdtemp(prefix="jaxspreeze-score-caches-"))
+    # SIGTERM (e.g. `timeout`): stop here, and subprocess.run kills the side's process
+    on_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if on_main else None
     try:
         for i, (task, seed, cache, side) in enumerate(runs_planned):
             say(f"score [{i + 1}/{len(runs_planned)}] {task.name} {side} seed {seed} {cache}")
@@ -209,8 +214,14 @@ def run(
             write(doc, out)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        if on_main:
+            signal.signal(signal.SIGTERM, previous)
     write(doc, out)
     return doc
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
 
 
 def write(doc: Record, out: Path) -> None:

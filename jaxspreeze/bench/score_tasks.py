@@ -75,7 +75,7 @@ def _task(algo: str, env: str, preset: str, eval_every: int, **kw: Any) -> Score
     return ScoreTask(algo, env, preset, THRESHOLDS[env], eval_every, **kw)
 
 
-TASKS: dict[str, ScoreTask] = {
+ROWS: dict[str, ScoreTask] = {
     t.name: t
     for t in (
         _task("sac", "playground/CartpoleBalance", "sac_cartpole_balance", 2_000),
@@ -105,10 +105,10 @@ TASKS: dict[str, ScoreTask] = {
     )
 }
 
-# the rows experiments/time_to_score.py ran before `jaxspreeze score` (brax and Playground)
-BRAX_ROWS = tuple(n for n, t in TASKS.items() if t.family in ("brax", "playground"))
+# the rows experiments/time_to_score.py runs (brax and Playground: jaxspreeze beside brax)
+BRAX_ROWS = tuple(n for n, t in ROWS.items() if t.family in ("brax", "playground"))
 
 
 def select(patterns: list[str] | tuple[str, ...]) -> list[ScoreTask]:
     """The rows whose name contains any of ``patterns`` (all of them when none)."""
-    return [t for n, t in TASKS.items() if not patterns or any(p in n for p in patterns)]
+    return [t for n, t in ROWS.items() if not patterns or any(p in n for p in patterns)]
