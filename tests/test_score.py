@@ -126,6 +126,7 @@ def test_score_interleaves_the_sides_and_writes_json_markdown_and_plot(
     assert (b["reached"], b["of"]) == (0, 4)
     assert b["env_steps_to_threshold"] is None and b["cold_command_to_threshold_s"] is None
     assert f"| {ROW} (gymnax/Pendulum-v1, thr. -200) | fake-b | 0/4 | - |" in md
+    assert "| -799.5 | -799.5 | 2,000 | 0 / 0 |" in md  # fake-b: final, best, steps, compile
     assert "fake-a: a stand-in" in md
 
     # the plot: one PNG per row, return against wall from the command's start

@@ -50,9 +50,16 @@ def _rejax_config(planned: Any, task: ScoreTask) -> dict[str, Any]:
         eval_freq=task.eval_every,
         num_envs=cfg.num_envs,
         gamma=a.gamma,
-        hidden_layer_sizes=tuple(a.hidden),
         skip_initial_evaluation=True,
     )
+    # the networks: jaxspreeze's MLPs are ReLU (rejax's PPO and TD3 default to swish);
+    # rejax's TD3 fixes its hidden sizes at (64, 64)
+    if task.algo == "sac":
+        out.update(hidden_layer_sizes=tuple(a.hidden), agent_kwargs={"activation": "relu"})
+    elif task.algo == "td3":
+        out.update(actor_kwargs={"activation": "relu"}, critic_kwargs={"activation": "relu"})
+    else:
+        out["agent_kwargs"] = {"activation": "relu", "hidden_layer_sizes": tuple(a.hidden)}
     if task.algo == "ppo":
         out.update(
             num_steps=cfg.rollout_steps,
@@ -110,7 +117,8 @@ def _deterministic_act(algo: Any, ts: Any) -> Callable[[Any, Any], Any]:
 
 REJAX_NOTES = {
     "sac": "rejax: one learning rate (the critic's) for actor, critic and temperature",
-    "td3": "rejax: one learning rate (the critic's) for actor and critic",
+    "td3": "rejax: one learning rate (the critic's) for actor and critic; hidden sizes "
+    "fixed at (64, 64) by rejax's TD3",
     "ppo": "rejax: learning rate not annealed; minibatches of its own shuffling",
 }
 
@@ -193,7 +201,7 @@ def run_rejax(
         compile_s=compile_s,
         wall_s=wall_s,
         trainer=f"rejax.{algo_cls.__name__}",
-        config={k: list(v) if isinstance(v, tuple) else v for k, v in options.items()},
+        config={k: v if isinstance(v, (int, float, bool)) else str(v) for k, v in options.items()},
         notes="; ".join(notes),
     )
 

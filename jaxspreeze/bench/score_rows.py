@@ -145,6 +145,7 @@ COLUMNS = (
     ("after compile to thr. s", "wall from the end of compilation to that evaluation"),
     ("final", "the last evaluation's mean return"),
     ("best", "the best evaluation's mean return"),
+    ("env steps", "the env steps the side ran (one seed's): the budget"),
     ("compile s cold / warm", "the side's compile seconds as it reports them"),
 )
 
@@ -175,7 +176,8 @@ def markdown(doc: Record) -> str:
             f"{_fmt(s['cold_command_to_threshold_s'], '.1f')} | "
             f"{_fmt(s['warm_command_to_threshold_s'], '.1f')} | "
             f"{_fmt(s['wall_to_threshold_s'], '.1f')} | {_fmt(s['final_return'], '.1f')} | "
-            f"{_fmt(s['best_return'], '.1f')} | {_fmt(s['cold_compile_s'], '.0f')} / "
+            f"{_fmt(s['best_return'], '.1f')} | {_fmt(s['env_steps'])} | "
+            f"{_fmt(s['cold_compile_s'], '.0f')} / "
             f"{_fmt(s['warm_compile_s'], '.0f')} |"
         )
     if doc.get("skipped"):

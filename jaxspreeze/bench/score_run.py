@@ -170,6 +170,9 @@ def run(
     for k in skipped:
         say(f"score: skipped {k['side']} on {k['task']}: {k['why']}")
     runs_planned = order(tasks, active, seeds, caches)
+    for task in tasks:
+        if not active[task.name]:
+            say(f"score: no side of {', '.join(sides or ['any'])} runs {task.name} here")
     out.mkdir(parents=True, exist_ok=True)
     doc: Record = {
         "command": command,
