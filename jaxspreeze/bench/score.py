@@ -1,5 +1,10 @@
 """Time to score: env steps and wall time to a return threshold, jaxspreeze beside brax.
 
+The runners here train one side of one row (:mod:`jaxspreeze.bench.score_tasks`);
+``jaxspreeze score`` (:mod:`jaxspreeze.bench.score_run`) runs each in its own process
+(:func:`run_side`, :func:`run_brax_side`; the peers' are in :mod:`.score_peers`), and
+``experiments/time_to_score.py`` runs :data:`TASKS` (the brax and Playground rows) in one.
+
 For each :data:`TASKS` entry (an env, an algorithm, a preset under
 ``experiments/presets`` and a return threshold), :func:`run_jaxspreeze` trains the
 preset with the trainer's own programs (``schedules.make``: warm-up and fused chunks)

@@ -192,6 +192,9 @@ def run_rejax(
         "truncated: no bootstrap at time limits)",
         "rejax's own initialisations; evaluated with its policy's mode (rejax's own "
         "evaluation samples)",
+        "the host callback that stamps each evaluation keeps JAX from caching rejax's "
+        "program (JAX does not cache programs with host callbacks): its warm runs compile "
+        "again",
         REJAX_NOTES[task.algo],
     ]
     return row(

@@ -29,7 +29,7 @@ FLAGS = (tyro.conf.FlagCreatePairsOff,)  # a bool option is one flag (no --no- p
 class ScoreArgs:
     """The options of ``jaxspreeze score``."""
 
-    rows: Annotated[tuple[str, ...], tyro.conf.arg(metavar="ROW")] = ()
+    rows: Annotated[tuple[str, ...], tyro.conf.arg(metavar="ROW [ROW ...]")] = ()
     """Rows whose name contains any of these (default: every row; see --list)."""
     list_rows: Annotated[bool, tyro.conf.arg(name="list")] = False
     """List the rows with their sides (and which are not installed) and exit."""
