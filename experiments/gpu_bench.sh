@@ -22,15 +22,17 @@
 #             autotune-<task>.png, bench.log
 #   bench     the rest of the full benchmark at GPU sizes -> RESULTS_DIR/bench.{json,md},
 #             bench.log (saved after every case)
-#   score     (only when named) time to score at GPU sizes: experiments/time_to_score.py
-#             --scale gpu, the 10 presets (SAC and PPO on Playground CartpoleBalance and
-#             CheetahRun, brax inverted_pendulum, reacher and halfcheetah) with 16x their
-#             CPU envs, budget and batch (SAC: gradient steps), jaxspreeze beside brax's own
-#             trainers -> RESULTS_DIR/score/time_to_score.{json,md} (saved after every
-#             row; each jaxspreeze row has env_steps_per_s: MuJoCo Playground reports
-#             CheetahRun on one A100 at ~435k env steps/s with PPO, ~19k with SAC),
-#             score.log. Needs mujoco_playground (pip install playground==0.2.0;
-#             without it the Playground rows are reported as failed and the rest run)
+#   score     (only when named) `jaxspreeze score --scale gpu`: time to a return threshold,
+#             jaxspreeze beside each peer that runs the row (brax's trainers on the brax and
+#             Playground rows, rejax on the gymnax rows, SBX on the gymnasium rows when
+#             installed; a missing peer is a skipped side in the report), each side and seed
+#             in its own process (the wall counts imports and compilation), cold and warm
+#             compile caches, at 16x the CPU rows' envs, budget and batch (SAC: gradient
+#             steps) -> RESULTS_DIR/score/score.{json,md} and <row>.png (written after every
+#             run), score.log. SCORE_ROWS (default: every row), SCORE_SEEDS (default 1: a
+#             10-minute call does not hold 3 seeds of every row), SCORE_RUN_TIMEOUT_S (one
+#             side's run, default 150). Needs mujoco_playground (pip install
+#             playground==0.2.0; without it the Playground rows are reported as failed)
 #   scaling   (only when named) data parallelism, 1 device vs every device, the same
 #             sizes per device -> RESULTS_DIR/scaling/scaling.md (env steps/s and update
 #             samples/s, in all and per device), devices-<d>/ runs and logs; with an even
@@ -52,7 +54,9 @@ WHEELS=(gymnax==1.0.1 gymnasium==1.3.0 farama-notifications==0.0.6 brax==0.14.2
         jaxopt==0.8.5 ml-collections==1.1.0 tensorboardx==2.6.5 trimesh==5.2.0
         flask==3.1.3 flask-cors==6.0.5 glfw==2.11.0 pyopengl==3.1.10 blinker==1.9.0
         itsdangerous==2.2.0 websockets==17.4
-        playground==0.2.0 lxml==6.1.3 mediapy==1.2.7 tqdm==4.70.1)  # score: Playground
+        playground==0.2.0 lxml==6.1.3 mediapy==1.2.7 tqdm==4.70.1  # score: Playground
+        rejax==0.1.3 distrax==0.1.9 tfp-nightly==0.26.0.dev20261027 dm-tree==0.1.10
+        gast==0.7.0 decorator==5.2.1 cloudpickle==2.1.0)  # score: the rejax peer
 
 if [[ "${1:-}" == "--fetch-wheels" ]]; then
     mkdir -p "$REPO/.whl"
@@ -76,7 +80,7 @@ OUT="$(cd "$OUT" && pwd)"
 cd "$REPO"
 
 # dependencies: gymnax and brax (with mujoco-mjx) are not in a bare CUDA jax image
-if ! "$PY" -c "import gymnax, brax.envs, mujoco.mjx, mujoco_playground" >/dev/null 2>&1; then
+if ! "$PY" -c "import gymnax, brax.envs, mujoco.mjx, mujoco_playground, rejax" >/dev/null 2>&1; then
     if compgen -G ".whl/*.whl" >/dev/null; then
         "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
             --upgrade --target /tmp/jaxspreeze-site .whl/*.whl
@@ -125,15 +129,18 @@ if has bench; then
     [[ $rc == 124 ]] && echo "hard time limit reached: $OUT/bench.json holds the cases that finished"
 fi
 if has score; then
-    # time to score: env steps and wall (compile apart) to each preset's threshold,
-    # jaxspreeze then brax's trainer per row, at 16x the CPU sizes
+    # time to score: jaxspreeze beside the peers, each side and seed in its own process,
+    # interleaved, cold then warm compile cache, at 16x the CPU rows' sizes
     mkdir -p "$OUT/score"
-    timeout "${SCORE_TIMEOUT_S:-540}" "$PY" experiments/time_to_score.py --scale gpu \
-        --out "$OUT/score/time_to_score" --note "experiments/gpu_bench.sh; GPU sizes" 2>&1 \
+    ROWS=()
+    for r in ${SCORE_ROWS:-}; do ROWS+=(--rows "$r"); done
+    timeout "${SCORE_TIMEOUT_S:-540}" "$PY" -m jaxspreeze score --scale gpu \
+        --seeds "${SCORE_SEEDS:-1}" "${ROWS[@]}" --run-timeout-s "${SCORE_RUN_TIMEOUT_S:-150}" \
+        --out "$OUT/score" --note "experiments/gpu_bench.sh; GPU sizes" 2>&1 \
         | tee "$OUT/score/score.log"
     rc=${PIPESTATUS[0]}; [[ $rc != 0 ]] && status=$rc
-    [[ $rc == 124 ]] && echo "score: time limit reached; $OUT/score/time_to_score.json" \
-        "holds the rows that finished"
+    [[ $rc == 124 ]] && echo "score: time limit reached; $OUT/score/score.json" \
+        "holds the runs that finished"
 fi
 if has scaling; then
     # data parallelism, weak scaling: the same per-device sizes (SAC Pendulum, 4096 envs,

@@ -1,6 +1,11 @@
 """Time to score: env steps and wall time to a return threshold, jaxspreeze beside brax.
 
-Runs the rows of :data:`jaxspreeze.bench.score.TASKS` (a preset per env and algorithm,
+`jaxspreeze score` is the command that supersedes this script (every peer, 3 seeds
+interleaved, each side in its own process so that imports and compilation count, cold
+and warm caches, plots). This script keeps the earlier table: one seed, both sides in
+this process, walls counted after compilation.
+
+Runs the rows of :data:`jaxspreeze.bench.score.TASKS` (brax and Playground: a preset per env and algorithm,
 a stated threshold) with jaxspreeze and with brax's own trainer, and writes OUT.json and
 OUT.md (merged with what OUT.json already holds: rows are replaced by (side, task), so the
 table can be filled one call at a time; saved after every row).

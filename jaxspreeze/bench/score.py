@@ -1,5 +1,10 @@
 """Time to score: env steps and wall time to a return threshold, jaxspreeze beside brax.
 
+The runners here train one side of one row (:mod:`jaxspreeze.bench.score_tasks`);
+``jaxspreeze score`` (:mod:`jaxspreeze.bench.score_run`) runs each in its own process
+(:func:`run_side`, :func:`run_brax_side`; the peers' are in :mod:`.score_peers`), and
+``experiments/time_to_score.py`` runs :data:`TASKS` (the brax and Playground rows) in one.
+
 For each :data:`TASKS` entry (an env, an algorithm, a preset under
 ``experiments/presets`` and a return threshold), :func:`run_jaxspreeze` trains the
 preset with the trainer's own programs (``schedules.make``: warm-up and fused chunks)
@@ -34,8 +39,6 @@ import functools
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -45,6 +48,14 @@ from jaxspreeze import algos, config, devices, schedules
 from jaxspreeze.algos.base import RUN_SIZES
 from jaxspreeze.bench import brax_compat
 from jaxspreeze.bench.record import Record, evaluated_chunks
+from jaxspreeze.bench.score_rows import first_reaching, row  # noqa: F401 (re-exported)
+from jaxspreeze.bench.score_tasks import (  # noqa: F401 (re-exported)
+    BRAX_ROWS,
+    PRESETS,
+    ROWS,
+    THRESHOLDS,
+    ScoreTask,
+)
 from jaxspreeze.caches import enable_compile_cache
 from jaxspreeze.compiles import CompileLog
 from jaxspreeze.config import RunConfig
@@ -52,106 +63,40 @@ from jaxspreeze.envs import make_env
 from jaxspreeze.evaluate import make_seed_evaluate
 from jaxspreeze.plan import RunPlan, plan
 
-PRESETS = Path(__file__).resolve().parents[2] / "experiments" / "presets"
 EPISODE_LENGTH = 1000  # jaxspreeze's time limit on brax and Playground envs
 
-
-@dataclass(frozen=True)
-class ScoreTask:
-    """One row of the table: a preset, its threshold and how often it is evaluated."""
-
-    algo: str
-    env: str
-    preset: str  # experiments/presets/<preset>.toml
-    threshold: float
-    eval_every: int
-    eval_episodes: int = 8
-
-    @property
-    def name(self) -> str:
-        """``sac-CartpoleBalance``."""
-        return f"{self.algo}-{self.env.split('/')[-1]}"
-
-    @property
-    def path(self) -> Path:
-        """The preset's TOML file."""
-        return PRESETS / f"{self.preset}.toml"
-
-
-# Thresholds, per env (the same for both algorithms): CartpoleBalance 800 of 1000 (brax's
-# untrained policies scored 187 and 210 at step 0); inverted_pendulum 900 (steps balanced,
-# max 1000); reacher -80 over 1000 steps (a zero action scores -180 on average, -81 to -253
-# over 8 targets; SAC's 20k-step runs end near -70 to -90); CheetahRun 100 of 1000 and brax
-# halfcheetah 500 (forward speed minus control cost): modest marks for CPU budgets.
-THRESHOLDS = {
-    "playground/CartpoleBalance": 800.0,
-    "playground/CheetahRun": 100.0,
-    "brax/inverted_pendulum": 900.0,
-    "brax/reacher": -80.0,
-    "brax/halfcheetah": 500.0,
-}
-
-TASKS: dict[str, ScoreTask] = {
-    t.name: t
-    for t in (
-        ScoreTask("sac", "playground/CartpoleBalance", "sac_cartpole_balance", 800.0, 2_000),
-        ScoreTask("ppo", "playground/CartpoleBalance", "ppo_cartpole_balance", 800.0, 16_384),
-        ScoreTask("sac", "playground/CheetahRun", "sac_cheetah_run", 100.0, 4_000, 4),
-        ScoreTask("ppo", "playground/CheetahRun", "ppo_cheetah_run", 100.0, 16_384, 4),
-        ScoreTask("sac", "brax/inverted_pendulum", "sac_inverted_pendulum", 900.0, 2_000),
-        ScoreTask("ppo", "brax/inverted_pendulum", "ppo_inverted_pendulum", 900.0, 16_384),
-        ScoreTask("sac", "brax/reacher", "sac_reacher", -80.0, 2_000),
-        ScoreTask("ppo", "brax/reacher", "ppo_reacher", -80.0, 16_384),
-        ScoreTask("sac", "brax/halfcheetah", "sac_brax_halfcheetah", 500.0, 2_000, 4),
-        ScoreTask("ppo", "brax/halfcheetah", "ppo_brax_halfcheetah", 500.0, 16_384, 4),
-    )
-}
+# experiments/time_to_score.py's rows: jaxspreeze beside brax (`jaxspreeze score` runs ROWS)
+TASKS: dict[str, ScoreTask] = {n: ROWS[n] for n in BRAX_ROWS}
+_row = row  # one side's row (score_rows.row)
 
 
 def preset_config(task: ScoreTask, **fields: Any) -> RunPlan:
     """The plan (no devices) of the task's preset, one seed, evaluated every
     ``eval_every``, chunks aligned to it."""
     cfg = config.load(task.path).replace(
-        num_seeds=1, eval_every=task.eval_every, eval_episodes=task.eval_episodes, **fields
+        env=task.env,
+        num_seeds=1,
+        eval_every=task.eval_every,
+        eval_episodes=task.eval_episodes,
+        **fields,
     )
     planned = plan(cfg, on_devices=False)
     k = max(1, task.eval_every // planned.steps_per_iteration)
     return plan(planned.cfg.replace(chunk_iterations=k), on_devices=False)
 
 
-def first_reaching(curve: list[dict[str, Any]], threshold: float) -> dict[str, Any] | None:
-    """The first point of ``curve`` whose ``return`` is at least ``threshold`` (or None)."""
-    return next((p for p in curve if p["return"] >= threshold), None)
-
-
-def _row(side: str, task: ScoreTask, curve: list[dict[str, Any]], **fields: Any) -> Record:
-    hit = first_reaching(curve, task.threshold)
-    final = curve[-1]["return"] if curve else math.nan
-    return {
-        "kind": "time_to_score",
-        "side": side,
-        "task": task.name,
-        "algo": task.algo,
-        "env": task.env,
-        "preset": task.preset,
-        "threshold": task.threshold,
-        "reached": hit is not None,
-        "env_steps_to_threshold": hit["env_steps"] if hit else None,
-        "wall_to_threshold_s": hit["wall_s"] if hit else None,
-        "train_to_threshold_s": hit.get("train_s") if hit else None,
-        "final_return": final,
-        "best_return": max((p["return"] for p in curve), default=math.nan),
-        "env_steps": curve[-1]["env_steps"] if curve else 0,
-        "curve": curve,
-        **fields,
-    }
-
-
 # ----------------------------------------------------------------------------- jaxspreeze
 def run_jaxspreeze(
-    task: ScoreTask, say: Callable[[str], None] = lambda *a: None, **fields: Any
+    task: ScoreTask,
+    say: Callable[[str], None] = lambda *a: None,
+    started: float | None = None,
+    **fields: Any,
 ) -> Record:
-    """Train ``task``'s preset, evaluating every ``eval_every`` env steps; its row."""
+    """Train ``task``'s preset, evaluating every ``eval_every`` env steps; its row.
+
+    ``started``: the ``time.time()`` of the command (the side's process) start; each point
+    then has ``command_s``, the wall from it (imports and compilation in).
+    """
     planned = preset_config(task, **fields)
     cfg = planned.cfg
     enable_compile_cache(cfg.compile_cache)
@@ -181,13 +126,15 @@ def run_jaxspreeze(
             "wall_s": time.perf_counter() - t_start,
             "train_s": train_s,
         }
+        if started is not None:
+            point["command_s"] = time.time() - started
         curve.append(point)
         say(
             f"  jaxspreeze {task.name:24s} {point['env_steps']:>9,} steps "
             f"{point['wall_s']:7.1f}s  return {point['return']:9.1f}"
         )
     wall = time.perf_counter() - t_start
-    return _row(
+    return row(
         "jaxspreeze",
         task,
         curve,
@@ -292,9 +239,13 @@ BRAX_LEARNING_RATE = {"sac": "critic_lr", "ppo": "lr"}  # brax has one rate for 
 
 
 def run_brax(
-    task: ScoreTask, say: Callable[[str], None] = lambda *a: None, **fields: Any
+    task: ScoreTask,
+    say: Callable[[str], None] = lambda *a: None,
+    started: float | None = None,
+    **fields: Any,
 ) -> Record:
-    """brax's own trainer on ``task``'s env, matched to its preset; its row."""
+    """brax's own trainer on ``task``'s env, matched to its preset; its row (``started``:
+    as :func:`run_jaxspreeze`'s)."""
     planned = preset_config(task, **fields)
     cfg = planned.cfg
     enable_compile_cache(cfg.compile_cache)
@@ -321,6 +272,8 @@ def run_brax(
             "wall_s": now - t0[0] - compile_s[0],
             "compile_s": compile_s[0],
         }
+        if started is not None:
+            point["command_s"] = now - started
         curve.append(point)
         say(
             f"  brax       {task.name:24s} {point['env_steps']:>9,} steps "
@@ -345,7 +298,7 @@ def run_brax(
     for p in curve:
         p["wall_s"] -= start
     trained = [p for p in curve if p["env_steps"] > 0]
-    return _row(
+    return row(
         "brax",
         task,
         trained,
@@ -395,6 +348,108 @@ def _brax_notes(task: ScoreTask) -> str:
     return "; ".join(notes)
 
 
+# ----------------------------------------------------------------------------- sides
+# each side of `jaxspreeze score` runs in its own process (jaxspreeze.bench.score_child),
+# which calls one of these (named in jaxspreeze.bench.score_sides.BUILTIN)
+def side_fields(
+    task: ScoreTask, seed: int, scale: str, compile_cache: str, total_steps: int | None
+) -> dict[str, Any]:
+    """The preset changes of one side's run: the scale's sizes, the seed, the cache."""
+    fields = dict(task.cpu) if scale == "cpu" else gpu_fields(task)
+    fields.update(seed=seed, compile_cache=compile_cache)
+    if total_steps is not None:
+        fields["total_steps"] = total_steps
+    return fields
+
+
+def run_side(
+    task: ScoreTask,
+    *,
+    seed: int,
+    scale: str,
+    compile_cache: str,
+    started: float,
+    total_steps: int | None = None,
+    say: Callable[[str], None] = lambda *a: None,
+) -> Record:
+    """jaxspreeze's side: :func:`run_jaxspreeze` (device envs) or :func:`run_trainer`
+    (host envs, which only the trainer's host schedules step)."""
+    from jaxspreeze.envs import is_host_env
+
+    fields = side_fields(task, seed, scale, compile_cache, total_steps)
+    run = run_trainer if is_host_env(task.env) else run_jaxspreeze
+    return run(task, say=say, started=started, **fields)
+
+
+def run_brax_side(
+    task: ScoreTask,
+    *,
+    seed: int,
+    scale: str,
+    compile_cache: str,
+    started: float,
+    total_steps: int | None = None,
+    say: Callable[[str], None] = lambda *a: None,
+) -> Record:
+    """brax's side: :func:`run_brax` with :func:`side_fields`."""
+    fields = side_fields(task, seed, scale, compile_cache, total_steps)
+    return run_brax(task, say=say, started=started, **fields)
+
+
+def run_trainer(
+    task: ScoreTask,
+    say: Callable[[str], None] = lambda *a: None,
+    started: float | None = None,
+    **fields: Any,
+) -> Record:
+    """``task``'s preset trained by :func:`jaxspreeze.train` (its evaluator thread, its
+    schedule: the host envs' one); its row. Each point is taken when the evaluation's
+    result reaches ``on_eval``; ``wall_s`` counts from the first chunk's dispatch."""
+    import tempfile
+
+    from jaxspreeze.trainer import train
+
+    planned = preset_config(task, **fields)
+    curve: list[dict[str, Any]] = []
+
+    def on_eval(record: dict[str, Any]) -> bool:
+        now = time.time()
+        point = {
+            "env_steps": int(record["env_steps"]),
+            "return": float(record["eval_return"]),
+            "at": now,
+        }
+        if started is not None:
+            point["command_s"] = now - started
+        if not curve or point["env_steps"] > curve[-1]["env_steps"]:  # the final's repeat
+            curve.append(point)
+            say(
+                f"  jaxspreeze {task.name:24s} {point['env_steps']:>9,} steps "
+                f"return {point['return']:9.1f}"
+            )
+        return False
+
+    with tempfile.TemporaryDirectory() as logdir:
+        cfg = planned.cfg.replace(logdir=logdir, run_name="score", sinks=())
+        t0 = time.time()
+        result = train(cfg, quiet=True, save=False, signals=None, on_eval=on_eval)
+    s = result.summary
+    first = t0 + float(s.get("first_chunk_dispatched_s") or 0.0)
+    for p in curve:
+        p["wall_s"] = p.pop("at") - first
+    return row(
+        "jaxspreeze",
+        task,
+        curve,
+        compile_s=s.get("compile_all_s"),
+        wall_s=s.get("wall_s"),
+        env_steps_per_s=s.get("env_steps_per_s"),
+        trainer="jaxspreeze.train",
+        config={k: getattr(cfg, k) for k in (*RUN_SIZES, "eval_every", "eval_episodes", "seed")},
+        notes="host env: jaxspreeze.train(), wall after compilation counted from the first chunk",
+    )
+
+
 # ----------------------------------------------------------------------------- report
 GPU_ENVS = 16  # --scale gpu: num_envs (and the budget) times this
 
@@ -424,7 +479,7 @@ def gpu_fields(task: ScoreTask) -> dict[str, Any]:
 
 def failed_row(side: str, task: ScoreTask, error: str) -> Record:
     """The row of a run that raised: ``error`` says why."""
-    return _row(side, task, [], error=error)
+    return row(side, task, [], error=error)
 
 
 def _fmt(x: Any, spec: str = ",.0f") -> str:

@@ -1,4 +1,4 @@
-"""Command line: ``jaxspreeze train|eval|autotune|bench|render|plot|launch|cache`` (also ``python -m jaxspreeze``).
+"""Command line: ``jaxspreeze train|eval|autotune|bench|score|render|plot|launch|cache`` (also ``python -m jaxspreeze``).
 
 One module per command (``jaxspreeze.cli.<command>``, each with ``main(argv) -> int``);
 :mod:`.common` holds the one-line errors and exit codes they share, :mod:`.args` the
@@ -33,6 +33,7 @@ commands:
   eval       evaluate the latest checkpoint of a run directory
   autotune   measure this machine and pick num_envs, batch size and update ratio
   bench      run the throughput benchmarks and write bench.json / bench.md
+  score      time to a return threshold, jaxspreeze beside brax, rejax and SBX
   render     roll out a trained policy to a GIF (every family; brax also to HTML)
   plot       learning-curve and throughput PNGs for one or more run directories
   launch     start N local processes of one data-parallel run:
@@ -43,7 +44,7 @@ commands:
 `jaxspreeze COMMAND --help` lists a command's options; `--debug` shows the traceback of an error.
 """
 
-COMMANDS = ("train", "eval", "autotune", "bench", "render", "plot", "launch", "cache", "envs")
+COMMANDS = ("train", "eval", "autotune", "bench", "score", "render", "plot", "launch", "cache", "envs")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

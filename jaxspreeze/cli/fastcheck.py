@@ -161,6 +161,18 @@ FLAGS: dict[str, dict[str, Kind]] = {
         "--budget-s": "float?",
         "--list": "0",
     },
+    "score": {
+        "--rows": "*",
+        "--list": "0",
+        "--seeds": "int",
+        "--sides": "*",
+        "--out": "str",
+        "--scale": ("cpu", "gpu"),
+        "--no-warm": "0",
+        "--total-steps": "int?",
+        "--run-timeout-s": "float?",
+        "--note": "str",
+    },
     "launch": {
         "--processes": "int",
         "--exec-command": "0",

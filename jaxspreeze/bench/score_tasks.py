@@ -1,0 +1,114 @@
+"""The rows of time to score (``jaxspreeze score``): a preset, an env, a return threshold.
+
+Imports no JAX: ``jaxspreeze score --list`` and the parent process of ``jaxspreeze score``
+(which only starts the sides' processes) read it. :mod:`jaxspreeze.bench.score` trains
+a row's preset; :mod:`jaxspreeze.bench.score_sides` says which sides run which row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PRESETS = Path(__file__).resolve().parents[2] / "experiments" / "presets"
+
+
+@dataclass(frozen=True)
+class ScoreTask:
+    """One row of the table: a preset, its threshold and how often it is evaluated.
+
+    ``env`` may differ from the preset's own (the preset's sizes on another env, e.g.
+    ``ppo_cartpole`` on Acrobot); ``cpu`` are preset changes for ``--scale cpu`` (a budget
+    a 2-core machine runs in minutes); ``label`` names the row when ``algo-<task>`` would
+    be ambiguous (gymnax's and gymnasium's Pendulum-v1).
+    """
+
+    algo: str
+    env: str
+    preset: str  # experiments/presets/<preset>.toml
+    threshold: float
+    eval_every: int
+    eval_episodes: int = 8
+    label: str = ""
+    cpu: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def name(self) -> str:
+        """``sac-CartpoleBalance`` (or the label)."""
+        return self.label or f"{self.algo}-{self.env.split('/')[-1]}"
+
+    @property
+    def family(self) -> str:
+        """The env's family: ``gymnax``, ``brax``, ``playground``, ``gymnasium``, ..."""
+        return self.env.partition("/")[0]
+
+    @property
+    def path(self) -> Path:
+        """The preset's TOML file."""
+        return PRESETS / f"{self.preset}.toml"
+
+
+# Thresholds, per env (the same for every algorithm): CartpoleBalance 800 of 1000 (brax's
+# untrained policies scored 187 and 210 at step 0); inverted_pendulum 900 (steps balanced,
+# max 1000); reacher -80 over 1000 steps (a zero action scores -180 on average, -81 to -253
+# over 8 targets; SAC's 20k-step runs end near -70 to -90); CheetahRun 100 of 1000 and brax
+# halfcheetah 500 (forward speed minus control cost): modest marks for CPU budgets.
+# Pendulum-v1 -200 (a random policy scores about -1200; a swung-up pendulum -150 or so);
+# CartPole-v1 450 of 500; Acrobot-v1 -100 (-500: never swung up); HalfCheetah-v5 1000
+# (a modest mark for 30k env steps).
+THRESHOLDS = {
+    "playground/CartpoleBalance": 800.0,
+    "playground/CheetahRun": 100.0,
+    "brax/inverted_pendulum": 900.0,
+    "brax/reacher": -80.0,
+    "brax/halfcheetah": 500.0,
+    "gymnax/Pendulum-v1": -200.0,
+    "gymnax/CartPole-v1": 450.0,
+    "gymnax/Acrobot-v1": -100.0,
+    "gymnasium/Pendulum-v1": -200.0,
+    "gymnasium/HalfCheetah-v5": 1000.0,
+}
+
+
+def _task(algo: str, env: str, preset: str, eval_every: int, **kw: Any) -> ScoreTask:
+    return ScoreTask(algo, env, preset, THRESHOLDS[env], eval_every, **kw)
+
+
+ROWS: dict[str, ScoreTask] = {
+    t.name: t
+    for t in (
+        _task("sac", "playground/CartpoleBalance", "sac_cartpole_balance", 2_000),
+        _task("ppo", "playground/CartpoleBalance", "ppo_cartpole_balance", 16_384),
+        _task("sac", "playground/CheetahRun", "sac_cheetah_run", 4_000, eval_episodes=4),
+        _task("ppo", "playground/CheetahRun", "ppo_cheetah_run", 16_384, eval_episodes=4),
+        _task("sac", "brax/inverted_pendulum", "sac_inverted_pendulum", 2_000),
+        _task("ppo", "brax/inverted_pendulum", "ppo_inverted_pendulum", 16_384),
+        _task("sac", "brax/reacher", "sac_reacher", 2_000),
+        _task("ppo", "brax/reacher", "ppo_reacher", 16_384),
+        _task("sac", "brax/halfcheetah", "sac_brax_halfcheetah", 2_000, eval_episodes=4),
+        _task("ppo", "brax/halfcheetah", "ppo_brax_halfcheetah", 16_384, eval_episodes=4),
+        # gymnax (jaxspreeze beside rejax)
+        _task("sac", "gymnax/Pendulum-v1", "sac_pendulum", 1_000),
+        _task("td3", "gymnax/Pendulum-v1", "td3_pendulum", 1_000),
+        _task("ppo", "gymnax/CartPole-v1", "ppo_cartpole", 8_192),
+        _task("ppo", "gymnax/Acrobot-v1", "ppo_cartpole", 8_192),
+        # gymnasium host envs (jaxspreeze beside SBX)
+        _task(
+            "sac", "gymnasium/Pendulum-v1", "sac_pendulum", 1_000, label="sac-gymnasium-Pendulum-v1"
+        ),
+        _task(
+            "td3", "gymnasium/Pendulum-v1", "td3_pendulum", 1_000, label="td3-gymnasium-Pendulum-v1"
+        ),
+        _task("sac", "gymnasium/HalfCheetah-v5", "sac_halfcheetah", 5_000, eval_episodes=5),
+        _task("td3", "gymnasium/HalfCheetah-v5", "td3_halfcheetah", 5_000, eval_episodes=5),
+    )
+}
+
+# the rows experiments/time_to_score.py runs (brax and Playground: jaxspreeze beside brax)
+BRAX_ROWS = tuple(n for n, t in ROWS.items() if t.family in ("brax", "playground"))
+
+
+def select(patterns: list[str] | tuple[str, ...]) -> list[ScoreTask]:
+    """The rows whose name contains any of ``patterns`` (all of them when none)."""
+    return [t for n, t in ROWS.items() if not patterns or any(p in n for p in patterns)]

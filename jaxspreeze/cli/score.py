@@ -1,0 +1,93 @@
+"""``jaxspreeze score``: time to a return threshold, jaxspreeze beside the peers that run
+each row (brax's trainers, rejax, SBX), seeds interleaved, each side in its own process."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal
+
+import tyro
+
+from jaxspreeze.cli.args import parse
+from jaxspreeze.cli.common import at_least_one, fail
+
+DESCRIPTION = (
+    "Time to score: for each row (an env, an algorithm, a preset and a return threshold) "
+    "train jaxspreeze and every peer that runs it (brax's trainers on brax and Playground "
+    "rows, rejax on gymnax rows, SBX on gymnasium rows; peers: pip install "
+    "'jaxspreeze[peers]'), each seed and side in its own process, with a fresh (cold) "
+    "compile cache and again on it (warm). Writes score.json, score.md and a plot per row."
+)
+
+FLAGS = (tyro.conf.FlagCreatePairsOff,)  # a bool option is one flag (no --no- pair)
+
+
+@dataclass
+class ScoreArgs:
+    """The options of ``jaxspreeze score``."""
+
+    rows: Annotated[tuple[str, ...], tyro.conf.arg(metavar="ROW [ROW ...]")] = ()
+    """Rows whose name contains any of these (default: every row; see --list)."""
+    list_rows: Annotated[bool, tyro.conf.arg(name="list")] = False
+    """List the rows with their sides (and which are not installed) and exit."""
+    seeds: int = 3
+    """Seeds per row and side (0, 1, ...)."""
+    sides: tuple[str, ...] = ()
+    """Sides to run (default: jaxspreeze and every peer that runs a row)."""
+    out: Annotated[str, tyro.conf.arg(metavar="DIR")] = "score"
+    """Folder for score.json, score.md and <row>.png."""
+    scale: Literal["cpu", "gpu"] = "cpu"
+    """Budgets and sizes: the presets' CPU ones, or GPU ones (16x envs and budget)."""
+    no_warm: bool = False
+    """Cold compile caches only (skip the second, warm run of each side and seed)."""
+    total_steps: int | None = None
+    """Every side's env-step budget instead of the row's (a quick, reduced run)."""
+    run_timeout_s: float | None = None
+    """Stop a side's run after this many seconds (reported as failed)."""
+    note: str = ""
+    """A note for the report (e.g. 'CPU shared')."""
+
+
+def main(argv: Sequence[str]) -> int:
+    """Run the selected rows; returns the exit code (1 if a run failed)."""
+    args = parse(ScoreArgs, argv, "jaxspreeze score", markers=FLAGS, description=DESCRIPTION)
+    if code := at_least_one(seeds=args.seeds, total_steps=args.total_steps):
+        return code
+    from jaxspreeze.bench import score_run, score_tasks
+
+    tasks = score_tasks.select(args.rows)
+    if not tasks:
+        return fail(
+            f"--rows: no row matches {' '.join(args.rows)!r} (see `jaxspreeze score --list`)"
+        )
+    try:
+        active, skipped = score_run.plan_sides(tasks, args.sides)
+    except ValueError as e:
+        return fail(f"--sides: {e}")
+    if args.list_rows:
+        for t in tasks:
+            off = [f"{k['side']} (not installed)" for k in skipped if k["task"] == t.name]
+            print(
+                f"{t.name:28s} {t.env:28s} threshold {t.threshold:<7g} sides: "
+                + ", ".join(active[t.name] + off)
+            )
+        return 0
+    doc = score_run.run(
+        tasks,
+        sides=args.sides or None,
+        seeds=args.seeds,
+        caches=("cold",) if args.no_warm else ("cold", "warm"),
+        scale=args.scale,
+        out=Path(args.out),
+        command=shlex.join(["jaxspreeze", "score", *argv]),
+        total_steps=args.total_steps,
+        note=args.note,
+        timeout_s=args.run_timeout_s,
+    )
+    print()
+    print((Path(args.out) / "score.md").read_text().split("\nColumns:")[0])
+    print(f"wrote {args.out}/score.json, score.md and {len(doc['plots'])} plot(s)")
+    return 1 if any(r.get("error") for r in doc["runs"]) else 0

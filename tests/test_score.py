@@ -1,0 +1,249 @@
+"""`jaxspreeze score`: the runs' order, the report's fields, skipped sides and the plot.
+
+The default tests run the command with stand-in sides (tiny runners written here,
+plugged in through JAXSPREEZE_SCORE_SIDES, the same table the real peers are in): no
+peer is installed and no JAX is started in the sides' processes. The `slow` test runs
+one real tiny row.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import textwrap
+
+import pytest
+
+from jaxspreeze.bench import score_rows, score_run, score_sides, score_tasks
+from jaxspreeze.cli import main
+
+ROW = "sac-Pendulum-v1"  # a gymnax row; the stand-ins run gymnax rows
+
+FAKE = textwrap.dedent(
+    '''
+    """Stand-in sides for tests/test_score.py (no JAX)."""
+    import os, time
+    from pathlib import Path
+    from jaxspreeze.bench.score_rows import row
+    from jaxspreeze.bench.score_sides import Side
+
+    def _run(name, returns, task, *, seed, scale, compile_cache, started, total_steps, say):
+        cache = Path(compile_cache)
+        warm = (cache / "marker").exists()  # a cold run's cache is fresh; warm reuses it
+        cache.mkdir(parents=True, exist_ok=True)
+        (cache / "marker").write_text(name)
+        with open(os.environ["FAKE_SCORE_LOG"], "a") as f:
+            f.write(f"{name} {seed} {'warm' if warm else 'cold'} {scale} {total_steps}\\n")
+        curve = []
+        for i, r in enumerate(returns):
+            now = time.time()
+            curve.append({"env_steps": 1000 * (i + 1), "return": r + seed,
+                          "wall_s": 0.1 * (i + 1), "command_s": now - started})
+        return row(name, task, curve, compile_s=0.5, notes=f"{name}: a stand-in")
+
+    def run_a(task, **kw):
+        return _run("fake-a", [-900.0, -150.0, -120.0], task, **kw)
+
+    def run_b(task, **kw):
+        return _run("fake-b", [-1000.0, -800.0], task, **kw)
+
+    SIDES = [
+        Side("fake-a", "fakepeer:run_a", ("gymnax",), ("*",)),
+        Side("fake-b", "fakepeer:run_b", ("gymnax",), ("sac",)),
+        Side("fake-missing", "fakepeer:run_a", ("gymnax",), ("*",),
+             requires=("no_such_module_xyz",), install="pip install no-such-peer"),
+        Side("fake-brax-only", "fakepeer:run_a", ("brax",), ("*",)),
+    ]
+    '''
+)
+
+
+@pytest.fixture
+def fake_sides(tmp_path, monkeypatch):
+    """The stand-in sides plugged in for this process and the sides' processes."""
+    (tmp_path / "fakepeer.py").write_text(FAKE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import os
+
+    path = os.environ.get("PYTHONPATH", "")
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep + path if path else ''}")
+    monkeypatch.setenv(score_sides.PLUGIN_VAR, "fakepeer:SIDES")
+    log = tmp_path / "runs.log"
+    monkeypatch.setenv("FAKE_SCORE_LOG", str(log))
+    return log
+
+
+def test_score_interleaves_the_sides_and_writes_json_markdown_and_plot(
+    fake_sides, tmp_path, capsys
+):
+    out = tmp_path / "out"
+    argv = ["score", "--rows", ROW, "--seeds", "2", "--out", str(out), "--total-steps", "3000"]
+    argv += ["--sides", "fake-a", "fake-b", "fake-missing", "fake-brax-only"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+
+    # the order: per seed, every side cold, then every side warm on the cold run's cache
+    expected = [
+        (side, seed, cache)
+        for seed in (0, 1)
+        for cache in ("cold", "warm")
+        for side in ("fake-a", "fake-b")
+    ]
+    lines = [line.split() for line in fake_sides.read_text().splitlines()]
+    assert [(s, int(seed), c) for s, seed, c, _, _ in lines] == expected
+    assert {(scale, steps) for *_, scale, steps in lines} == {("cpu", "3000")}
+
+    doc = json.loads((out / "score.json").read_text())
+    assert [(r["side"], r["seed"], r["cache"]) for r in doc["runs"]] == expected
+    assert [r["order"] for r in doc["runs"]] == list(range(8))
+    assert doc["seeds"] == 2 and doc["caches"] == ["cold", "warm"]
+    assert doc["sides"] == {ROW: ["fake-a", "fake-b"]}  # fake-brax-only runs no gymnax row
+    for r in doc["runs"]:
+        assert r["rc"] == 0 and "error" not in r, r
+        row = r["row"]
+        assert row["task"] == ROW and row["threshold"] == -200.0
+        assert row["command_to_threshold_s"] is None or row["command_to_threshold_s"] > 0
+        assert all(p["command_s"] > 0 for p in row["curve"])
+
+    # the skipped side: named, with why and how to install it, in the JSON, report, console
+    (skipped,) = doc["skipped"]
+    assert skipped["side"] == "fake-missing" and skipped["task"] == ROW
+    assert "no_such_module_xyz" in skipped["why"] and "pip install no-such-peer" in skipped["why"]
+    md = (out / "score.md").read_text()
+    assert "Skipped sides:" in md and f"fake-missing on {ROW}: not installed" in md
+    assert "skipped fake-missing" in printed
+
+    # the medians per (row, side), cold and warm apart
+    a, b = doc["summary"]
+    assert (a["side"], b["side"]) == ("fake-a", "fake-b")
+    assert (a["reached"], a["of"], a["cold_runs"], a["warm_runs"]) == (4, 4, 2, 2)
+    assert a["env_steps_to_threshold"] == 2000  # seed 0: -150; seed 1: -149
+    assert a["final_return"] == statistics_median([-120.0, -120.0, -119.0, -119.0])
+    assert a["best_return"] == -119.5
+    for key in ("cold_command_to_threshold_s", "warm_command_to_threshold_s"):
+        assert a[key] > 0, key
+    assert a["wall_to_threshold_s"] == pytest.approx(0.2)
+    assert (b["reached"], b["of"]) == (0, 4)
+    assert b["env_steps_to_threshold"] is None and b["cold_command_to_threshold_s"] is None
+    assert f"| {ROW} (gymnax/Pendulum-v1, thr. -200) | fake-b | 0/4 | - |" in md
+    assert "| -799.5 | -799.5 | 2,000 | 0 / 0 |" in md  # fake-b: final, best, steps, compile
+    assert "fake-a: a stand-in" in md
+
+    # the plot: one PNG per row, return against wall from the command's start
+    assert doc["plots"] == [str(out / f"{ROW}.png")]
+    assert (out / f"{ROW}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def statistics_median(values):
+    import statistics
+
+    return statistics.median(values)
+
+
+def test_no_warm_runs_cold_only_and_a_failed_side_is_reported(fake_sides, tmp_path, monkeypatch):
+    broken = tmp_path / "fakepeer.py"
+    broken.write_text(
+        broken.read_text().replace(
+            'return _run("fake-b"',
+            'raise RuntimeError("stand-in failure")\n    return _run("fake-b"',
+        )
+    )
+    out = tmp_path / "out"
+    argv = ["score", "--rows", ROW, "--seeds", "1", "--no-warm", "--out", str(out)]
+    assert main([*argv, "--sides", "fake-a", "fake-b"]) == 1
+    doc = json.loads((out / "score.json").read_text())
+    assert [(r["side"], r["cache"]) for r in doc["runs"]] == [
+        ("fake-a", "cold"),
+        ("fake-b", "cold"),
+    ]
+    assert doc["runs"][1]["error"] == "RuntimeError: stand-in failure"
+    md = (out / "score.md").read_text()
+    assert "Failed runs:" in md and "fake-b on sac-Pendulum-v1: seed 0 cold: RuntimeError" in md
+
+
+def test_refusals_and_the_list(fake_sides, capsys):
+    assert main(["score", "--rows", "no-such-row"]) == 2
+    assert "no row matches" in capsys.readouterr().err
+    assert main(["score", "--sides", "nope"]) == 2
+    assert "unknown side(s) nope" in capsys.readouterr().err
+    assert main(["score", "--seeds", "0"]) == 2
+    assert main(["score", "--list", "--rows", ROW, "--sides", "fake-a", "fake-missing"]) == 0
+    listed = capsys.readouterr().out
+    assert "sides: fake-a, fake-missing (not installed)" in listed
+
+
+def test_which_sides_run_which_rows():
+    """brax's trainers on brax and Playground rows, rejax on gymnax, SBX on gymnasium."""
+    table = {s.name: s for s in score_sides.BUILTIN}
+    for task in score_tasks.ROWS.values():
+        runs = {n for n, s in table.items() if s.runs(task.family, task.algo)}
+        peer = {"brax": "brax", "playground": "brax", "gymnax": "rejax", "gymnasium": "sbx"}
+        assert runs == {"jaxspreeze", peer[task.family]}, task.name
+    # the rows the issue lists
+    for name in (
+        "sac-Pendulum-v1", "td3-Pendulum-v1", "ppo-CartPole-v1", "ppo-Acrobot-v1",
+        "sac-inverted_pendulum", "ppo-reacher", "sac-halfcheetah", "ppo-CartpoleBalance",
+        "sac-CheetahRun", "sac-gymnasium-Pendulum-v1", "td3-HalfCheetah-v5",
+    ):  # fmt: skip
+        assert name in score_tasks.ROWS
+    runs = score_run.order(
+        [score_tasks.ROWS[ROW]], {ROW: ["jaxspreeze", "rejax"]}, 2, ("cold", "warm")
+    )
+    assert [(seed, cache, side) for _, seed, cache, side in runs][:4] == [
+        (0, "cold", "jaxspreeze"),
+        (0, "cold", "rejax"),
+        (0, "warm", "jaxspreeze"),
+        (0, "warm", "rejax"),
+    ]
+
+
+def test_medians_count_an_unreached_seed_as_never():
+    task = score_tasks.ROWS[ROW]
+
+    def run(seed, returns, cache="cold"):
+        curve = [
+            {"env_steps": 100 * (i + 1), "return": r, "wall_s": i, "command_s": 10.0 + i}
+            for i, r in enumerate(returns)
+        ]
+        return {"task": ROW, "side": "x", "seed": seed, "cache": cache,
+                "row": score_rows.row("x", task, curve)}  # fmt: skip
+
+    two_of_three = [run(0, [-300, -100]), run(1, [-100]), run(2, [-300, -300])]
+    (line,) = score_rows.summarise(two_of_three)
+    assert (line["reached"], line["of"]) == (2, 3)
+    assert line["env_steps_to_threshold"] == 200  # median of 200, 100, never
+    assert line["cold_command_to_threshold_s"] == 11.0
+    (line,) = score_rows.summarise([run(0, [-300, -100]), run(1, [-300]), run(2, [-300])])
+    assert line["env_steps_to_threshold"] is None  # one of three: no median
+    assert math.isnan(score_rows.row("x", task, [])["final_return"])
+
+
+@pytest.mark.slow
+def test_a_real_tiny_row_end_to_end(tmp_path):
+    """jaxspreeze (and rejax when installed) on gymnax Pendulum SAC, one seed, a reduced
+    budget, cold and warm: every run has its curve, each point's wall from the command's
+    start exceeds its wall after compilation, and the report is written."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    argv = ["--rows", ROW, "--seeds", "1", "--total-steps", "2000", "--out", str(out)]
+    done = subprocess.run(
+        [sys.executable, "-m", "jaxspreeze", "score", *argv], capture_output=True, text=True,
+        timeout=1200,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    doc = json.loads((out / "score.json").read_text())
+    sides = doc["sides"][ROW]
+    assert sides[0] == "jaxspreeze"
+    assert [(r["side"], r["cache"]) for r in doc["runs"]] == [
+        (s, c) for c in ("cold", "warm") for s in sides
+    ]
+    for r in doc["runs"]:
+        curve = r["row"]["curve"]
+        assert curve and curve[-1]["env_steps"] >= 2000, r["side"]
+        assert all(p["command_s"] > p["wall_s"] > 0 for p in curve), curve
+        assert r["row"]["compile_s"] > 0
+    if "rejax" not in sides:
+        assert [k["side"] for k in doc["skipped"]] == ["rejax"]
+    assert (out / f"{ROW}.png").exists() and "| jaxspreeze |" in (out / "score.md").read_text()
