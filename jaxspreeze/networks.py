@@ -188,3 +188,30 @@ class GaussianActor(nn.Module):
         mean = MLP(self.hidden, self.action_dim, out_scale=0.01)(_flat(obs, self.obs_cols))
         log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
         return mean, log_std
+
+
+class SquashedGaussianActor(nn.Module):
+    """PPO's tanh-squashed Gaussian actor (brax's ``NormalTanhDistribution``): the mean and
+    the raw scale of the Gaussian before the squash; the policy makes the std
+    ``softplus(raw) + min_std``.
+
+    ``state_std``: the raw scale is a second head of the MLP (``[B, A]``, brax's form);
+    otherwise one learned parameter per action dimension (``[A]``). Both heads start near 0
+    (mean about 0, std about ``softplus(0) = 0.69``).
+    """
+
+    hidden: Sequence[int]
+    action_dim: int
+    obs_cols: Columns | None = None  # the observation columns it reads
+    state_std: bool = True
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """``obs [B, ...] -> (mean [B, A], raw scale [B, A] or [A])`` before squashing."""
+        x = _flat(obs, self.obs_cols)
+        if self.state_std:
+            out = MLP(self.hidden, 2 * self.action_dim, out_scale=0.01)(x)
+            return out[:, : self.action_dim], out[:, self.action_dim :]
+        mean = MLP(self.hidden, self.action_dim, out_scale=0.01)(x)
+        raw = self.param("raw_std", nn.initializers.zeros, (self.action_dim,))
+        return mean, raw

@@ -193,7 +193,12 @@ def test_registry_lists_every_algorithm_once():
         assert "hidden" in shape or {"actor_hidden", "critic_hidden"} <= set(shape)
     assert [s.name for s in algos.all_specs() if s.on_policy] == ["ppo"]
     assert algos.get("td3").grad_step_multiple(td3.TD3Config(policy_delay=3)) == 3
-    assert sorted(fields_of("shape", algos.get("ppo").config_cls)) == ["hidden", "normalize_obs"]
+    assert sorted(fields_of("shape", algos.get("ppo").config_cls)) == [
+        "hidden",
+        "normalize_obs",
+        "policy",
+        "tanh_std",
+    ]
     assert fields_of("shape", algos.get("fasttd3").config_cls) == (
         "num_atoms",
         "actor_hidden",

@@ -77,6 +77,9 @@ BAD: list[tuple[dict, str]] = [
     ({"td3": "@td3.tau=x"}, "td3.tau"),
     ({"ddpg": "@ddpg.gamma=nan"}, "ddpg.gamma"),
     ({"ppo": "@ppo.epochs=1.5"}, "ppo.epochs"),
+    ({"ppo": "@ppo.policy=x"}, "ppo.policy"),
+    ({"ppo": "@ppo.tanh_std=x"}, "ppo.tanh_std"),
+    ({"ppo": "@ppo.reward_scaling=nan"}, "ppo.reward_scaling"),
     # the sections of algorithms not in use are range-checked too (SAC runs here)
     ({"td3": "@td3.gamma=1.5"}, "td3.gamma"),
     ({"ppo": "@ppo.gae_lambda=1.5"}, "ppo.gae_lambda"),

@@ -32,7 +32,7 @@ PROGRAM_FREE = {
     "host_stall_timeout_s",
     "stop_at_return",
 }
-ALGO_SHAPE = {"sac": {"hidden"}, "td3": {"hidden"}, "ddpg": {"hidden"}, "ppo": {"hidden", "normalize_obs"},
+ALGO_SHAPE = {"sac": {"hidden"}, "td3": {"hidden"}, "ddpg": {"hidden"}, "ppo": {"hidden", "normalize_obs", "policy", "tanh_std"},
               "fasttd3": {"num_atoms", "actor_hidden", "critic_hidden"},
               "fastsac": {"num_atoms", "actor_hidden", "critic_hidden"}}  # fmt: skip
 

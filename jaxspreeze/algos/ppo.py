@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -59,6 +59,19 @@ class PPOConfig:
     """Normalise advantages per minibatch."""
     hidden: tuple[int, ...] = field(default=(64, 64), metadata=base.kinds("shape"))
     """Hidden layer widths of the policy and the value network."""
+    policy: Literal["clipped", "tanh"] = field(default="clipped", metadata=base.kinds("shape"))
+    """Continuous actions: clipped = a Gaussian with a state-independent std (starting at
+    1), clipped to the bounds; tanh = brax's Gaussian squashed by tanh (log-probability
+    corrected for the squash, std from --ppo.tanh-std, sample-based entropy). Discrete
+    actions are categorical either way."""
+    tanh_std: Literal["state", "scalar"] = field(default="state", metadata=base.kinds("shape"))
+    """The tanh policy's std: state = softplus of a network head + min_std (brax's); scalar =
+    softplus of one learned parameter per action dimension + min_std."""
+    min_std: float = 1e-3
+    """The tanh policy's smallest std (brax's min_std)."""
+    reward_scaling: float = 1.0
+    """Rewards are multiplied by this in the value targets and advantages (brax's
+    reward_scaling); the reported returns are the env's own."""
 
 
 class PPOActor(NamedTuple):
@@ -89,12 +102,14 @@ class CriticView(NamedTuple):
 
 
 class PolicyBatch(NamedTuple):
-    """One minibatch of the policy update, ``[B, ...]``."""
+    """One minibatch of the policy update, ``[B, ...]``; ``noise``: the draws of a
+    sample-based entropy (the tanh policy), None where the entropy is exact."""
 
     obs: jax.Array
     action: jax.Array
     old_logp: jax.Array
     advantage: jax.Array
+    noise: jax.Array | None = None
 
 
 class ValueBatch(NamedTuple):
@@ -112,7 +127,17 @@ def supports(spec: EnvSpec) -> str | None:
 def validate(cfg: PPOConfig, prefix: str, run: Any) -> None:
     """Raise ConfigError naming the first bad PPO field (and batch_size when ``run`` is given)."""
 
-    base.check_positive(cfg, prefix, ("lr", "clip_eps", "vf_coef", "epochs", "max_grad_norm"))
+    base.check_positive(
+        cfg,
+        prefix,
+        ("lr", "clip_eps", "vf_coef", "epochs", "max_grad_norm", "min_std", "reward_scaling"),
+    )
+    if cfg.policy not in ppo_policy.CONTINUOUS:
+        choices = ", ".join(ppo_policy.CONTINUOUS)
+        raise ConfigError(f"{prefix}policy", f"choose one of {choices}, got {cfg.policy!r}")
+    if cfg.tanh_std not in ppo_policy.TANH_STDS:
+        choices = ", ".join(ppo_policy.TANH_STDS)
+        raise ConfigError(f"{prefix}tanh_std", f"choose one of {choices}, got {cfg.tanh_std!r}")
     base.check_unit(cfg, prefix, ("gamma", "gae_lambda"))
     if not isinstance(cfg.epochs, int) or isinstance(cfg.epochs, bool):
         raise ConfigError(f"{prefix}epochs", f"must be an integer, got {cfg.epochs!r}")
@@ -224,6 +249,8 @@ class Learner:
         """GAE(lambda) ``(advantages, returns)`` ``[T, N]`` of a rollout under V(params)."""
         obs, next_obs = self.norm(stats, traj.obs), self.norm(stats, traj.next_obs)
         traj = traj._replace(obs=obs, next_obs=next_obs)
+        if self.cfg.reward_scaling != 1.0:  # 1.0: the program as without the field
+            traj = traj._replace(reward=traj.reward * self.cfg.reward_scaling)
         return ppo_losses.advantages(self.value_net, params, gamma, lam, traj)
 
     # ---------------------------------------------------------------- critic: value fn
@@ -263,7 +290,9 @@ class Learner:
         )
 
         def loss_fn(params):
-            logp, entropy = self.policy.log_prob_entropy(params, batch.obs, batch.action)
+            logp, entropy = self.policy.log_prob_entropy(
+                params, batch.obs, batch.action, batch.noise
+            )
             return ppo_losses.policy_loss(
                 logp, batch.old_logp, adv, entropy, cfg.clip_eps, cfg.ent_coef
             )
@@ -297,7 +326,8 @@ class Learner:
             old_logp, _ = self.policy.log_prob_entropy(a.params, obs, action)
         else:
             old_logp = _flat(behaviour_logp)
-        data = PolicyBatch(obs, action, jax.lax.stop_gradient(old_logp), _flat(adv))
+        noise = self.policy.entropy_noise(key, action.shape)  # None but for the tanh policy
+        data = PolicyBatch(obs, action, jax.lax.stop_gradient(old_logp), _flat(adv), noise)
         a, metrics = minibatch_epochs(
             self.update_actor, a, data, key, self.cfg.epochs, self.batch_size
         )
@@ -313,7 +343,7 @@ def make(cfg: PPOConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
     total_updates = max(math.ceil(run.total_steps / rollout_size), 1) * updates_per_phase
     learner = Learner(
         cfg,
-        policy=ppo_policy.for_env(spec, cfg.hidden),
+        policy=ppo_policy.for_env(spec, cfg.hidden, cfg.policy, cfg.tanh_std, cfg.min_std),
         value_net=networks.ValueNet(cfg.hidden, spec.critic_obs),
         tx=common.adam(cfg.lr, cfg.max_grad_norm),
         obs_shape=spec.obs_shape,

@@ -1,12 +1,19 @@
 """PPO's policy distributions: one class per parameterisation, chosen by the action space.
 
-Each binds a policy network and gives ``sample`` (acting) and ``log_prob_entropy`` (the
-losses), on observations as the policy reads them (normalised by the caller). The
-densities are module-level functions of arrays, tested on their own.
+Each binds a policy network and gives ``sample`` (acting), ``log_prob_entropy`` (the
+losses) and ``entropy_noise`` (the draws a sample-based entropy needs, None where the
+entropy is exact), on observations as the policy reads them (normalised by the caller).
+The densities are module-level functions of arrays, tested on their own.
+
+Continuous actions have two parameterisations (``--ppo.policy``): ``clipped`` (a Gaussian
+with a state-independent std, clipped to the bounds) and ``tanh`` (brax's: a Gaussian
+squashed by tanh, its std a softplus of a network head or of one learned parameter per
+action dimension, plus a minimum).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import jax
@@ -47,6 +54,54 @@ def gaussian_entropy(log_std: jax.Array, batch_shape: tuple[int, ...]) -> jax.Ar
     return jnp.broadcast_to((log_std + 0.5 * (1 + jnp.log(2 * jnp.pi))).sum(), batch_shape)
 
 
+# the squashed actions' bound when their log-probability is computed: atanh(1 - 1e-6) =
+# 7.25, so a stored action on (or rounded onto) a bound has a finite pre-squash value
+TANH_BOUND = 1.0 - 1e-6
+
+
+def tanh_log_det(u: jax.Array) -> jax.Array:
+    """``log |d tanh(u) / du| = log(1 - tanh(u)^2)``, elementwise, in the stable form
+    ``2 (log 2 - u - softplus(-2 u))`` (brax, TFP's Tanh bijector): no ``1 - t^2``
+    cancellation where tanh saturates."""
+    return 2.0 * (math.log(2.0) - u - jax.nn.softplus(-2.0 * u))
+
+
+def tanh_gaussian_log_prob(mean: jax.Array, std: jax.Array, t: jax.Array) -> jax.Array:
+    """``log pi(t) [B]`` of ``t = tanh(u)``, ``u ~ N(mean, std)`` diagonal, in ``[-1, 1]`` units.
+
+    ``mean [B, A]``, ``std [B, A]`` or ``[A]``, the squashed action ``t [B, A]``. The
+    pre-squash ``u`` is recovered as ``atanh(clip(t, +-TANH_BOUND))`` and the density is
+    ``N(u) / |d tanh / du|``, the log-det in :func:`tanh_log_det`'s stable form.
+
+    Why recompute ``u`` from the stored action rather than keep the sampled ``u``: the
+    rollout stores the env action (the transition has no pre-squash field) and PPO's
+    ratio needs the old and the new log-probability of the *same* action. Both are
+    computed here from the same stored action, so the inversion's rounding (and the clip
+    at ``TANH_BOUND``, where tanh saturated in float32) is common to both and cancels in
+    the ratio: it stays finite and exact for the recovered ``u``. Keeping the sampled
+    ``u`` for the old log-probability only would make the two disagree on saturated
+    actions (ratios far from 1 from rounding alone).
+    """
+    u = jnp.arctanh(jnp.clip(t, -TANH_BOUND, TANH_BOUND))
+    z = (u - mean) / std
+    logp_u = -0.5 * z**2 - jnp.log(std) - 0.5 * math.log(2 * math.pi)
+    return (logp_u - tanh_log_det(u)).sum(-1)
+
+
+def tanh_gaussian_entropy(mean: jax.Array, std: jax.Array, eps: jax.Array | None) -> jax.Array:
+    """The entropy ``[B]`` of the tanh-squashed Gaussian, estimated as brax does.
+
+    ``H[tanh(u)] = H[u] + E[log |d tanh / du|]``: the pre-squash Gaussian's entropy plus
+    the log-det at one reparameterised sample ``u = mean + std * eps`` (``eps [B, A]``
+    standard normal), so the estimate falls where the policy saturates. ``eps`` None: the
+    pre-squash Gaussian's entropy alone (an upper bound; for callers that drop it).
+    """
+    gaussian = jnp.broadcast_to(jnp.log(std) + 0.5 * (1 + math.log(2 * math.pi)), mean.shape)
+    if eps is None:
+        return gaussian.sum(-1)
+    return (gaussian + tanh_log_det(mean + std * eps)).sum(-1)
+
+
 @dataclass(frozen=True, eq=False)
 class Categorical:
     """Discrete actions: a softmax over the logits of a ``CategoricalActor``."""
@@ -62,8 +117,12 @@ class Categorical:
             return jnp.argmax(logits, -1).astype(jnp.int32)
         return jax.random.categorical(key, logits).astype(jnp.int32)
 
+    def entropy_noise(self, key: jax.Array, shape: tuple[int, ...]) -> None:
+        """None: the entropy is exact."""
+        return None
+
     def log_prob_entropy(
-        self, params: PyTree, obs: jax.Array, action: jax.Array
+        self, params: PyTree, obs: jax.Array, action: jax.Array, noise: None = None
     ) -> tuple[jax.Array, jax.Array]:
         """``(log pi(action | obs) [B], entropy [B])``."""
         return categorical_log_prob_entropy(self.net.apply(params, obs), action)
@@ -94,8 +153,12 @@ class ClippedGaussian:
         u = mean if deterministic else mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
         return jnp.clip(u, -1.0, 1.0) * self.scale + self.bias
 
+    def entropy_noise(self, key: jax.Array, shape: tuple[int, ...]) -> None:
+        """None: the entropy (of the unclipped Gaussian) is exact."""
+        return None
+
     def log_prob_entropy(
-        self, params: PyTree, obs: jax.Array, action: jax.Array
+        self, params: PyTree, obs: jax.Array, action: jax.Array, noise: None = None
     ) -> tuple[jax.Array, jax.Array]:
         """``(log pi(action | obs) [B], entropy [B])`` of env actions ``[B, A]``."""
         mean, log_std = self.mean_log_std(params, obs)
@@ -103,14 +166,87 @@ class ClippedGaussian:
         return logp, gaussian_entropy(log_std, logp.shape)
 
 
-Policy = Categorical | ClippedGaussian
+@dataclass(frozen=True, eq=False)
+class TanhGaussian:
+    """Continuous actions: a Gaussian squashed by tanh, then scaled to the bounds (brax's
+    ``NormalTanhDistribution``).
+
+    The env action is ``tanh(u) * scale + bias`` for ``u ~ N(mean, std)``, with
+    ``std = softplus(raw) + min_std`` from a ``SquashedGaussianActor`` (its raw scale a
+    network head, or one learned parameter per dimension). The most likely action of the
+    evaluation is ``tanh(mean)`` scaled. Log-probabilities are of ``[-1, 1]`` units (the
+    scale's constant Jacobian cancels in PPO's ratio, as for the clipped Gaussian).
+    """
+
+    net: networks.SquashedGaussianActor
+    scale: jax.Array
+    bias: jax.Array
+    min_std: float
+
+    def mean_std(self, params: PyTree, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Pre-squash mean ``[B, A]`` and std ``[B, A]`` (state-dependent) or ``[A]``."""
+        mean, raw = self.net.apply(params, obs)
+        return mean, jax.nn.softplus(raw) + self.min_std
+
+    def sample(
+        self, params: PyTree, obs: jax.Array, key: jax.Array, deterministic: bool
+    ) -> jax.Array:
+        """An env action ``[B, A]`` per observation ``[B, ...]``: sampled, or ``tanh(mean)``."""
+        mean, std = self.mean_std(params, obs)
+        u = mean if deterministic else mean + std * jax.random.normal(key, mean.shape)
+        return jnp.tanh(u) * self.scale + self.bias
+
+    def entropy_noise(self, key: jax.Array, shape: tuple[int, ...]) -> jax.Array:
+        """One standard-normal draw per row for the sample-based entropy, ``shape`` ``[M, A]``.
+
+        Drawn from ``fold_in(key, 1)``: the phase's own key keeps shuffling the
+        minibatches exactly as before. A row keeps its draw over the epochs.
+        """
+        return jax.random.normal(jax.random.fold_in(key, 1), shape)
+
+    def log_prob_entropy(
+        self, params: PyTree, obs: jax.Array, action: jax.Array, noise: jax.Array | None = None
+    ) -> tuple[jax.Array, jax.Array]:
+        """``(log pi(action | obs) [B], entropy [B])`` of env actions ``[B, A]``; the entropy
+        is brax's one-sample estimate at ``noise [B, A]`` (None: the pre-squash Gaussian's)."""
+        mean, std = self.mean_std(params, obs)
+        logp = tanh_gaussian_log_prob(mean, std, (action - self.bias) / self.scale)
+        return logp, tanh_gaussian_entropy(mean, std, noise)
 
 
-def for_env(spec: EnvSpec, hidden: tuple[int, ...]) -> Policy:
-    """The policy distribution of ``spec``'s action space, its network ``hidden`` wide."""
+Policy = Categorical | ClippedGaussian | TanhGaussian
+
+# the continuous parameterisations ``--ppo.policy`` names, and the std forms of ``tanh``
+CONTINUOUS = ("clipped", "tanh")
+TANH_STDS = ("state", "scalar")
+
+
+def for_env(
+    spec: EnvSpec,
+    hidden: tuple[int, ...],
+    kind: str = "clipped",
+    tanh_std: str = "state",
+    min_std: float = 1e-3,
+) -> Policy:
+    """The policy distribution of ``spec``'s action space, its network ``hidden`` wide.
+
+    Continuous actions: ``kind`` ``clipped`` (:class:`ClippedGaussian`) or ``tanh``
+    (:class:`TanhGaussian`, its std from a network head for ``tanh_std="state"`` or one
+    learned parameter per dimension for ``"scalar"``, at least ``min_std``). Discrete
+    actions are categorical whatever ``kind`` says.
+    """
     if spec.discrete:
         return Categorical(networks.CategoricalActor(hidden, spec.action_dim, spec.actor_obs))
+    if kind not in CONTINUOUS:
+        raise ValueError(f"unknown PPO policy {kind!r}; known: {', '.join(CONTINUOUS)}")
+    if tanh_std not in TANH_STDS:
+        raise ValueError(f"unknown tanh std {tanh_std!r}; known: {', '.join(TANH_STDS)}")
     scale, bias = networks.action_scale(spec.action_low, spec.action_high)
+    if kind == "tanh":
+        net = networks.SquashedGaussianActor(
+            hidden, spec.action_dim, spec.actor_obs, state_std=tanh_std == "state"
+        )
+        return TanhGaussian(net, scale, bias, float(min_std))
     return ClippedGaussian(
         networks.GaussianActor(hidden, spec.action_dim, spec.actor_obs), scale, bias
     )
