@@ -158,6 +158,23 @@ def test_another_simulator_version_leaves_the_ids_to_the_full_check(monkeypatch)
     assert fastcheck.check_env("brax/halfcheeta") is not None  # jaxspreeze's own list
 
 
+def test_a_registry_already_imported_decides_for_itself(monkeypatch):
+    """Once Playground's registry (or jaxspreeze's) is imported in this process (a
+    notebook, a test), envs registered at run time may be in it: the static list no longer
+    refuses them."""
+    import types
+
+    for name in ("mujoco_playground", fastcheck.ENV_REGISTRY):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    if fastcheck._static_ids("playground") is None:
+        pytest.skip("the static Playground ids are of another version")
+    assert fastcheck.check_env("playground/MyOwnTask") is not None
+    for name in ("mujoco_playground", fastcheck.ENV_REGISTRY):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+        assert fastcheck.check_env("playground/MyOwnTask") is None  # the full check decides
+        monkeypatch.delitem(sys.modules, name)
+
+
 @pytest.mark.parametrize(
     "argv", [["eval"], ["render"], ["launch", "--port", "1"], ["cache", "tidy"]]
 )

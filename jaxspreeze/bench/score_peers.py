@@ -54,42 +54,59 @@ def _rejax_config(planned: Any, task: ScoreTask) -> dict[str, Any]:
     )
     # the networks: jaxspreeze's MLPs are ReLU (rejax's PPO and TD3 default to swish);
     # rejax's TD3 fixes its hidden sizes at (64, 64)
-    if task.algo == "sac":
-        out.update(hidden_layer_sizes=tuple(a.hidden), agent_kwargs={"activation": "relu"})
-    elif task.algo == "td3":
-        out.update(actor_kwargs={"activation": "relu"}, critic_kwargs={"activation": "relu"})
-    else:
-        out["agent_kwargs"] = {"activation": "relu", "hidden_layer_sizes": tuple(a.hidden)}
-    if task.algo == "ppo":
-        out.update(
-            num_steps=cfg.rollout_steps,
-            num_minibatches=max(1, cfg.num_envs * cfg.rollout_steps // cfg.batch_size),
-            num_epochs=a.epochs,
-            learning_rate=a.lr,
-            gae_lambda=a.gae_lambda,
-            clip_eps=a.clip_eps,
-            vf_coef=a.vf_coef,
-            ent_coef=a.ent_coef,
-            max_grad_norm=a.max_grad_norm,
-            normalize_observations=a.normalize_obs,
-        )
-    else:  # an iteration: one step of every env, then num_epochs gradient steps
-        out.update(
-            batch_size=cfg.batch_size,
-            buffer_size=cfg.buffer_size,
-            fill_buffer=cfg.learning_starts,
-            num_epochs=max(1, cfg.grad_steps // cfg.rollout_steps),
-            learning_rate=a.critic_lr,
-            polyak=1.0 - a.tau,
-        )
-        if task.algo == "td3":
-            out.update(
-                exploration_noise=a.exploration_noise,
-                target_noise=a.target_noise,
-                target_noise_clip=a.target_noise_clip,
-                policy_delay=a.policy_delay,
-            )
+    out.update(_REJAX_NETWORKS[task.algo](a))
+    out.update(_REJAX_UPDATES[task.algo](cfg, a))
     return out
+
+
+def _rejax_ppo(cfg: Any, a: Any) -> dict[str, Any]:
+    return dict(
+        num_steps=cfg.rollout_steps,
+        num_minibatches=max(1, cfg.num_envs * cfg.rollout_steps // cfg.batch_size),
+        num_epochs=a.epochs,
+        learning_rate=a.lr,
+        gae_lambda=a.gae_lambda,
+        clip_eps=a.clip_eps,
+        vf_coef=a.vf_coef,
+        ent_coef=a.ent_coef,
+        max_grad_norm=a.max_grad_norm,
+        normalize_observations=a.normalize_obs,
+    )
+
+
+def _rejax_replay(cfg: Any, a: Any) -> dict[str, Any]:
+    """An off-policy iteration: one step of every env, then num_epochs gradient steps."""
+    return dict(
+        batch_size=cfg.batch_size,
+        buffer_size=cfg.buffer_size,
+        fill_buffer=cfg.learning_starts,
+        num_epochs=max(1, cfg.grad_steps // cfg.rollout_steps),
+        learning_rate=a.critic_lr,
+        polyak=1.0 - a.tau,
+    )
+
+
+def _rejax_td3(cfg: Any, a: Any) -> dict[str, Any]:
+    return dict(
+        _rejax_replay(cfg, a),
+        exploration_noise=a.exploration_noise,
+        target_noise=a.target_noise,
+        target_noise_clip=a.target_noise_clip,
+        policy_delay=a.policy_delay,
+    )
+
+
+_RELU = {"activation": "relu"}
+_REJAX_NETWORKS: dict[str, Callable[[Any], dict[str, Any]]] = {  # by jaxspreeze's algo
+    "sac": lambda a: dict(hidden_layer_sizes=tuple(a.hidden), agent_kwargs=_RELU),
+    "td3": lambda a: dict(actor_kwargs=_RELU, critic_kwargs=_RELU),
+    "ppo": lambda a: dict(agent_kwargs=dict(_RELU, hidden_layer_sizes=tuple(a.hidden))),
+}
+_REJAX_UPDATES: dict[str, Callable[[Any, Any], dict[str, Any]]] = {
+    "sac": _rejax_replay,
+    "td3": _rejax_td3,
+    "ppo": _rejax_ppo,
+}
 
 
 def _deterministic_act(algo: Any, ts: Any) -> Callable[[Any, Any], Any]:
@@ -237,47 +254,7 @@ def run_sbx(
     venv = make_vec_env(env_id, n_envs=cfg.num_envs, seed=seed)
     eval_env = gym.make(env_id)
     policy_kwargs = dict(net_arch=list(a.hidden))
-    if task.algo == "ppo":
-        model = sbx.PPO(
-            "MlpPolicy",
-            venv,
-            n_steps=cfg.rollout_steps,
-            batch_size=cfg.batch_size,
-            n_epochs=a.epochs,
-            learning_rate=a.lr,
-            gamma=a.gamma,
-            gae_lambda=a.gae_lambda,
-            clip_range=a.clip_eps,
-            ent_coef=a.ent_coef,
-            vf_coef=a.vf_coef,
-            max_grad_norm=a.max_grad_norm,
-            policy_kwargs=policy_kwargs,
-            seed=seed,
-        )
-    else:
-        common = dict(
-            buffer_size=cfg.buffer_size,
-            learning_starts=cfg.learning_starts,
-            batch_size=cfg.batch_size,
-            tau=a.tau,
-            gamma=a.gamma,
-            learning_rate=a.critic_lr,
-            train_freq=cfg.rollout_steps,
-            gradient_steps=max(1, cfg.grad_steps),
-            policy_kwargs=policy_kwargs,
-            seed=seed,
-        )
-        if task.algo == "td3":
-            model = sbx.TD3(
-                "MlpPolicy",
-                venv,
-                policy_delay=a.policy_delay,
-                target_policy_noise=a.target_noise,
-                target_noise_clip=a.target_noise_clip,
-                **common,
-            )
-        else:
-            model = sbx.SAC("MlpPolicy", venv, **common)
+    model = _SBX_MODELS[task.algo](sbx, venv, cfg, a, dict(policy_kwargs=policy_kwargs, seed=seed))
 
     curve: list[dict[str, Any]] = []
     t_start = time.time()
@@ -332,3 +309,53 @@ def run_sbx(
             "rate for all networks"
         ),
     )
+
+
+def _sbx_ppo(sbx: Any, venv: Any, cfg: Any, a: Any, common: dict[str, Any]) -> Any:
+    return sbx.PPO(
+        "MlpPolicy",
+        venv,
+        n_steps=cfg.rollout_steps,
+        batch_size=cfg.batch_size,
+        n_epochs=a.epochs,
+        learning_rate=a.lr,
+        gamma=a.gamma,
+        gae_lambda=a.gae_lambda,
+        clip_range=a.clip_eps,
+        ent_coef=a.ent_coef,
+        vf_coef=a.vf_coef,
+        max_grad_norm=a.max_grad_norm,
+        **common,
+    )
+
+
+def _sbx_replay(cfg: Any, a: Any, common: dict[str, Any]) -> dict[str, Any]:
+    return dict(
+        buffer_size=cfg.buffer_size,
+        learning_starts=cfg.learning_starts,
+        batch_size=cfg.batch_size,
+        tau=a.tau,
+        gamma=a.gamma,
+        learning_rate=a.critic_lr,
+        train_freq=cfg.rollout_steps,
+        gradient_steps=max(1, cfg.grad_steps),
+        **common,
+    )
+
+
+def _sbx_td3(sbx: Any, venv: Any, cfg: Any, a: Any, common: dict[str, Any]) -> Any:
+    return sbx.TD3(
+        "MlpPolicy",
+        venv,
+        policy_delay=a.policy_delay,
+        target_policy_noise=a.target_noise,
+        target_noise_clip=a.target_noise_clip,
+        **_sbx_replay(cfg, a, common),
+    )
+
+
+def _sbx_sac(sbx: Any, venv: Any, cfg: Any, a: Any, common: dict[str, Any]) -> Any:
+    return sbx.SAC("MlpPolicy", venv, **_sbx_replay(cfg, a, common))
+
+
+_SBX_MODELS: dict[str, Callable[..., Any]] = {"sac": _sbx_sac, "td3": _sbx_td3, "ppo": _sbx_ppo}

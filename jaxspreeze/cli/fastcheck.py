@@ -21,6 +21,7 @@ from __future__ import annotations
 import difflib
 import importlib.metadata
 import importlib.util
+import sys
 from collections.abc import Sequence
 
 from jaxspreeze.cli.common import fail
@@ -315,10 +316,21 @@ def _installed_version(distribution: str) -> str | None:
         return None
 
 
+# the modules whose registries decide an env id: once one is imported in this process (a
+# notebook, a test, `cli.main` called from Python), envs registered or patched in at run
+# time may be there, and the full check costs no import: it decides, not the static list
+REGISTRY_MODULES = {"gymnax": "gymnax", "playground": "mujoco_playground"}
+ENV_REGISTRY = "jaxspreeze.envs"
+
+
 def _static_ids(family: str) -> tuple[str, ...] | None:
-    """The family's task names from the static list, or None (no list, or another version)."""
+    """The family's task names from the static list, or None (no list, another version,
+    or its registry already imported here)."""
     entry = ENV_IDS.get(family)
     if entry is None:
+        return None
+    module = REGISTRY_MODULES.get(family)  # brax: jaxspreeze's own list, never changed
+    if module is not None and (ENV_REGISTRY in sys.modules or module in sys.modules):
         return None
     distribution, (version, ids) = entry
     if version is not None and (
