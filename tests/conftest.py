@@ -22,7 +22,13 @@ os.environ["JAXSPREEZE_PROGRAM_CACHE"] = "off"
 # JAXSPREEZE_CACHE_DIR (their default --compile-cache). The cache is keyed by the
 # program's own text, so a test that patches a function gets its own entry. Tests of the
 # cache give it a directory of their own (--compile-cache DIR) in a child process.
-XLA_CACHE = tempfile.mkdtemp(prefix="jaxspreeze-tests-xla-")
+# Under pytest-xdist the workers share the controller's directory (they inherit its
+# environment): a program one worker compiled is read by the other; only the process that
+# made the directory removes it.
+SHARED = "JAXSPREEZE_TESTS_XLA_CACHE"
+OWNS_CACHE = SHARED not in os.environ
+XLA_CACHE = os.environ.get(SHARED) or tempfile.mkdtemp(prefix="jaxspreeze-tests-xla-")
+os.environ[SHARED] = XLA_CACHE
 os.environ["JAXSPREEZE_CACHE_DIR"] = XLA_CACHE
 
 import jax  # noqa: E402  (after JAX_PLATFORMS)
@@ -47,7 +53,8 @@ def no_xla_cache_writes():
 
 
 def pytest_unconfigure(config):
-    shutil.rmtree(XLA_CACHE, ignore_errors=True)
+    if OWNS_CACHE:
+        shutil.rmtree(XLA_CACHE, ignore_errors=True)
 
 
 @pytest.fixture

@@ -318,6 +318,7 @@ def test_ppo_gaussian_actions_respect_bounds():
         assert a.shape == (256, 1) and float(jnp.abs(a).max()) <= 2.0
 
 
+@pytest.mark.slow  # test_defaults trains PPO end to end in the default run
 def test_ppo_trains_end_to_end_tiny(tmp_path):
     """A few PPO iterations on CartPole through the trainer: finite, steps counted."""
     cfg = from_dict(

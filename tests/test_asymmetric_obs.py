@@ -158,6 +158,7 @@ def test_critic_and_discrete_policy_networks_slice_their_columns():
 
 
 # ---------------------------------------------------------------- end to end
+@pytest.mark.slow  # PPO's asymmetric run from the CLI stays in the default run
 def test_sac_trains_asymmetric_and_its_policy_sees_only_the_actor_key(standins, tiny_cfg):
     cfg = tiny_cfg.replace(
         env="playground/TestPointMass", critic_obs_key="privileged_state", run_name="asym"

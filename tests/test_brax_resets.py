@@ -125,6 +125,7 @@ def _rollout_jaxpr_probe(env: VecEnv, key):
     return env.step(key, state, jnp.zeros((env.num_envs, 1)))
 
 
+@pytest.mark.slow  # brax's reacher compiles for about 30 s
 def test_brax_reacher_targets_change_across_episodes(monkeypatch):
     """Each env of brax/reacher draws a new target for every episode (obs[4:6] is the target).
 

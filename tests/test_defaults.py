@@ -80,11 +80,15 @@ def test_defaults_validate_on_the_other_classic_envs(name, env):
 
 
 SUPPORTED = [(a, e) for a, e in MATRIX if _supported(a, e)]
+# td3 and ddpg train with SAC's run-level defaults through the same schedule: -m slow
+SLOW_DEFAULTS = {"td3", "ddpg"}
+TRAINED = [
+    pytest.param(a, e, id=f"{a}-{e.split('/')[1]}", marks=[pytest.mark.slow] * (a in SLOW_DEFAULTS))
+    for a, e in SUPPORTED
+]
 
 
-@pytest.mark.parametrize(
-    ("name", "env"), SUPPORTED, ids=[f"{a}-{e.split('/')[1]}" for a, e in SUPPORTED]
-)
+@pytest.mark.parametrize(("name", "env"), TRAINED)
 def test_defaults_train_at_a_tiny_budget(name, env, tmp_path):
     """Two chunks with every other size at the algorithm's default: all env steps are
     taken, the final evaluation and every parameter are finite."""

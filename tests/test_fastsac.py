@@ -68,7 +68,7 @@ def _buffer(n: int = 64) -> replay.ReplayState:
     return replay.add(replay.init(jax.tree.map(lambda x: x[0], data), n), data)
 
 
-@pytest.mark.parametrize("n_step", [1, 3])
+@pytest.mark.parametrize("n_step", [pytest.param(1, marks=pytest.mark.slow), 3])  # 1: -m slow
 def test_one_update_moves_both_sides_and_the_temperature(n_step):
     """The critic phase fits the categorical critics; the actor phase is SAC's (its
     temperature moves and it reports SAC's metrics)."""
@@ -167,6 +167,7 @@ def tiny_fastsac(tmp_path):
     ).replace(fastsac={**SMALL, "n_step": 3})
 
 
+@pytest.mark.slow  # fastsac's default run is test_defaults'; its split pieces are checked below
 def test_tiny_run_end_to_end_compiles_the_chunk_once(tiny_fastsac):
     from jaxspreeze.compiles import TRACE, CompileLog
     from jaxspreeze.trainer import train
@@ -187,6 +188,7 @@ def test_tiny_run_end_to_end_compiles_the_chunk_once(tiny_fastsac):
     assert np.isfinite(result.summary["final_eval_return"])
 
 
+@pytest.mark.slow  # test_defaults trains fastsac with its defaults in the default run
 def test_cli_algo_fastsac_runs_on_the_default_env_with_its_defaults(tmp_path):
     """``jaxspreeze train --algo fastsac`` with only a tiny budget (and where to write)."""
     from jaxspreeze.cli import main

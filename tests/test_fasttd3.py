@@ -249,6 +249,7 @@ def _metrics(run_dir) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow  # fasttd3's default run is test_defaults'; compile-once is SAC's and PPO's there
 def test_tiny_run_end_to_end_compiles_the_chunk_once(tiny_fasttd3):
     from jaxspreeze.compiles import TRACE, CompileLog
     from jaxspreeze.trainer import train
@@ -265,6 +266,7 @@ def test_tiny_run_end_to_end_compiles_the_chunk_once(tiny_fasttd3):
     assert np.isfinite(result.summary["final_eval_return"])
 
 
+@pytest.mark.slow  # same seed, same result: SAC's whole-run check is in the default run
 def test_same_seed_same_params(tiny_fasttd3):
     from jaxspreeze.trainer import train
 
@@ -279,6 +281,7 @@ def test_same_seed_same_params(tiny_fasttd3):
     )
 
 
+@pytest.mark.slow  # test_defaults trains fasttd3 with its defaults in the default run
 def test_cli_algo_fasttd3_runs_on_the_default_env(tmp_path, capsys):
     """``jaxspreeze train --algo fasttd3`` with only a tiny budget (and where to write)."""
     from jaxspreeze.cli import main
@@ -302,6 +305,7 @@ def test_fasttd3_learns_pendulum_with_its_defaults(tmp_path):
     assert result.summary["final_eval_return"] > -400, result.summary
 
 
+@pytest.mark.slow  # every algorithm's split shares its schedule; SAC's two-device run is in the default run
 def test_split_equals_the_single_device_run():
     """Two fake CPU devices: the distributional critic on the critic device, the actor
     (and its noise seed) on the actor device; bitwise the single-device run, each chunk

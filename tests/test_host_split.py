@@ -34,6 +34,7 @@ def run_worker(*args: str, timeout: float) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # a whole host-env run on two devices (about 40 s)
 def test_split_host_learner_places_the_sides_apart_and_equals_one_device(tmp_path):
     found = run_worker("equal", str(tmp_path), timeout=900)
     assert found["devices"] == 2

@@ -113,7 +113,14 @@ def test_make_picks_the_host_schedule(tmp_path):
         schedule.close()
 
 
-@pytest.mark.parametrize("algo", ["sac", "td3", "ddpg"])
+@pytest.mark.parametrize(  # td3 and ddpg: the same schedule as sac (slow: -m slow)
+    "algo",
+    [
+        "sac",
+        pytest.param("td3", marks=pytest.mark.slow),
+        pytest.param("ddpg", marks=pytest.mark.slow),
+    ],
+)
 def test_trainer_runs_a_host_env_and_writes_its_summary(tmp_path, algo):
     cfg = small(tmp_path, algo=algo, run_name=algo, **{algo: {"hidden": (32, 32)}})
     result = train(cfg, quiet=True)

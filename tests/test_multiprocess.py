@@ -302,8 +302,9 @@ def test_a_failed_process_is_one_line_on_the_launchers_console():
 
 
 def test_launcher_gives_each_process_its_place(monkeypatch):
-    for inherited in ("JAXSPREEZE_PROGRAM_CACHE", "JAXSPREEZE_CACHE_DIR"):  # the tests', not
-        monkeypatch.delenv(inherited, raising=False)  # the launcher's
+    inherited = ("JAXSPREEZE_PROGRAM_CACHE", "JAXSPREEZE_CACHE_DIR", "JAXSPREEZE_TESTS_XLA_CACHE")
+    for name in inherited:  # the tests' environment, not the launcher's
+        monkeypatch.delenv(name, raising=False)
     seen = []
 
     class Fake:

@@ -199,6 +199,7 @@ def test_tiny_tanh_ppo_trains_on_pendulum_and_compiles_its_chunk_once(tmp_path):
     assert "raw_std" not in str(jax.tree_util.tree_structure(saved.actor.params))  # state std
 
 
+@pytest.mark.slow  # PPO's state round-trips bitwise in test_checkpoint in the default run
 def test_obs_statistics_resume_bitwise_and_the_evaluation_reads_them_frozen(tmp_path):
     """PPO (tanh, normalize_obs): chunk A, checkpoint, chunk B; a fresh schedule restores
     the checkpoint (the statistics come back bitwise) and its chunk B equals the

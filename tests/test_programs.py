@@ -63,6 +63,7 @@ SPLIT_PIECES = [
 ]
 
 
+@pytest.mark.slow  # the fused programs' keep-and-load (a second run) is in the default run
 def test_the_split_pieces_are_kept_and_compute_the_same(tiny_cfg, tmp_path, cache_on):
     """The split's pieces (here on one device, the fused program cut at its seams) are
     kept and loaded like the fused chunk; their outputs' shapes come from the kept ones."""

@@ -142,6 +142,7 @@ def test_render_playground_to_a_gif(tmp_path):
 
 
 @needs_envpool
+@pytest.mark.slow  # envpool's pool and the policy compile (about 15 s)
 def test_render_an_envpool_run(tmp_path):
     run_dir = fresh_run(tmp_path, "envpool/Pendulum-v1")
     frames = read_gif(render.render_run(run_dir, tmp_path / "e.gif", max_steps=8))
