@@ -82,10 +82,8 @@ def train(
 ) -> RunResult:
     """Train an agent as configured; returns the run directory and summary.
 
-    ``env``: your own gymnasium env, no id to register (an instance, deep-copied per env;
-    a factory; or a vector env): it replaces ``cfg.env`` with the host env
-    ``user/<ClassName>`` (:func:`jaxspreeze.hostenvs.register_user_env`, which refuses
-    other types and spaces); resuming needs it again (``train(cfg, env=..., resume=RUN)``).
+    ``env``: your own gymnasium env (instance, factory or vector env), trained as the host
+    env ``user/<ClassName>`` (:func:`jaxspreeze.hostenvs.register_user_env`).
 
     Resolves ``cfg`` (run-level sizes left unset come from the algorithm's defaults),
     validates it and checks its memory estimate first (raising
