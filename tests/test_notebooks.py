@@ -12,6 +12,7 @@ import dataclasses
 import importlib
 import inspect
 import os
+import re
 from pathlib import Path
 
 import nbformat
@@ -19,6 +20,15 @@ import pytest
 
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 IDS = [p.stem for p in NOTEBOOKS]
+
+# what a notebook must show it learned: (a pattern of its printed output, the lowest value
+# its number may take); the quickstart's SAC Pendulum, trained then evaluated again
+LEARNED = {
+    "01_quickstart": [
+        (r"final eval return (-?[\d.]+) after", -250.0),
+        (r"^return (-?[\d.]+) ± [\d.]+ over 16 episodes", -250.0),
+    ],
+}
 
 
 def code_cells(book) -> list[str]:
@@ -164,6 +174,17 @@ def test_notebook_runs(path, tmp_path):
         if o.get("output_type") == "error"
     ]
     assert not errors
+    printed = "".join(
+        o.get("text", "")
+        for c in book.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if o.get("output_type") == "stream"
+    )
+    for pattern, lowest in LEARNED.get(path.stem, []):
+        found = re.search(pattern, printed, re.MULTILINE)
+        assert found, f"{path.stem} printed nothing matching {pattern!r}"
+        assert float(found.group(1)) >= lowest, f"{path.stem}: {found.group(0)}"
 
 
 def _install_cell(path: Path) -> str:
