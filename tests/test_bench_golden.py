@@ -201,6 +201,7 @@ def workloads() -> dict[str, Any]:
         "update_ppo": workload_fields(
             cases.update("ppo", 32, env_name="gymnax/CartPole-v1", hidden=tiny)
         ),
+        "update_fasttd3": workload_fields(cases.update("fasttd3", 32, grad_steps=2)),
         "chunk_sac": workload_fields(cases.chunk(chunk_cfg)),
         "chunk_ppo": workload_fields(cases.chunk(ppo_cfg)),
         "reference_sampling": workload_fields(

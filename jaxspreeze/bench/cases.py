@@ -38,6 +38,9 @@ from jaxspreeze.schedules import Schedule
 from jaxspreeze.types import EnvSpec, Transition
 
 HIDDEN = (256, 256)
+# the fast recipes' widths in FastTD3's paper (a GPU's): a categorical twin critic wider
+# than the actor; their update rows measure the distributional critic at these sizes
+RECIPE_WIDTHS = {"actor_hidden": (512, 256, 128), "critic_hidden": (1024, 512, 256)}
 UPDATE_ENV = "gymnax/Pendulum-v1"
 ON_POLICY_ROLLOUT_STEPS = 16
 ON_POLICY_MINIBATCHES = 4
@@ -54,10 +57,27 @@ def _check_supported(algo: str, spec: EnvSpec) -> None:
         raise Unavailable(f"{algo} on {spec.name}: {reason}")
 
 
+def widths(algo: str, hidden: tuple[int, ...] = HIDDEN) -> dict[str, tuple[int, ...]]:
+    """The network widths of ``algo``'s config a case sets: ``hidden`` for an algorithm
+    with one width list; the recipe's (:data:`RECIPE_WIDTHS`) for the fast recipes."""
+    names = {f.name for f in dataclasses.fields(algos.get(algo).config_cls)}
+    if "hidden" in names:
+        return {"hidden": tuple(hidden)}
+    return {k: v for k, v in RECIPE_WIDTHS.items() if k in names}
+
+
+def widths_label(sizes: dict[str, tuple[int, ...]]) -> str:
+    """``256x256``, or ``actor 512x256x128, critic 1024x512x256``."""
+    if set(sizes) == {"hidden"}:
+        return "x".join(map(str, sizes["hidden"]))
+    return ", ".join(f"{k.split('_')[0]} {'x'.join(map(str, v))}" for k, v in sizes.items())
+
+
 def run_config(algo: str, env: str, hidden: tuple[int, ...] = HIDDEN, **fields: Any) -> RunConfig:
-    """A resolved RunConfig for ``algo`` on ``env`` with its networks set to ``hidden``."""
+    """A resolved RunConfig for ``algo`` on ``env`` with its networks set to ``hidden``
+    (the fast recipes: their paper's widths, :func:`widths`)."""
     base = RunConfig()
-    algo_cfg = dataclasses.replace(getattr(base, algo), hidden=tuple(hidden))
+    algo_cfg = dataclasses.replace(getattr(base, algo), **widths(algo, hidden))
     return resolve(dataclasses.replace(base, algo=algo, env=env, **{algo: algo_cfg}, **fields))
 
 
@@ -253,10 +273,12 @@ def update(
     """
     spec = env_spec(env_name)
     _check_supported(algo_name, spec)
-    if algos.get(algo_name).on_policy:
+    algo_spec = algos.get(algo_name)
+    if algo_spec.on_policy:
         steps = ON_POLICY_MINIBATCHES
-    else:
-        steps = grad_steps or update_grad_steps(batch_size)
+    else:  # whole cycles of the algorithm (TD3: one actor step per policy_delay steps)
+        multiple = algo_spec.grad_step_multiple(algo_spec.config_cls())
+        steps = -(-(grad_steps or update_grad_steps(batch_size)) // multiple) * multiple
     cfg = _update_config(algo_name, env_name, batch_size, steps, hidden)
     step, agent, data, algo = _update_program(algo_name, cfg, spec, seed)
     key = jax.random.key(seed + 1)
@@ -281,7 +303,7 @@ def update(
             "algo": algo_name,
             "env": env_name,
             "batch_size": batch_size,
-            "hidden": "x".join(map(str, hidden)),
+            "hidden": widths_label(widths(algo_name, hidden)),
             "flops_per_sample": flops / (critic_steps * batch_size) if flops else None,
         },
     )

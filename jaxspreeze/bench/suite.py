@@ -36,6 +36,9 @@ from jaxspreeze.envs import playground
 
 SAMPLING_ENVS = ("gymnax/Pendulum-v1", "gymnax/CartPole-v1", "brax/ant")
 UPDATE_ALGOS = ("sac", "td3", "ppo")
+# the distributional (categorical) critic of the fast recipes at their paper's widths and
+# batch sizes (FastTD3: 32,768)
+RECIPE_UPDATE_ALGOS = ("fasttd3", "fastsac")
 CHUNK_ENVS = ("gymnax/Pendulum-v1", "gymnax/CartPole-v1")  # off-policy, on-policy
 WARMUP_EPOCHS = 2  # brax trainer epochs that compile before the timed ones
 # brax's trainers vs jaxspreeze's chunk: (algo, env) rows of the full selection; the
@@ -53,6 +56,7 @@ SIZES_BY_NAME: dict[str, tuple[Any, Any]] = {
     "sampling_envs": ((1, 64, 1024, 8192), (1, 1024, 16384, 65536)),
     "sampling_envs_brax": ((16, 128, 512), (1024, 16384)),
     "batch_sizes": ((256, 1024, 4096), (256, 4096, 65536)),
+    "recipe_batch_sizes": ((4096, 32768), (4096, 32768)),
     "sac_chunk": (
         dict(num_envs=64, grad_steps=8, batch_size=256, chunk_iterations=8),
         dict(num_envs=4096, grad_steps=16, batch_size=8192, chunk_iterations=16),
@@ -76,8 +80,18 @@ SIZES: dict[str, dict[str, Any]] = {
     for i, scale in enumerate(SCALES)
 }
 QUICK = {
-    "cpu": {"sampling_envs": (1024,), "sampling_envs_brax": (16,), "batch_sizes": (256,)},
-    "gpu": {"sampling_envs": (16384,), "sampling_envs_brax": (1024,), "batch_sizes": (4096,)},
+    "cpu": {
+        "sampling_envs": (1024,),
+        "sampling_envs_brax": (16,),
+        "batch_sizes": (256,),
+        "recipe_batch_sizes": (),
+    },
+    "gpu": {
+        "sampling_envs": (16384,),
+        "sampling_envs_brax": (1024,),
+        "batch_sizes": (4096,),
+        "recipe_batch_sizes": (32768,),
+    },
 }
 
 
@@ -144,6 +158,10 @@ def selection(full: bool = False, scale: str | None = None) -> list[Case]:
         out += [Case("sampling", {"env": env, "num_envs": n}) for n in sizes[key]]
     for algo in UPDATE_ALGOS:
         out += [Case("update", {"algo": algo, "batch_size": b}) for b in sizes["batch_sizes"]]
+    for algo in RECIPE_UPDATE_ALGOS:
+        out += [
+            Case("update", {"algo": algo, "batch_size": b}) for b in sizes["recipe_batch_sizes"]
+        ]
     out += [
         Case("chunk", {"algo": "sac", "scale": scale}),
         Case("chunk", {"algo": "ppo", "scale": scale}),
