@@ -30,8 +30,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import jax
+
 from jaxspreeze import algos, envs
-from jaxspreeze.algos.base import FIELD_KINDS, RUN_SIZES, AlgoSpec, check_positive, kinds
+from jaxspreeze.algos.base import (
+    FIELD_KINDS,
+    RUN_SIZES,
+    AlgoSpec,
+    check_positive,
+    defaults_on,
+    kinds,
+)
 from jaxspreeze.errors import ConfigError, UnknownEnvError
 from jaxspreeze.types import ObsKeys
 
@@ -77,9 +86,7 @@ class _RunFields:
     total_steps: int | None = _per_algorithm(
         "Environment steps to train for (summed over envs, per seed)."
     )
-    num_envs: int | None = _per_algorithm(
-        "Parallel environments (vmapped on the device).", "shape"
-    )
+    num_envs: int | None = _per_algorithm("Parallel environments (vmapped on the device).", "shape")
     rollout_steps: int | None = _per_algorithm(
         "Env steps per iteration per env (T); PPO's rollout length."
     )
@@ -126,7 +133,9 @@ class _RunFields:
     """Directory that holds run directories."""
     run_name: str = _is("", "location", "program_free")
     """Run directory name (default: ``<algo>-<env>-<time>``)."""
-    sinks: tuple[str, ...] = _is(("console", "jsonl", "csv", "tensorboard", "plots"), "program_free")
+    sinks: tuple[str, ...] = _is(
+        ("console", "jsonl", "csv", "tensorboard", "plots"), "program_free"
+    )
     """Metric sinks: console, jsonl, csv, tensorboard, wandb, plots."""
     checkpoint_every: int = _is(0, "program_free")
     """Write a checkpoint every this many env steps (0: only at the end)."""
@@ -167,6 +176,10 @@ def _registry_fields() -> list[tuple[str, Any, Any]]:
     for f in dataclasses.fields(_RunFields):
         if f.metadata.get("per_algorithm"):
             listing = _group({s.name: s.defaults[f.name] for s in specs})
+            gpu = {s.name: s.accelerator_defaults[f.name] for s in specs}
+            gpu = {n: v for n, v in gpu.items() if v != algos.get(n).defaults[f.name]}
+            if gpu:
+                listing += f"; on a GPU or TPU {_group(gpu)}"
             help_text = f"{f.metadata['help']} None: the algorithm's default ({listing})."
             out.append((f.name, int | None, _per_algorithm(help_text, *f.metadata["kinds"])))
     for spec in specs:
@@ -209,7 +222,8 @@ def is_resolved(cfg: RunConfig) -> bool:
 
 
 def resolve(cfg: RunConfig, spec: AlgoSpec | None = None) -> RunConfig:
-    """``cfg`` with every unset run-level size from its algorithm's defaults.
+    """``cfg`` with every unset run-level size from its algorithm's defaults (on a GPU or
+    TPU, JAX's default backend here, its ``accelerator_defaults``).
 
     Sizes the user set are kept; ``eval_every`` unset becomes ``total_steps // 10``
     (about ten evaluations). Idempotent: a resolved config comes back unchanged (the same
@@ -219,8 +233,9 @@ def resolve(cfg: RunConfig, spec: AlgoSpec | None = None) -> RunConfig:
     if is_resolved(cfg):
         return cfg
     spec = spec or algos.get(cfg.algo)
-    changes: dict[str, Any] = {n: spec.defaults[n] for n in RUN_SIZES if getattr(cfg, n) is None}
-    total = spec.defaults["total_steps"] if cfg.total_steps is None else cfg.total_steps
+    defaults = defaults_on(spec, jax.default_backend())
+    changes: dict[str, Any] = {n: defaults[n] for n in RUN_SIZES if getattr(cfg, n) is None}
+    total = defaults["total_steps"] if cfg.total_steps is None else cfg.total_steps
     if cfg.eval_every is None and isinstance(total, int) and not isinstance(total, bool):
         changes["eval_every"] = max(total // EVALUATIONS, 0)
     return dataclasses.replace(cfg, **changes) if changes else cfg

@@ -57,6 +57,7 @@ def kinds(*names: str, **metadata: Any) -> dict[str, Any]:
         raise ValueError(f"unknown field kind {unknown[0]!r}; known: {', '.join(FIELD_KINDS)}")
     return {**metadata, "kinds": frozenset(names)}
 
+
 # the run-level sizes SAC, TD3 and DDPG share when the user sets none (the default
 # ``jaxspreeze train``): 8 envs x 1 step and 8 gradient steps of 256 per iteration
 OFF_POLICY_DEFAULTS = {
@@ -141,6 +142,9 @@ class AlgoSpec:
     - ``on_policy``: learns from the fresh rollout (no replay buffer, no warm-up).
     - ``defaults``: its value of every run-level size in :data:`RUN_SIZES`, used where the
       user set none (``config.resolve``).
+    - ``accelerator_defaults``: the sizes that differ on a GPU or TPU (JAX's default
+      backend when the config is resolved), e.g. the fast recipes' 1,024 envs and batch
+      32,768; empty: the same everywhere.
     - ``supports(env_spec) -> str | None``: why it cannot train that env (None: it can).
     - ``validate(cfg, prefix, run) -> None``: ConfigError naming ``<prefix><field>`` for
       a bad hyperparameter; ``run`` is the resolved RunConfig when this algorithm is the
@@ -164,6 +168,7 @@ class AlgoSpec:
     make: Callable[[Any, EnvSpec, Any], Algorithm]
     grad_step_multiple: Callable[[Any], int] = _one
     label: str = field(default="")
+    accelerator_defaults: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         missing = set(RUN_SIZES) - set(self.defaults)
@@ -174,8 +179,18 @@ class AlgoSpec:
                 f"missing {sorted(missing)}, unknown {sorted(extra)}"
             )
         object.__setattr__(self, "defaults", MappingProxyType(dict(self.defaults)))
+        unknown = set(self.accelerator_defaults) - set(RUN_SIZES)
+        if unknown:
+            raise ValueError(f"{self.name}: accelerator_defaults names {sorted(unknown)}")
+        on_accelerator = MappingProxyType({**self.defaults, **self.accelerator_defaults})
+        object.__setattr__(self, "accelerator_defaults", on_accelerator)
         if not self.label:
             object.__setattr__(self, "label", self.name.upper())
+
+
+def defaults_on(spec: AlgoSpec, backend: str) -> Mapping[str, int]:
+    """``spec``'s run-level sizes on JAX's ``backend`` (``cpu``, ``gpu``, ``tpu``, ...)."""
+    return spec.defaults if backend == "cpu" else spec.accelerator_defaults
 
 
 def replay_phase(

@@ -38,9 +38,10 @@ from jaxspreeze.errors import ConfigError
 from jaxspreeze.types import EnvSpec, PyTree
 
 # The run-level defaults: FastTD3's (2 gradient steps of 256 per 8-env step, replay ratio
-# 64: the paper's 2 x 32,768 / 1,024 scaled to a 2-core CPU). On an accelerator use the
-# paper's sizes: --num-envs 1024 --batch-size 32768 --fastsac.actor-hidden 512 256 128
-# --fastsac.critic-hidden 1024 512 256 (and a value range fitting the task's returns).
+# 64: the paper's 2 x 32,768 / 1,024 scaled to a 2-core CPU; on a GPU or TPU the paper's
+# 1,024 envs and batch 32,768). For the paper's widths on an accelerator add
+# --fastsac.actor-hidden 512 256 128 --fastsac.critic-hidden 1024 512 256 (and a value
+# range fitting the task's returns), as the GPU presets do.
 DEFAULTS = dict(fasttd3.DEFAULTS)
 
 
@@ -111,9 +112,7 @@ def make(cfg: FastSACConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
     target_entropy = -cfg.target_entropy_scale * spec.action_dim
     atoms = fasttd3.support(v_min, v_max, cfg.num_atoms)
     policy = functools.partial(sac.sample, actor, scale=scale, bias=bias)
-    init = functools.partial(
-        _init, cfg, spec, (actor, critic), (actor_tx, critic_tx, alpha_tx)
-    )
+    init = functools.partial(_init, cfg, spec, (actor, critic), (actor_tx, critic_tx, alpha_tx))
 
     def update_critic(c: fasttd3.FastTD3Critic, view: sac.ActorView, data: Any, key: jax.Array):
         # the n-step batch (a plain batch and gamma (1 - terminated) when n_step is 1)
@@ -167,4 +166,5 @@ SPEC = base.AlgoSpec(
     validate=validate,
     make=make,
     label="FastSAC",
+    accelerator_defaults=fasttd3.ACCELERATOR_DEFAULTS,
 )

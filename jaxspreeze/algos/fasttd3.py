@@ -16,7 +16,7 @@ TD3 (:mod:`jaxspreeze.algos.deterministic`) with FastTD3's recipe:
   uniformly in ``[noise_min, noise_max]`` (:func:`noise_scales`);
 - 2 gradient steps per vectorised env step at a replay ratio of 64 (the registry's
   run-level defaults, :data:`DEFAULTS`: the paper's 1,024 envs and batch 32,768 scaled
-  down to a CPU).
+  down to a CPU; on a GPU or TPU the paper's, :data:`ACCELERATOR_DEFAULTS`).
 
 Per-env noise scales: the actor side holds one ``noise_seed`` (drawn at init), and
 ``act`` draws the scales of its ``N`` envs from it, so env ``i`` keeps its scale for
@@ -64,6 +64,17 @@ DEFAULTS = {
     "buffer_size": 100_000,
     "learning_starts": 1_000,
     "chunk_iterations": 100,
+}
+# on a GPU or TPU: the paper's sizes (1,024 envs, 2 gradient steps of 32,768 per env
+# step, a 1M-transition buffer); the widths stay the CPU's (set --fasttd3.critic-hidden
+# 1024 512 256 --fasttd3.actor-hidden 512 256 128 for the paper's, as the GPU presets do)
+ACCELERATOR_DEFAULTS = {
+    "total_steps": 10_000_000,
+    "num_envs": 1024,
+    "batch_size": 32_768,
+    "buffer_size": 1_048_576,
+    "learning_starts": 10_240,
+    "chunk_iterations": 50,
 }
 
 
@@ -497,4 +508,5 @@ SPEC = base.AlgoSpec(
     make=make,
     grad_step_multiple=grad_step_multiple,
     label="FastTD3",
+    accelerator_defaults=ACCELERATOR_DEFAULTS,
 )
