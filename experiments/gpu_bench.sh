@@ -33,6 +33,11 @@
 #             10-minute call does not hold 3 seeds of every row), SCORE_RUN_TIMEOUT_S (one
 #             side's run, default 150). Needs mujoco_playground (pip install
 #             playground==0.2.0; without it the Playground rows are reported as failed)
+#   fast      (only when named) FastTD3 at the paper's sizes on Playground CheetahRun and brax
+#             humanoid (experiments/presets/fasttd3_*_gpu.toml), FAST_RUN_S (default 270)
+#             of wall each: the return against the wall from the command's start ->
+#             RESULTS_DIR/fast/fast.md, <preset>/metrics.jsonl; FastTD3's published
+#             wall-clock curves are the anchor (issue 26: half their wall to their return)
 #   scaling   (only when named) data parallelism, 1 device vs every device, the same
 #             sizes per device -> RESULTS_DIR/scaling/scaling.md (env steps/s and update
 #             samples/s, in all and per device), devices-<d>/ runs and logs; with an even
@@ -141,6 +146,30 @@ if has score; then
     rc=${PIPESTATUS[0]}; [[ $rc != 0 ]] && status=$rc
     [[ $rc == 124 ]] && echo "score: time limit reached; $OUT/score/score.json" \
         "holds the runs that finished"
+fi
+if has fast; then
+    # FastTD3 at the paper's sizes (the registry's accelerator defaults: 1,024 envs, 2
+    # gradient steps of 32,768 per env step; the presets' widths and value ranges) on
+    # Playground CheetahRun and brax humanoid, each for FAST_RUN_S seconds of the wall:
+    # return against wall time from the command's start (metrics.jsonl, summary.json)
+    mkdir -p "$OUT/fast"
+    for preset in fasttd3_cheetah_run_gpu fasttd3_brax_humanoid_gpu; do
+        timeout "${FAST_RUN_S:-270}" "$PY" -m jaxspreeze train \
+            --config "experiments/presets/$preset.toml" --eval-every 409600 --sinks jsonl \
+            --logdir "$OUT/fast" --run-name "$preset" --overwrite 2>&1 | tee "$OUT/fast/$preset.log"
+        rc=${PIPESTATUS[0]}; [[ $rc != 0 && $rc != 124 ]] && status=$rc
+    done
+    "$PY" - "$OUT/fast" <<'PYEOF' | tee "$OUT/fast/fast.md"
+import json, pathlib, sys
+print("| preset | eval env steps | wall s | return |")
+print("|---|---|---|---|")
+for f in sorted(pathlib.Path(sys.argv[1]).glob("*/metrics.jsonl")):
+    for line in f.read_text().splitlines():
+        r = json.loads(line)
+        if "eval_return" in r:
+            print(f"| {f.parent.name} | {r['env_steps']:,} | {r.get('wall_s', float('nan')):.0f} | "
+                  f"{r['eval_return']:.1f} |")
+PYEOF
 fi
 if has scaling; then
     # data parallelism, weak scaling: the same per-device sizes (SAC Pendulum, 4096 envs,
