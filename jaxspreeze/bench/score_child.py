@@ -38,11 +38,10 @@ def main(argv: Sequence[str]) -> int:
 
     try:
         side = score_sides.sides()[args.side]
-        run = score_sides.runner(side)
-        what = score_sides.SideRun(
+        run = score_sides.SideRun(
             args.seed, args.scale, args.compile_cache, args.started, args.total_steps, say
         )
-        result = run(ROWS[args.task], what)
+        result = score_sides.runner(side)(ROWS[args.task], run)
         status = 0
     except Exception as e:  # reported in the table; the other runs go on
         traceback.print_exc()
