@@ -112,10 +112,11 @@ def initialize(
             )
         if not 0 <= process_id < num_processes:  # type: ignore[operator]
             raise ConfigError("process_id", f"must be in [0, {num_processes}), got {process_id}")
+    # jax's first three parameters: coordinator_address, num_processes, process_id
     jax.distributed.initialize(
-        coordinator_address=coordinator,
-        num_processes=num_processes,
-        process_id=process_id,
+        coordinator,
+        num_processes,
+        process_id,
         local_device_ids=local_device_ids,
         heartbeat_timeout_seconds=heartbeat_timeout_s,
         initialization_timeout=init_timeout_s,

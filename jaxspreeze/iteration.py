@@ -65,6 +65,11 @@ class TrainState(NamedTuple):
     iteration: jax.Array  # iterations done (actor device)
     actor_updates: jax.Array  # actor gradient steps applied so far (actor device)
 
+    def to_collect(self) -> tuple[PyTree, EnvCarry, jax.Array, jax.Array, jax.Array, jax.Array]:
+        """What :meth:`Iteration.collect` takes from this state (all on the actor device)."""
+        s = self
+        return s.agent.actor, s.env, s.key, s.env_steps, s.iteration, s.actor_updates
+
 
 class Collected(NamedTuple):
     """What collect hands to the two sides of one iteration (one seed)."""
@@ -279,9 +284,7 @@ class Iteration:
         # the critic view as at the start of the iteration (staleness rule)
         critic_view = self.algo.critic_view(s.agent.critic)
         # collect
-        env, key, env_steps, iteration, c, m_env = self.collect(
-            s.agent.actor, s.env, s.key, s.env_steps, s.iteration, s.actor_updates
-        )
+        env, key, env_steps, iteration, c, m_env = self.collect(*s.to_collect())
         # store + update critic
         critic, buffer, m_critic = self.critic_side(
             s.agent.critic, s.buffer, c.traj, c.actor_view, c.critic_key

@@ -22,7 +22,7 @@ from jaxspreeze import terminal
 from jaxspreeze.types import Record, Sink
 
 Report = Callable[[str], None]
-_STOP = object()
+_STOP = object()  # ends a queue: its consumer reads `for item in iter(queue.get, _STOP)`
 
 
 class _Barrier:
@@ -115,10 +115,7 @@ class _SinkWorker:
             self._report(f"sink {self.name!r} failed in {what}: {self.error} (training goes on)")
 
     def _run(self) -> None:
-        while True:
-            record = self._queue.get()
-            if record is _STOP:
-                break
+        for record in iter(self._queue.get, _STOP):
             if isinstance(record, _Barrier):
                 record.arrive()
                 continue
@@ -188,10 +185,7 @@ class MetricsThread:
             self._lost += 1
 
     def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is _STOP:
-                return
+        for item in iter(self._queue.get, _STOP):
             if isinstance(item, _Barrier):
                 durable = [w for w in self._workers if w.durable]
                 item.expect(len(durable))

@@ -50,12 +50,17 @@ def action_scale(low: Sequence[float], high: Sequence[float]) -> tuple[jax.Array
     return (high_a - low_a) / 2.0, (high_a + low_a) / 2.0
 
 
-class TanhGaussianActor(nn.Module):
-    """SAC's actor: a Gaussian squashed by tanh, then scaled to the action bounds."""
+class _ContinuousActor(nn.Module):
+    """What every actor over ``action_dim`` continuous actions has: its MLP's ``hidden``
+    sizes and the observation columns it reads."""
 
     hidden: Sequence[int]
     action_dim: int
     obs_cols: Columns | None = None  # the observation columns it reads
+
+
+class TanhGaussianActor(_ContinuousActor):
+    """SAC's actor: a Gaussian squashed by tanh, then scaled to the action bounds."""
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -84,12 +89,8 @@ def tanh_gaussian_sample(
     return t * scale + bias, logp.sum(-1)
 
 
-class DeterministicActor(nn.Module):
+class DeterministicActor(_ContinuousActor):
     """TD3/DDPG actor: ``tanh`` output scaled to the action bounds by the caller."""
-
-    hidden: Sequence[int]
-    action_dim: int
-    obs_cols: Columns | None = None  # the observation columns it reads
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
@@ -175,12 +176,8 @@ class CategoricalActor(nn.Module):
         return MLP(self.hidden, self.num_actions, out_scale=0.01)(_flat(obs, self.obs_cols))
 
 
-class GaussianActor(nn.Module):
+class GaussianActor(_ContinuousActor):
     """Continuous on-policy actor: mean from an MLP, state-independent log std."""
-
-    hidden: Sequence[int]
-    action_dim: int
-    obs_cols: Columns | None = None  # the observation columns it reads
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -190,7 +187,7 @@ class GaussianActor(nn.Module):
         return mean, log_std
 
 
-class SquashedGaussianActor(nn.Module):
+class SquashedGaussianActor(_ContinuousActor):
     """PPO's tanh-squashed Gaussian actor (brax's ``NormalTanhDistribution``): the mean and
     the raw scale of the Gaussian before the squash; the policy makes the std
     ``softplus(raw) + min_std``.
@@ -200,9 +197,6 @@ class SquashedGaussianActor(nn.Module):
     (mean about 0, std about ``softplus(0) = 0.69``).
     """
 
-    hidden: Sequence[int]
-    action_dim: int
-    obs_cols: Columns | None = None  # the observation columns it reads
     state_std: bool = True
 
     @nn.compact

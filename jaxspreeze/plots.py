@@ -24,6 +24,16 @@ LEARNING_CURVE = "learning_curve.png"
 THROUGHPUT = "throughput.png"
 
 
+def line_record(line: str) -> Record | None:
+    """The record on one line of ``metrics.jsonl``: its JSON object, or None where the line
+    holds none (e.g. cut short by a crash)."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
 def load_records(run_dir: str | Path) -> list[Record]:
     """The records of a run's ``metrics.jsonl``.
 
@@ -38,14 +48,7 @@ def load_records(run_dir: str | Path) -> list[Record]:
         lines = [line for line in path.read_text().splitlines() if line.strip()]
     except UnicodeDecodeError:
         raise ValueError(f"{path} is not a metrics file (not text)") from None
-    records = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict) and _finite(record.get("env_steps")):
-            records.append(record)
+    records = [r for r in map(line_record, lines) if r is not None and _finite(r.get("env_steps"))]
     if not lines:
         raise ValueError(f"{path} holds no records yet: nothing to plot")
     if not records:

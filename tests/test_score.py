@@ -27,25 +27,26 @@ FAKE = textwrap.dedent(
     from jaxspreeze.bench.score_rows import row
     from jaxspreeze.bench.score_sides import Side
 
-    def _run(name, returns, task, *, seed, scale, compile_cache, started, total_steps, say):
-        cache = Path(compile_cache)
+    def _run(name, returns, task, run):
+        cache = Path(run.compile_cache)
         warm = (cache / "marker").exists()  # a cold run's cache is fresh; warm reuses it
         cache.mkdir(parents=True, exist_ok=True)
         (cache / "marker").write_text(name)
         with open(os.environ["FAKE_SCORE_LOG"], "a") as f:
-            f.write(f"{name} {seed} {'warm' if warm else 'cold'} {scale} {total_steps}\\n")
+            f.write(f"{name} {run.seed} {'warm' if warm else 'cold'} {run.scale} "
+                    f"{run.total_steps}\\n")
         curve = []
         for i, r in enumerate(returns):
             now = time.time()
-            curve.append({"env_steps": 1000 * (i + 1), "return": r + seed,
-                          "wall_s": 0.1 * (i + 1), "command_s": now - started})
+            curve.append({"env_steps": 1000 * (i + 1), "return": r + run.seed,
+                          "wall_s": 0.1 * (i + 1), "command_s": now - run.started})
         return row(name, task, curve, compile_s=0.5, notes=f"{name}: a stand-in")
 
-    def run_a(task, **kw):
-        return _run("fake-a", [-900.0, -150.0, -120.0], task, **kw)
+    def run_a(task, run):
+        return _run("fake-a", [-900.0, -150.0, -120.0], task, run)
 
-    def run_b(task, **kw):
-        return _run("fake-b", [-1000.0, -800.0], task, **kw)
+    def run_b(task, run):
+        return _run("fake-b", [-1000.0, -800.0], task, run)
 
     SIDES = [
         Side("fake-a", "fakepeer:run_a", ("gymnax",), ("*",)),

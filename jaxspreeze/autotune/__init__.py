@@ -283,9 +283,10 @@ def _probe(p: _Probe, t_setup: float) -> dict[str, Any]:
     check = None
     if p.host:
         points = [pt for g in grids.values() for pt in g.points]
-        choice = choose.choose_host(
-            cfg, points, update.points, p.pinned, p.memory_limit, fixed, TOLERANCE, BATCH_TOLERANCE
-        )
+        choice = choose.choose(
+            cfg, points, update.points, p.pinned, p.memory_limit, fixed, TOLERANCE,
+            batch_tolerance=BATCH_TOLERANCE, host=True,
+        )  # fmt: skip
         check = _check(p, choice, _check_cost(update), set_aside=grids_s < p.budget)
         retimed = retime(prober, (update,), deadline, clock)
     else:

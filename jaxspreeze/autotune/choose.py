@@ -309,6 +309,7 @@ def choose(
     tolerance: float = TOLERANCE,
     overlap: bool = False,
     batch_tolerance: float = BATCH_TOLERANCE,
+    host: bool = False,
 ) -> dict[str, Any]:
     """Pick num_envs, batch_size, grad_steps and chunk_iterations from measured rates.
 
@@ -319,8 +320,14 @@ def choose(
     models sampling and updates running concurrently (max instead of sum). Pinned fields
     keep ``cfg``'s values (rates there are interpolated if unmeasured). A pair needs
     ``fixed_bytes + S.bytes_est + U.bytes_est <= memory_limit``.
+
+    ``host``: host envs' rule, which also picks host_workers (:func:`choose_host`;
+    ``overlap`` is then always on).
     """
-    rule = _rule(cfg, sampling, update, pinned, TUNED, memory_limit, fixed_bytes, batch_tolerance)
+    fields = HOST_TUNED if host else TUNED
+    rule = _rule(cfg, sampling, update, pinned, fields, memory_limit, fixed_bytes, batch_tolerance)
+    if host:
+        return _choose_host(rule, sampling, tolerance, batch_tolerance)
     cfg, n0 = rule.cfg, rule.cfg.num_envs
     if "num_envs" in rule.pinned:
         s_points = [interpolate(sampling, n0)]
@@ -480,16 +487,11 @@ def _host_sampling_points(
 
 
 def choose_host(
-    cfg: RunConfig,
-    sampling: Sequence[Point],
-    update: Sequence[Point],
-    pinned: set[str] | frozenset[str] = frozenset(),
-    memory_limit: int | None = None,
-    fixed_bytes: int = 0,
-    tolerance: float = TOLERANCE,
-    batch_tolerance: float = BATCH_TOLERANCE,
+    cfg: RunConfig, sampling: Sequence[Point], update: Sequence[Point], **options: Any
 ) -> dict[str, Any]:
     """Host envs: pick host_workers, num_envs, batch_size, grad_steps and chunk_iterations.
+
+    :func:`choose` with ``host=True`` (``options``: its other arguments, ``overlap`` aside).
 
     The sampling workers step the envs *while* the learner updates (the host schedule),
     at the target replay ratio: a run goes at the slower of its two sides, both measured:
@@ -507,9 +509,13 @@ def choose_host(
     fields keep ``cfg``'s values; every pair is listed in ``candidates`` with the side
     that bounds it.
     """
-    rule = _rule(
-        cfg, sampling, update, pinned, HOST_TUNED, memory_limit, fixed_bytes, batch_tolerance
-    )
+    return choose(cfg, sampling, update, host=True, **options)
+
+
+def _choose_host(
+    rule: _Rule, sampling: Sequence[Point], tolerance: float, batch_tolerance: float
+) -> dict[str, Any]:
+    """:func:`choose_host`'s choice under ``rule``."""
     cfg = rule.cfg
     n0, w0 = cfg.num_envs, cfg.host_workers
     s_points = _host_sampling_points(sampling, rule.pinned, n0, w0, max_num_envs(cfg))

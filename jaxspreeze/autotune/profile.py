@@ -11,7 +11,6 @@ import json
 import math
 import warnings
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,6 @@ from jaxspreeze.autotune.choose import (
     TUNED,
     Point,
     choose,
-    choose_host,
     update_ratio,
 )
 from jaxspreeze.autotune.report import plot, table
@@ -158,12 +156,7 @@ def _warn_mismatches(cfg: RunConfig, profile: dict[str, Any], path: str | Path) 
 def _choose_again(cfg: RunConfig, profile: dict[str, Any], pinned: set[str]) -> dict[str, Any]:
     """The choice rule re-run on the profile's measurements, with its tolerances, for ``cfg``."""
     stored = profile["choice"]
-    rule = (
-        choose_host
-        if profile.get("host")
-        else partial(choose, overlap=stored.get("overlap", False))
-    )
-    return rule(
+    return choose(
         cfg,
         points(profile, "sampling"),
         points(profile, "update"),
@@ -171,7 +164,9 @@ def _choose_again(cfg: RunConfig, profile: dict[str, Any], pinned: set[str]) -> 
         profile["memory"]["limit_bytes"],
         profile["memory"]["fixed_bytes"],
         tolerance=stored.get("tolerance", TOLERANCE),
+        overlap=stored.get("overlap", False),
         batch_tolerance=stored.get("batch_tolerance", BATCH_TOLERANCE),
+        host=bool(profile.get("host")),
     )
 
 

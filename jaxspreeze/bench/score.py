@@ -49,6 +49,7 @@ from jaxspreeze.algos.base import RUN_SIZES
 from jaxspreeze.bench import brax_compat
 from jaxspreeze.bench.record import Record, evaluated_chunks
 from jaxspreeze.bench.score_rows import first_reaching, row  # noqa: F401 (re-exported)
+from jaxspreeze.bench.score_sides import SideRun
 from jaxspreeze.bench.score_tasks import (  # noqa: F401 (re-exported)
     BRAX_ROWS,
     PRESETS,
@@ -351,49 +352,27 @@ def _brax_notes(task: ScoreTask) -> str:
 # ----------------------------------------------------------------------------- sides
 # each side of `jaxspreeze score` runs in its own process (jaxspreeze.bench.score_child),
 # which calls one of these (named in jaxspreeze.bench.score_sides.BUILTIN)
-def side_fields(
-    task: ScoreTask, seed: int, scale: str, compile_cache: str, total_steps: int | None
-) -> dict[str, Any]:
+def side_fields(task: ScoreTask, run: SideRun) -> dict[str, Any]:
     """The preset changes of one side's run: the scale's sizes, the seed, the cache."""
-    fields = dict(task.cpu) if scale == "cpu" else gpu_fields(task)
-    fields.update(seed=seed, compile_cache=compile_cache)
-    if total_steps is not None:
-        fields["total_steps"] = total_steps
+    fields = dict(task.cpu) if run.scale == "cpu" else gpu_fields(task)
+    fields.update(seed=run.seed, compile_cache=run.compile_cache)
+    if run.total_steps is not None:
+        fields["total_steps"] = run.total_steps
     return fields
 
 
-def run_side(
-    task: ScoreTask,
-    *,
-    seed: int,
-    scale: str,
-    compile_cache: str,
-    started: float,
-    total_steps: int | None = None,
-    say: Callable[[str], None] = lambda *a: None,
-) -> Record:
+def run_side(task: ScoreTask, run: SideRun) -> Record:
     """jaxspreeze's side: :func:`run_jaxspreeze` (device envs) or :func:`run_trainer`
     (host envs, which only the trainer's host schedules step)."""
     from jaxspreeze.envs import is_host_env
 
-    fields = side_fields(task, seed, scale, compile_cache, total_steps)
-    run = run_trainer if is_host_env(task.env) else run_jaxspreeze
-    return run(task, say=say, started=started, **fields)
+    train = run_trainer if is_host_env(task.env) else run_jaxspreeze
+    return train(task, say=run.say, started=run.started, **side_fields(task, run))
 
 
-def run_brax_side(
-    task: ScoreTask,
-    *,
-    seed: int,
-    scale: str,
-    compile_cache: str,
-    started: float,
-    total_steps: int | None = None,
-    say: Callable[[str], None] = lambda *a: None,
-) -> Record:
+def run_brax_side(task: ScoreTask, run: SideRun) -> Record:
     """brax's side: :func:`run_brax` with :func:`side_fields`."""
-    fields = side_fields(task, seed, scale, compile_cache, total_steps)
-    return run_brax(task, say=say, started=started, **fields)
+    return run_brax(task, say=run.say, started=run.started, **side_fields(task, run))
 
 
 def run_trainer(

@@ -38,16 +38,10 @@ def main(argv: Sequence[str]) -> int:
 
     try:
         side = score_sides.sides()[args.side]
-        run = score_sides.runner(side)
-        result = run(
-            ROWS[args.task],
-            seed=args.seed,
-            scale=args.scale,
-            compile_cache=args.compile_cache,
-            started=args.started,
-            total_steps=args.total_steps,
-            say=say,
+        run = score_sides.SideRun(
+            args.seed, args.scale, args.compile_cache, args.started, args.total_steps, say
         )
+        result = score_sides.runner(side)(ROWS[args.task], run)
         status = 0
     except Exception as e:  # reported in the table; the other runs go on
         traceback.print_exc()

@@ -16,6 +16,7 @@ from typing import Any
 
 from jaxspreeze.bench import score
 from jaxspreeze.bench.score_rows import row
+from jaxspreeze.bench.score_sides import SideRun
 from jaxspreeze.bench.score_tasks import ScoreTask
 from jaxspreeze.caches import enable_compile_cache
 
@@ -140,16 +141,7 @@ REJAX_NOTES = {
 }
 
 
-def run_rejax(
-    task: ScoreTask,
-    *,
-    seed: int,
-    scale: str,
-    compile_cache: str,
-    started: float,
-    total_steps: int | None = None,
-    say: Callable[[str], None] = lambda *a: None,
-) -> Record:
+def run_rejax(task: ScoreTask, run: SideRun) -> Record:
     """rejax's trainer on a gymnax row: the whole training is one jitted program (its
     evaluations inside, every ``eval_every`` env steps); a host callback stamps each
     evaluation's wall time as it happens."""
@@ -159,7 +151,7 @@ def run_rejax(
     from jax.experimental import io_callback
     from rejax.evaluate import evaluate
 
-    fields = score.side_fields(task, seed, scale, compile_cache, total_steps)
+    fields = score.side_fields(task, run)
     planned = score.preset_config(task, **fields)
     enable_compile_cache(planned.cfg.compile_cache)
     env, env_params = gymnax.make(task.env.partition("/")[2])
@@ -176,10 +168,10 @@ def run_rejax(
             "env_steps": int(step),
             "return": float(ret),
             "wall_s": now - t_start[0],
-            "command_s": now - started,
+            "command_s": now - run.started,
         }
         curve.append(point)
-        say(
+        run.say(
             f"  rejax      {task.name:24s} {point['env_steps']:>9,} steps "
             f"{point['wall_s']:7.1f}s  return {point['return']:9.1f}"
         )
@@ -199,10 +191,10 @@ def run_rejax(
 
     algo = algo.replace(eval_callback=eval_callback)
     t0 = time.perf_counter()
-    compiled = jax.jit(algo.train).lower(jax.random.key(seed)).compile()
+    compiled = jax.jit(algo.train).lower(jax.random.key(run.seed)).compile()
     compile_s = time.perf_counter() - t0
     t_start[0] = time.time()
-    jax.block_until_ready(compiled(jax.random.key(seed)))
+    jax.block_until_ready(compiled(jax.random.key(run.seed)))
     wall_s = time.time() - t_start[0]
     notes = [
         "gymnax >= 1.0's six-value step given to rejax as five (done = terminated or "
@@ -227,16 +219,7 @@ def run_rejax(
 
 
 # ----------------------------------------------------------------------------- SBX
-def run_sbx(
-    task: ScoreTask,
-    *,
-    seed: int,
-    scale: str,
-    compile_cache: str,
-    started: float,
-    total_steps: int | None = None,
-    say: Callable[[str], None] = lambda *a: None,
-) -> Record:
+def run_sbx(task: ScoreTask, run: SideRun) -> Record:
     """SBX (Stable Baselines Jax) on a gymnasium row: ``num_envs`` envs of gymnasium's
     vector env (SB3's DummyVecEnv), evaluated every ``eval_every`` env steps on
     ``eval_episodes`` deterministic episodes by a callback."""
@@ -246,15 +229,15 @@ def run_sbx(
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
 
-    fields = score.side_fields(task, seed, scale, compile_cache, total_steps)
+    fields = score.side_fields(task, run)
     planned = score.preset_config(task, **fields)
     cfg, a = planned.cfg, planned.algo_config
     enable_compile_cache(cfg.compile_cache)
     env_id = task.env.partition("/")[2]
-    venv = make_vec_env(env_id, n_envs=cfg.num_envs, seed=seed)
+    venv = make_vec_env(env_id, n_envs=cfg.num_envs, seed=run.seed)
     eval_env = gym.make(env_id)
-    policy_kwargs = dict(net_arch=list(a.hidden))
-    model = _SBX_MODELS[task.algo](sbx, venv, cfg, a, dict(policy_kwargs=policy_kwargs, seed=seed))
+    options = dict(policy_kwargs=dict(net_arch=list(a.hidden)), seed=run.seed)
+    model = _SBX_MODELS[task.algo](sbx, venv, cfg, a, options)
 
     curve: list[dict[str, Any]] = []
     t_start = time.time()
@@ -277,10 +260,10 @@ def run_sbx(
                     "env_steps": int(self.num_timesteps),
                     "return": float(mean),
                     "wall_s": now - t_start,
-                    "command_s": now - started,
+                    "command_s": now - run.started,
                 }
                 curve.append(point)
-                say(
+                run.say(
                     f"  sbx        {task.name:24s} {point['env_steps']:>9,} steps "
                     f"{point['wall_s']:7.1f}s  return {point['return']:9.1f}"
                 )

@@ -3,9 +3,8 @@
 Imports no JAX. A :class:`Side` names the env families and algorithms it runs, the modules
 it needs (a side whose modules are missing is *skipped*, and the report says so and how
 to install them) and its runner, ``"module:function"``, which the side's own process
-(:mod:`jaxspreeze.bench.score_child`) imports and calls as
-``runner(task, seed=, scale=, compile_cache=, started=, total_steps=, say=)``; it
-returns the side's row (:func:`jaxspreeze.bench.score_rows.row`).
+(:mod:`jaxspreeze.bench.score_child`) imports and calls as ``runner(task, run)``, ``run``
+a :class:`SideRun`; it returns the side's row (:func:`jaxspreeze.bench.score_rows.row`).
 
 Peers come from the optional extra ``jaxspreeze[peers]``. More sides can be plugged in
 without editing this table: ``JAXSPREEZE_SCORE_SIDES=module:NAME[,module:NAME]`` names
@@ -18,10 +17,27 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 PLUGIN_VAR = "JAXSPREEZE_SCORE_SIDES"
 PEERS_EXTRA = "pip install 'jaxspreeze[peers]'"
+
+
+def _quiet(line: str) -> None:
+    del line
+
+
+class SideRun(NamedTuple):
+    """What a side's runner is given besides the row: one run of one side."""
+
+    seed: int
+    scale: str  # the sizes: "cpu" (the row's own) or "gpu"
+    compile_cache: str  # the compile cache's folder (fresh: a cold run)
+    started: float  # the time.time() the side's process was started at
+    total_steps: int | None = None  # the env-step budget instead of the row's
+    say: Callable[[str], None] = _quiet  # where progress lines go
 
 
 @dataclass(frozen=True)

@@ -75,19 +75,25 @@ def _task(algo: str, env: str, preset: str, eval_every: int, **kw: Any) -> Score
     return ScoreTask(algo, env, preset, THRESHOLDS[env], eval_every, **kw)
 
 
+# brax and Playground (jaxspreeze beside brax): a SAC and a PPO row per env, the presets
+# named <algo>_<name>; PPO evaluated every 16,384 env steps
+_BRAX_ENVS = {  # env: (name, SAC's eval_every, eval_episodes)
+    "playground/CartpoleBalance": ("cartpole_balance", 2_000, 8),
+    "playground/CheetahRun": ("cheetah_run", 4_000, 4),
+    "brax/inverted_pendulum": ("inverted_pendulum", 2_000, 8),
+    "brax/reacher": ("reacher", 2_000, 8),
+    "brax/halfcheetah": ("brax_halfcheetah", 2_000, 4),
+}
+_PPO_EVAL_EVERY = 16_384
+
 ROWS: dict[str, ScoreTask] = {
     t.name: t
     for t in (
-        _task("sac", "playground/CartpoleBalance", "sac_cartpole_balance", 2_000),
-        _task("ppo", "playground/CartpoleBalance", "ppo_cartpole_balance", 16_384),
-        _task("sac", "playground/CheetahRun", "sac_cheetah_run", 4_000, eval_episodes=4),
-        _task("ppo", "playground/CheetahRun", "ppo_cheetah_run", 16_384, eval_episodes=4),
-        _task("sac", "brax/inverted_pendulum", "sac_inverted_pendulum", 2_000),
-        _task("ppo", "brax/inverted_pendulum", "ppo_inverted_pendulum", 16_384),
-        _task("sac", "brax/reacher", "sac_reacher", 2_000),
-        _task("ppo", "brax/reacher", "ppo_reacher", 16_384),
-        _task("sac", "brax/halfcheetah", "sac_brax_halfcheetah", 2_000, eval_episodes=4),
-        _task("ppo", "brax/halfcheetah", "ppo_brax_halfcheetah", 16_384, eval_episodes=4),
+        *(
+            _task(algo, env, f"{algo}_{name}", every, eval_episodes=episodes)
+            for env, (name, sac_every, episodes) in _BRAX_ENVS.items()
+            for algo, every in (("sac", sac_every), ("ppo", _PPO_EVAL_EVERY))
+        ),
         # gymnax (jaxspreeze beside rejax)
         _task("sac", "gymnax/Pendulum-v1", "sac_pendulum", 1_000),
         _task("td3", "gymnax/Pendulum-v1", "td3_pendulum", 1_000),

@@ -108,32 +108,17 @@ class Split(DeviceSchedule):
         """Packers for (rollout, actor view, key) and for the critic view, from shapes."""
         it = dataclasses.replace(self.per_seed, shards=None)  # one shard's shapes, no axes
         one = jax.eval_shape(it.init, jax.random.key(0))
-        c = jax.eval_shape(
-            it.collect,
-            one.agent.actor,
-            one.env,
-            one.key,
-            one.env_steps,
-            one.iteration,
-            one.actor_updates,
-        )[4]
+        c = jax.eval_shape(it.collect, *one.to_collect())[4]
         to_critic = transfer.packer((c.traj, c.actor_view, c.critic_key))
         to_actor = transfer.packer(jax.eval_shape(self.algo.critic_view, one.agent.critic))
         return Packers(to_critic, to_actor)
 
     def split_collect(
-        self,
-        actor: PyTree,
-        env: EnvCarry,
-        key: jax.Array,
-        env_steps: jax.Array,
-        iteration: jax.Array,
-        actor_updates: jax.Array,
+        self, *args: Any
     ) -> tuple[EnvCarry, jax.Array, jax.Array, jax.Array, jax.Array, ForActor, Metrics]:
-        """Collect (per seed), packing what the critic side needs into one buffer."""
-        env, key, env_steps, iteration, c, metrics = self.per_seed.collect(
-            actor, env, key, env_steps, iteration, actor_updates
-        )
+        """:meth:`Iteration.collect` (per seed, its arguments), packing what the critic side
+        needs into one buffer."""
+        env, key, env_steps, iteration, c, metrics = self.per_seed.collect(*args)
         packed = self.packers.to_critic.pack((c.traj, c.actor_view, c.critic_key))
         actor_data = c.traj if self.algo.on_policy else c.traj.obs
         for_actor = ForActor(actor_data, c.actor_key, c.acted)
@@ -239,11 +224,8 @@ class Split(DeviceSchedule):
     def _compile_chunk(self, state: TrainState) -> None:
         """Ahead-of-time compile every piece of the chunk for ``state``'s shapes."""
         s, low = state, self._lower
-        collect = low(
-            self.split_collect, ACTOR,
-            (s.agent.actor, s.env, s.key, s.env_steps, s.iteration, s.actor_updates),
-            (1, 2, 3, 4, SHARD, SHARD, METRICS), donate=(1, 2),
-        )  # fmt: skip
+        collect = low(self.split_collect, ACTOR, s.to_collect(),
+                      (1, 2, 3, 4, SHARD, SHARD, METRICS), donate=(1, 2))  # fmt: skip
         _, _, _, _, packed, for_actor, m_env = collect.out_info
         view = low(self.split_critic_view, CRITIC, (s.agent.critic,), SHARD)
         critic = low(self.split_critic, CRITIC, (s.agent.critic, s.buffer, packed),

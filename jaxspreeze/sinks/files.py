@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from jaxspreeze.plots import line_record
 from jaxspreeze.records import EVAL_FIELDS, clean
 from jaxspreeze.types import Record
 
@@ -63,12 +64,9 @@ def keep_until(run_dir: str | Path, env_steps: int) -> list[Record]:
         lines = jsonl.read_text().splitlines()
         keep = []
         for line in lines:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
+            record = line_record(line)
             if (
-                isinstance(record, dict)
+                record is not None
                 and _steps(record.get("env_steps")) <= env_steps
                 and record.get("final") is not True
             ):
