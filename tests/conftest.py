@@ -73,23 +73,33 @@ def run_main(capsys):
     return run
 
 
+TINY_RUN = dict(
+    total_steps=600,
+    num_envs=4,
+    grad_steps=2,
+    batch_size=32,
+    buffer_size=2_000,
+    learning_starts=200,
+    chunk_iterations=50,
+    eval_episodes=2,
+    run_name="tiny",
+    sinks=("jsonl",),
+)  # 200 warm-up steps, then 2 chunks of 50 iterations x 4 envs
+
+
 @pytest.fixture
-def tiny_cfg(tmp_path):
-    """A SAC run small enough to compile and train in seconds."""
-    from jaxspreeze.algos.sac import SACConfig
+def tiny_config(tmp_path):
+    """``tiny_config(**fields)``: a run of :data:`TINY_RUN`'s sizes logging under
+    ``tmp_path``, with ``fields`` (the algorithm and its section) applied."""
     from jaxspreeze.config import RunConfig
 
-    return RunConfig(
-        total_steps=600,
-        num_envs=4,
-        grad_steps=2,
-        batch_size=32,
-        buffer_size=2_000,
-        learning_starts=200,
-        chunk_iterations=50,
-        eval_episodes=2,
-        logdir=str(tmp_path),
-        run_name="tiny",
-        sinks=("jsonl",),
-        sac=SACConfig(hidden=(32, 32)),
-    )
+    def make(**fields):
+        return RunConfig(**TINY_RUN, logdir=str(tmp_path)).replace(**fields)
+
+    return make
+
+
+@pytest.fixture
+def tiny_cfg(tiny_config):
+    """A SAC run small enough to compile and train in seconds."""
+    return tiny_config(sac={"hidden": (32, 32)})

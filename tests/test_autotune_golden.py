@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_autotune import FakeClock, FakeProber
 
 from jaxspreeze import autotune, devices
 from jaxspreeze.autotune import probes
@@ -31,51 +32,16 @@ VOLATILE = ("created", "versions")  # the clock's date and the installed version
 PENDULUM = "gymnasium/Pendulum-v1"
 
 
-class Clock:
-    """A clock that moves only when a fake probe says it took time."""
-
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-class DeviceProber:
-    """S(n) = s_unit min(n, s_knee); U(B) = u_unit min(B, u_knee); each point costs cost_s."""
-
-    def __init__(
-        self,
-        clock: Clock,
-        s_knee: int = 64,
-        u_knee: int = 1024,
-        s_unit: float = 1e4,
-        u_unit: float = 100.0,
-        cost_s: float = 1.0,
-        fixed_bytes: int = 0,
-        bytes_per_sample: int = 0,
-    ) -> None:
-        self.clock, self.cost_s = clock, cost_s
-        self.s = lambda n: s_unit * min(n, s_knee)
-        self.u = lambda b: u_unit * min(b, u_knee)
-        self.fixed_bytes, self.bytes_per_sample = fixed_bytes, bytes_per_sample
+class DeviceProber(FakeProber):
+    """FakeProber's rates, with sampling bytes, spread repeats and a retime that takes time."""
 
     def sampling_bytes(self, num_envs: int) -> int:
         return 3 * num_envs
 
-    def update_bytes(self, batch: int) -> int:
-        return batch * self.bytes_per_sample
-
-    def _point(self, value: int, rate: float, nbytes: int) -> Point:
+    def _point(self, kind: str, value: int, rate: float, nbytes: int) -> Point:
         self.clock.t += self.cost_s
         rates = [rate * (1 + 0.01 * i) for i in range(probes.REPS)]
         return Point(value, rate, 0.8 * self.cost_s, 0.001 * value, value, rates, nbytes)
-
-    def sampling(self, num_envs: int) -> Point:
-        return self._point(num_envs, self.s(num_envs), self.sampling_bytes(num_envs))
-
-    def update(self, batch: int) -> Point:
-        return self._point(batch, self.u(batch), self.update_bytes(batch))
 
     def retime(self, kind: str, value: int) -> list[float]:
         self.clock.t += 0.1
@@ -85,7 +51,7 @@ class DeviceProber:
 class HostProber(DeviceProber):
     """S(W, n) = s_unit min(n, s_knee) min(W, w_knee); with ``check``, a fake ``host_run``."""
 
-    def __init__(self, clock: Clock, w_knee: int = 1, check: bool = False, **kw: Any) -> None:
+    def __init__(self, clock: FakeClock, w_knee: int = 1, check: bool = False, **kw: Any) -> None:
         kw = {"s_knee": 32, "u_knee": 256, "s_unit": 500.0, **kw}
         super().__init__(clock, **kw)
         self.w_knee = w_knee
@@ -207,7 +173,7 @@ def tune_scenario(name: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.setattr(devices, "describe_hardware", lambda: dict(HARDWARE))
     monkeypatch.setattr(os, "getloadavg", lambda: (1.5, 1.0, 0.5))
     monkeypatch.setattr(os, "cpu_count", lambda: tune_kw.pop("cpus", 4))
-    clock = Clock()
+    clock = FakeClock()
     said: list[str] = []
     chosen, profile = autotune.tune(
         RunConfig(**fields),

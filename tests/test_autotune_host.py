@@ -12,6 +12,7 @@ import os
 import threading
 
 import pytest
+from fake_autotune import FakeClock
 
 from jaxspreeze import autotune
 from jaxspreeze.algos.sac import SACConfig
@@ -23,14 +24,6 @@ from jaxspreeze.config import RunConfig
 from jaxspreeze.errors import ConfigError
 
 PENDULUM = "gymnasium/Pendulum-v1"
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 class FakeHostProber:

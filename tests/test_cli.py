@@ -64,11 +64,15 @@ def test_train_cli_writes_run_directory(tmp_path):
         "--num-envs",
         "4",
         "--grad-steps",
-        "1",
+        "2",
         "--batch-size",
         "32",
+        "--buffer-size",
+        "2000",
         "--learning-starts",
         "200",
+        "--chunk-iterations",  # (and the above: tiny_cfg's run, whose programs the
+        "50",  # compile cache holds for this child)
         "--eval-episodes",
         "2",
         "--sac.hidden",

@@ -163,6 +163,7 @@ def tiny(tmp, **changes) -> RunConfig:
         run_name="console",
         sinks=("console",),
         sac=SACConfig(hidden=(32, 32)),
+        num_seeds=2,  # test_host's tiny run: the compile cache serves these programs
     )
     return base.replace(**changes)
 

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import fake_devices
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -36,20 +37,7 @@ AXES = ("data",)
 
 def run_worker(*args: str, devices: int = 4, timeout: float = 900) -> dict:
     """Run ``dp_worker.py *args`` in one process with ``devices`` fake CPU devices."""
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": str(devices)}
-    env.pop("XLA_FLAGS", None)
-    for name in ("JAXSPREEZE_COORDINATOR", "JAXSPREEZE_NUM_PROCESSES", "JAXSPREEZE_PROCESS_ID"):
-        env.pop(name, None)
-    proc = subprocess.run(
-        [sys.executable, str(WORKER), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return fake_devices.run_worker(WORKER, *args, devices=devices, timeout=timeout)
 
 
 def tiny(**changes) -> RunConfig:

@@ -149,22 +149,9 @@ def test_split_pieces_equal_the_fused_iteration():
 
 
 @pytest.fixture
-def tiny_fastsac(tmp_path):
+def tiny_fastsac(tiny_config):
     """A FastSAC run small enough to compile and train in seconds."""
-    return RunConfig(
-        algo="fastsac",
-        total_steps=600,
-        num_envs=4,
-        grad_steps=2,
-        batch_size=32,
-        buffer_size=2_000,
-        learning_starts=200,
-        chunk_iterations=50,
-        eval_episodes=2,
-        logdir=str(tmp_path),
-        run_name="tiny",
-        sinks=("jsonl",),
-    ).replace(fastsac={**SMALL, "n_step": 3})
+    return tiny_config(algo="fastsac", fastsac={**SMALL, "n_step": 3})
 
 
 @pytest.mark.slow  # fastsac's default run is test_defaults'; its split pieces are checked below

@@ -227,22 +227,12 @@ def test_one_update_moves_both_sides_and_reports_finite_metrics():
 
 
 @pytest.fixture
-def tiny_fasttd3(tmp_path):
+def tiny_fasttd3(tiny_config):
     """A FastTD3 run small enough to compile and train in seconds."""
-    return RunConfig(
+    return tiny_config(
         algo="fasttd3",
-        total_steps=600,
-        num_envs=4,
-        grad_steps=2,
-        batch_size=32,
-        buffer_size=2_000,
-        learning_starts=200,
-        chunk_iterations=50,
-        eval_episodes=2,
-        logdir=str(tmp_path),
-        run_name="tiny",
-        sinks=("jsonl",),
-    ).replace(fasttd3={"actor_hidden": (16, 16), "critic_hidden": (32, 32), "num_atoms": 11})
+        fasttd3={"actor_hidden": (16, 16), "critic_hidden": (32, 32), "num_atoms": 11},
+    )
 
 
 def _metrics(run_dir) -> list[dict]:

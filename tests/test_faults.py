@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_defaults import _tiny as tiny_defaults
 from test_resume_changes import T1, T2, copy_run, snapshot, train_once
 
 from jaxspreeze import checkpoint, cli, rundir, starting
@@ -169,10 +170,11 @@ def test_eval_detects_damage_in_the_checkpoint_it_is_given(damage, trained_run, 
     newest = checkpoint.checkpoint_dir(run_dir) / f"{T1:012d}"
     breaker, words = DAMAGE[damage]
     breaker(newest)
-    assert cli.main(["eval", str(newest), "--episodes", "1"]) == 2
+    # --episodes 2: the run's eval_episodes, so the run's compiled evaluation serves
+    assert cli.main(["eval", str(newest), "--episodes", "2"]) == 2
     line = one_error(capsys)
     assert str(newest) in line and words in line, line
-    assert cli.main(["eval", str(run_dir), "--episodes", "1", "--json"]) == 0
+    assert cli.main(["eval", str(run_dir), "--episodes", "2", "--json"]) == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out)["env_steps"] == 16
     assert f"skipped damaged checkpoint {newest}" in captured.err and words in captured.err
@@ -220,18 +222,22 @@ def test_a_run_without_an_intact_checkpoint_is_not_touched(trained_run, tmp_path
 
 # ------------------------------------------------------------------------------ disk full
 def test_a_full_disk_is_one_line_and_leaves_no_partial_checkpoint(tmp_path, capsys, mount):
-    """A 5 MB tmpfs and a checkpoint of about 11 MB: exit 1, one line naming the checkpoint
+    """A 3 MB tmpfs and SAC's defaults at test_defaults' tiny budget (whose programs the
+    compile cache holds), a checkpoint of about 4 MB: exit 1, one line naming the checkpoint
     and the fix; the partial checkpoint is removed (the space is free again), the lock too."""
-    logdir = mount(tmp_path / "small", "size=5m")
-    flags = [*TINY_FLAGS, "--buffer-size", "300000", "--total-steps", "16"]
-    code = cli.main(["train", *flags, "--logdir", str(logdir), "--run-name", "full"])
+    logdir = mount(tmp_path / "small", "size=3m")
+    cfg = tiny_defaults("sac", "gymnax/Pendulum-v1", logdir)
+    flags = ["--total-steps", str(cfg.total_steps), "--chunk-iterations", str(cfg.chunk_iterations)]
+    code = cli.main(
+        ["train", *flags, "--sinks", "jsonl", "--logdir", str(logdir), "--run-name", "full"]
+    )
     line = one_error(capsys)
     run_dir = logdir / "full"
     assert code == 1, line
     assert str(checkpoint.checkpoint_dir(run_dir)) in line
     assert "no space left on the device; free space or choose another --logdir" in line
     assert not list(checkpoint.checkpoint_dir(run_dir).glob(".tmp-*"))
-    assert shutil.disk_usage(logdir).free > 4.5 * 2**20
+    assert shutil.disk_usage(logdir).free > 0.9 * 3 * 2**20
     assert not (run_dir / rundir.LOCK).exists() and (run_dir / rundir.NOT_STARTED).exists()
 
 
@@ -314,7 +320,7 @@ def test_profile_given_a_directory(tmp_path, capsys):
 def test_eval_accepts_a_checkpoint_directory(trained_run, capsys):
     """`jaxspreeze eval RUN/checkpoints/000000000016` evaluates that checkpoint."""
     ckpt = checkpoint.checkpoint_dir(trained_run) / f"{16:012d}"
-    assert cli.main(["eval", str(ckpt), "--episodes", "1", "--json"]) == 0
+    assert cli.main(["eval", str(ckpt), "--episodes", "2", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["checkpoint"] == str(ckpt) and result["env_steps"] == 16
 

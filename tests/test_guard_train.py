@@ -14,9 +14,8 @@ from jaxspreeze.trainer import train
 
 
 def test_injected_nan_stops_and_keeps_last_good_checkpoint(tiny_cfg, monkeypatch):
-    cfg = tiny_cfg.replace(
-        total_steps=1_400, chunk_iterations=25, checkpoint_every=100, keep_checkpoints=10
-    )
+    # tiny_cfg's chunk (50 iterations x 4 envs = 200 env steps: its compiled programs)
+    cfg = tiny_cfg.replace(total_steps=1_400, checkpoint_every=200, keep_checkpoints=10)
     original = schedules.Fused.chunk  # one CPU device: the fused schedule
     calls = {"n": 0}
 
@@ -35,14 +34,14 @@ def test_injected_nan_stops_and_keeps_last_good_checkpoint(tiny_cfg, monkeypatch
         train(cfg, quiet=True)
     message = str(err.value)
     assert "non-finite" in message and "critic" in message and "env step" in message
-    assert "env step 600" in message  # the end of the 4th chunk (200 warm-up + 4 x 100)
-    assert "The last good checkpoint," in message and "000000000500, is kept" in message
+    assert "env step 1000" in message  # the end of the 4th chunk (200 warm-up + 4 x 200)
+    assert "The last good checkpoint," in message and "000000000800, is kept" in message
     # the checkpoints of the first 3 chunks are kept; none of the poisoned state
     kept = checkpoint.list_checkpoints(cfg_dir := (tiny_cfg_dir(cfg)))
-    assert [int(p.name) for p in kept] == [300, 400, 500], kept
+    assert [int(p.name) for p in kept] == [400, 600, 800], kept
     template = schedules.make(plan(config.resolve(cfg), devices.single())).init()
     state, info = checkpoint.restore(checkpoint.latest(cfg_dir), template)
-    assert info["env_steps"] == 500
+    assert info["env_steps"] == 800
     assert all(
         np.isfinite(np.asarray(x)).all()
         for x in jax.tree.leaves(state.agent)

@@ -85,7 +85,8 @@ def test_evaluator_return_equals_a_direct_call_of_evaluate(tmp_path):
 
     cfg = tiny(tmp_path, num_seeds=2)
     algo = RunPlan.saved(cfg).make_algorithm()
-    actor = jax.vmap(algo.init)(jax.random.split(jax.random.key(1), 2)).actor
+    # one jitted init (one compile), not each initializer's op-by-op compile
+    actor = jax.jit(jax.vmap(algo.init))(jax.random.split(jax.random.key(1), 2)).actor
     env = make_env(cfg.env, 3)
     keys = jax.random.split(jax.random.key(7), 2)
     direct = jax.jit(make_evaluate(algo.act, env))

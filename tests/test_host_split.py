@@ -6,12 +6,9 @@ Fake CPU devices prove placement and correctness, not speed: they share the same
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
+import fake_devices
 import pytest
 
 WORKER = Path(__file__).with_name("host_split_worker.py")
@@ -19,19 +16,7 @@ WORKER = Path(__file__).with_name("host_split_worker.py")
 
 def run_worker(*args: str, timeout: float) -> dict:
     """Run ``host_split_worker.py *args`` with two CPU devices; its JSON findings."""
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "2"}
-    env.pop("XLA_FLAGS", None)
-    proc = subprocess.run(
-        [sys.executable, str(WORKER), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        cwd=WORKER.parent,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return fake_devices.run_worker(WORKER, *args, devices=2, timeout=timeout, cwd=WORKER.parent)
 
 
 @pytest.mark.slow  # a whole host-env run on two devices (about 40 s)

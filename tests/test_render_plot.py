@@ -11,6 +11,7 @@ import gymnasium as gym
 import jax
 import numpy as np
 import pytest
+from test_host_train import tiny_ppo
 
 from jaxspreeze import cli, plots, render, rundir
 from jaxspreeze.algos.ppo import PPOConfig
@@ -158,20 +159,8 @@ def test_render_a_trained_gymnasium_cartpole_ppo_run(tmp_path, capsys):
     import jaxspreeze
     from jaxspreeze.trainer import train
 
-    cfg = RunConfig(
-        algo="ppo",
-        env="gymnasium/CartPole-v1",
-        total_steps=256,
-        num_envs=4,
-        rollout_steps=16,
-        batch_size=32,
-        chunk_iterations=2,
-        eval_episodes=1,
-        logdir=str(tmp_path),
-        run_name="gym",
-        sinks=("jsonl",),
-        ppo=PPOConfig(hidden=(16, 16), epochs=1),
-    )
+    # test_host_train's tiny PPO run (the compile cache serves its programs), one chunk
+    cfg = tiny_ppo(tmp_path, run_name="gym", total_steps=256)
     run_dir = train(cfg, quiet=True).run_dir
     out = tmp_path / "g.gif"
     assert cli.main(["render", str(run_dir), "--out", str(out)]) == 0

@@ -1,0 +1,35 @@
+"""Worker scripts run in a subprocess with fake CPU devices (``JAX_NUM_CPU_DEVICES``): the
+split, host-split and data-parallel tests read the one JSON line of findings they print."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+# a launched process's own variables (test_multiprocess): a worker is one process alone
+LAUNCH_VARIABLES = ("JAXSPREEZE_COORDINATOR", "JAXSPREEZE_NUM_PROCESSES", "JAXSPREEZE_PROCESS_ID")
+
+
+def run_worker(
+    worker: Path, *args: str, devices: int, timeout: float, cwd: Path | None = None
+) -> dict:
+    """Run ``python WORKER *args`` in one process with ``devices`` fake CPU devices; the
+    JSON findings on its last line of stdout (its exit code must be 0)."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": str(devices)}
+    env.pop("XLA_FLAGS", None)
+    for name in LAUNCH_VARIABLES:
+        env.pop(name, None)
+    proc = subprocess.run(
+        [sys.executable, str(worker), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        cwd=cwd,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
