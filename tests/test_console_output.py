@@ -235,11 +235,17 @@ def test_every_evaluation_has_its_line_in_step_order(held_run):
     evals = [s for s in lines if re.match(r"\s+(final )?eval @", s)]
     skipped = [s for s in evals if ": skipped (" in s]
     assert len(skipped) == summary["evaluations_skipped"] >= 2
-    # 360 and 440 were replaced while 280 was held (520 was evaluated, or replaced by the
-    # final one)
-    busy = "skipped (the evaluator was still busy with 280 steps when"
-    assert f"360 steps: {busy} 440 came" in skipped[0] and f"440 steps: {busy} 520" in skipped[1]
-    assert len(evals) == 5  # the snapshots at 280, 360, 440, 520 and the final one at 600
+    # every snapshot (280, 360, 440, 520) has exactly one line, then the final one at 600
+    # (which snapshots wait and which are replaced depends on when the evaluator thread
+    # takes the first one: the skipped lines name it and the snapshot that replaced them)
+    assert [int(re.search(r"@\s+([\d,]+) steps", s).group(1)) for s in evals] == [
+        280, 360, 440, 520, 600
+    ]
+    for line in skipped:
+        at, busy, came = (int(x) for x in re.search(
+            r"@\s+(\d+) steps: skipped \(the evaluator was still busy with (\d+) steps when "
+            r"(\d+) came", line).groups())  # fmt: skip
+        assert busy < at < came, line
     assert evals[-1].startswith("  final eval @       600 steps: return")
     chunks = [s for s in lines if re.match(r"\s+[\d,]+/600 steps", s)]
     assert len(chunks) == 5
