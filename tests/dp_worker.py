@@ -42,8 +42,9 @@ from jaxspreeze.plan import plan  # noqa: E402
 from jaxspreeze.schedules import DataParallel  # noqa: E402
 
 
-def tiny(algo: str, seeds: int = 2, chunks: int = 3) -> RunConfig:
-    """The tiny runs: 8 envs, 2 iterations per chunk, 2 seeds, one hidden layer of 8."""
+def tiny(algo: str, seeds: int = 2, chunks: int = 3, normalize_obs: bool = False) -> RunConfig:
+    """The tiny runs: 8 envs, 2 iterations per chunk, 2 seeds, one hidden layer of 8
+    (``normalize_obs``: SAC's ``--sac.normalize-obs``)."""
     if algo == "ppo":
         return resolve(
             RunConfig(
@@ -69,7 +70,7 @@ def tiny(algo: str, seeds: int = 2, chunks: int = 3) -> RunConfig:
             chunk_iterations=2,
             total_steps=32 + chunks * 2 * 8,
             num_seeds=seeds,
-            sac=SACConfig(hidden=(8,)),
+            sac=SACConfig(hidden=(8,), normalize_obs=normalize_obs),
         )
     )
 
@@ -177,7 +178,7 @@ def divergence_detected(schedule: DataParallel, state) -> bool:
 
 def compare(args: argparse.Namespace) -> dict:
     """Every device vs the same shards on one device: how far apart the runs end."""
-    cfg = tiny(args.algo)
+    cfg = tiny(args.algo, normalize_obs=args.normalize_obs)
     every = devices.resolve("data")
     n = every.data_devices
     one = devices.data_parallel(jax.devices()[:1])
@@ -227,6 +228,7 @@ def compare(args: argparse.Namespace) -> dict:
         "env_sharding": str(jax.tree.leaves(state_a.env)[0].sharding.spec),
         "env_steps": leaves(state_a.env_steps)[0].tolist(),
         "num_seeds": cfg.num_seeds,
+        "obs_stats": obs_stats(state_a.agent.actor) if args.normalize_obs else None,
     }
 
 
@@ -296,6 +298,12 @@ def split_data(args: argparse.Namespace) -> dict:
         "env_steps": leaves(state_a.env_steps)[0].tolist(),
         "num_seeds": cfg.num_seeds,
     }
+
+
+def obs_stats(actor) -> dict:
+    """The running observation statistics of an actor side (``--sac.normalize-obs``)."""
+    stats = distributed.local_copy(actor.obs_stats)
+    return {k: np.asarray(v).tolist() for k, v in stats._asdict().items()}
 
 
 def diverged(tree):
@@ -374,6 +382,7 @@ def main() -> None:
     parser.add_argument("--differ", action="store_true")
     parser.add_argument("--algo", default="sac")
     parser.add_argument("--shards", type=int, default=0)
+    parser.add_argument("--normalize-obs", action="store_true")
     parser.add_argument("--dir", default=".")
     args = parser.parse_args()
     if args.mode == "forever":
