@@ -191,6 +191,7 @@ def compare(args: argparse.Namespace) -> dict:
     steps["init"] = digest(state_a) == digest(state_b)
     state_a, state_b = a.warmup(state_a), b.warmup(state_b)
     steps["warmup"] = digest(state_a) == digest(state_b)
+    warmup_diff = max_abs_diff(state_a.agent, state_b.agent)
     first_chunk = None
     metrics_a, metrics_b = [], []
     for _ in range(a.num_chunks):
@@ -209,6 +210,7 @@ def compare(args: argparse.Namespace) -> dict:
         "devices": n,
         "describe": [every.describe(), one.describe()],
         "bitwise_after": steps,
+        "warmup_agent_max_abs_diff": warmup_diff,
         "first_chunk": first_chunk,
         "schedule": type(a).__name__,
         "agent_bitwise": digest(state_a.agent) == digest(state_b.agent),

@@ -307,7 +307,9 @@ def test_data_parallel_merges_every_shards_observations():
     found = run_worker("compare", "--algo", "sac", "--normalize-obs", devices=2)
     assert found["devices"] == 2 and found["schedule"] == "DataParallel"
     assert found["replicas_agree"] == [True, True] and found["local_copies_equal"]
-    assert found["bitwise_after"] == {"init": True, "warmup": True}
+    # the same start; the warm-up's statistics agree to the all-reduce's rounding
+    assert found["bitwise_after"]["init"], found["bitwise_after"]
+    assert found["warmup_agent_max_abs_diff"] < 1e-5, found["warmup_agent_max_abs_diff"]
     assert found["first_chunk"]["agent_max_abs_diff"] < 1e-4, found["first_chunk"]
     assert found["agent_max_abs_diff"] < 1e-2, found["agent_max_abs_diff"]
     stats = found["obs_stats"]
