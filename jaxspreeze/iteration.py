@@ -342,12 +342,7 @@ class Iteration:
         obs_buffer = s.obs_buffer
         if obs_buffer is not None:
             obs_buffer = self.store_obs(obs_buffer, traj.obs)
-        agent = s.agent._replace(actor=self.observe(s.agent.actor, traj.obs))
+        s = s._replace(agent=s.agent._replace(actor=self.observe(s.agent.actor, traj.obs)))
         return s._replace(
-            agent=agent,
-            env=env,
-            buffer=buffer,
-            obs_buffer=obs_buffer,
-            key=key,
-            env_steps=env_steps,
+            env=env, buffer=buffer, obs_buffer=obs_buffer, key=key, env_steps=env_steps
         )

@@ -17,13 +17,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_checkpoint import host_copy  # a copy of a state (a chunk donates the one it is given)
 
 from jaxspreeze import algos, checkpoint, devices, replay, schedules
 from jaxspreeze.algos import common, off_policy
 from jaxspreeze.algos.sac import SACConfig
 from jaxspreeze.config import RunConfig, resolve
-from jaxspreeze.envs import env_spec, make_env
-from jaxspreeze.iteration import Iteration
+from jaxspreeze.envs import env_spec
 from jaxspreeze.plan import plan
 from jaxspreeze.types import Transition
 
@@ -64,18 +64,6 @@ def run_chunks(schedule, chunks: int):
 def host(tree) -> list[np.ndarray]:
     return [np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
             for x in jax.tree.leaves(tree)]  # fmt: skip
-
-
-def copy(tree):
-    """A copy of ``tree`` on the same devices (a chunk donates the state it is given)."""
-
-    def leaf(x):
-        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-            data = jax.device_put(np.asarray(jax.random.key_data(x)), x.sharding)
-            return jax.random.wrap_key_data(data, impl=jax.random.key_impl(x))
-        return jax.device_put(np.asarray(x), x.sharding)
-
-    return jax.tree.map(leaf, tree)
 
 
 def bitwise(a, b) -> bool:
@@ -193,7 +181,7 @@ def test_resume_is_bitwise_with_the_statistics(fused_run, tmp_path):
     (statistics included); restored with fresh statistics, chunk B differs."""
     cfg, schedule, state_a = fused_run
     path = checkpoint.save(tmp_path, state_a, env_steps=1, chunk=0, config=cfg)
-    state_b, metrics_b = schedule.chunk(copy(state_a))
+    state_b, metrics_b = schedule.chunk(host_copy(state_a))
     fresh = schedules.make(plan(cfg, devices.single()))
     restored, _ = checkpoint.restore(path, fresh.init())
     assert bitwise(restored.agent.actor.obs_stats, state_a.agent.actor.obs_stats)
@@ -239,56 +227,11 @@ def test_saved_policy_acts_with_the_statistics_saved_with_it(tmp_path):
 
 
 # ------------------------------------------------------------------ split and data parallel
-def test_split_pieces_equal_the_fused_iteration():
-    """The split's per-seed order (collect, critic side, then the actor side on the
-    observation-only buffer, observing the collected observations) equals the fused
-    iteration bitwise, statistics included (FastSAC's test covers its default too)."""
-    cfg = tiny()
-    env = make_env(cfg.env, cfg.num_envs)
-    algo = algos.get("sac").make(cfg.sac, env.spec, cfg)
-    fused = Iteration(algo, env, 1, 512, 32, obs_buffer=False)
-    split = Iteration(algo, env, 1, 512, 32, obs_buffer=True)
-
-    @jax.jit
-    def by_pieces(s):
-        critic_view = algo.critic_view(s.agent.critic)
-        env_c, key, env_steps, iteration, c, _ = split.collect(
-            s.agent.actor, s.env, s.key, s.env_steps, s.iteration, s.actor_updates
-        )
-        critic, buffer, _ = split.critic_side(
-            s.agent.critic, s.buffer, c.traj, c.actor_view, c.critic_key
-        )
-        obs_buffer = split.store_obs(s.obs_buffer, c.traj.obs)
-        actor, actor_updates, _ = split.actor_side(
-            s.agent.actor,
-            obs_buffer,
-            critic_view,
-            c.actor_key,
-            s.actor_updates,
-            c.acted,
-            c.traj.obs,
-        )
-        return s._replace(
-            agent=s.agent._replace(actor=actor, critic=critic), env=env_c, buffer=buffer,
-            obs_buffer=obs_buffer, key=key, env_steps=env_steps, iteration=iteration,
-            actor_updates=actor_updates,
-        )  # fmt: skip
-
-    key = jax.random.key(3)
-    a = jax.jit(fused.warmup)(fused.init(key))
-    b = jax.jit(split.warmup)(split.init(key))
-    assert bitwise(a.agent, b.agent)  # the warm-up's statistics
-    step = jax.jit(fused.__call__)
-    for _ in range(3):
-        a, _ = step(a)
-        b = by_pieces(b)
-        assert bitwise(a.agent, b.agent)
-    assert float(a.agent.actor.obs_stats.count) == pytest.approx(32 + 3 * 4 + PRIOR)
-
-
 def test_split_schedule_equals_fused(fused_run):
     """The split schedule's own warm-up and chunks (host-dispatched pieces, here on one
-    device) end where the fused chunk does, statistics included."""
+    device; the actor side observes the collected observations after its phase) end where
+    the fused chunk does bitwise, statistics included (FastSAC's split-pieces test runs
+    with its default normalisation too)."""
     cfg, _, fused_state = fused_run
     split = schedules.make(plan(cfg, devices.single()), dispatched=True)
     assert type(split).__name__ == "Split"

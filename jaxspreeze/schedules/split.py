@@ -187,17 +187,12 @@ class Split(DeviceSchedule):
         w = self._warmup
         env, key, env_steps, traj = w.collect(state.env, state.key, state.env_steps)
         obs_buffer = w.store_obs(state.obs_buffer, traj.obs)
-        agent = state.agent
-        if w.observe is not None:
-            agent = agent._replace(actor=w.observe(agent.actor, traj.obs))
+        if w.observe is not None:  # the warm-up's observations into the actor side
+            actor = w.observe(state.agent.actor, traj.obs)
+            state = state._replace(agent=state.agent._replace(actor=actor))
         buffer = w.store(state.buffer, self._to_critic(traj))
         return state._replace(
-            agent=agent,
-            env=env,
-            buffer=buffer,
-            obs_buffer=obs_buffer,
-            key=key,
-            env_steps=env_steps,
+            env=env, buffer=buffer, obs_buffer=obs_buffer, key=key, env_steps=env_steps
         )
 
     # ------------------------------------------------------------ onto the devices
