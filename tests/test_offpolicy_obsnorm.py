@@ -258,3 +258,34 @@ def test_data_parallel_merges_every_shards_observations():
     stats = found["obs_stats"]
     np.testing.assert_allclose(stats["count"], [32 + 3 * 2 * 8 + PRIOR] * 2, rtol=1e-6)
     assert np.all(np.asarray(stats["var"]) > 0) and np.asarray(stats["mean"]).shape == (2, 3)
+
+
+def test_host_learner_merges_every_stored_block(tmp_path):
+    """Host envs (HostAsync): the learner merges each block's observations as it stores
+    it, so the statistics are those of every transition in the buffer (warm-up included)."""
+    from jaxspreeze.trainer import train
+
+    cfg = RunConfig(
+        algo="sac",
+        env="gymnasium/Pendulum-v1",
+        total_steps=400,
+        num_envs=4,
+        rollout_steps=2,
+        grad_steps=2,
+        batch_size=16,
+        buffer_size=4000,
+        learning_starts=100,
+        chunk_iterations=10,
+        eval_episodes=1,
+        logdir=str(tmp_path),
+        sinks=(),
+        sac=SACConfig(hidden=(8,), normalize_obs=True),
+    )
+    state = train(cfg, quiet=True).state
+    size = int(np.asarray(state.buffer.size)[0])
+    assert size >= cfg.total_steps  # the workers may deliver a few blocks ahead
+    stats = jax.tree.map(lambda x: np.asarray(x)[0], state.agent.actor.obs_stats)
+    mean, var, count = numpy_stats(np.asarray(state.buffer.data.obs[0, :size]))
+    np.testing.assert_allclose(stats.count, count, rtol=1e-6)
+    np.testing.assert_allclose(stats.mean, mean, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(stats.var, var, rtol=1e-4, atol=1e-5)
