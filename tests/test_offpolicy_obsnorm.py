@@ -289,3 +289,15 @@ def test_host_learner_merges_every_stored_block(tmp_path):
     np.testing.assert_allclose(stats.count, count, rtol=1e-6)
     np.testing.assert_allclose(stats.mean, mean, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(stats.var, var, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow  # two host learners on 2 fake devices in a subprocess
+def test_split_host_learner_equals_one_device_with_the_statistics(tmp_path):
+    """HostAsync split over two devices: the statistics merged on the actor device from
+    the same blocks equal the one-device learner's (the whole agent to float rounding)."""
+    from test_host_split import run_worker
+
+    found = run_worker("equal-normalized", str(tmp_path), timeout=900)
+    assert found["split"]["split"] and not found["single"]["split"]
+    assert found["agent"]["max_abs_diff"] <= 1e-5, found["agent"]
+    assert found["buffer"]["bitwise"] and found["obs_copy"]["bitwise"]
