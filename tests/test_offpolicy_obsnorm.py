@@ -12,6 +12,7 @@ fused iteration bitwise, and data parallelism merges every shard's observations.
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import jax
 import jax.numpy as jnp
@@ -301,3 +302,23 @@ def test_split_host_learner_equals_one_device_with_the_statistics(tmp_path):
     assert found["split"]["split"] and not found["single"]["split"]
     assert found["agent"]["max_abs_diff"] <= 1e-5, found["agent"]
     assert found["buffer"]["bitwise"] and found["obs_copy"]["bitwise"]
+
+
+def test_a_saved_fasttd3_run_from_before_the_option_loads_as_it_trained(tmp_path):
+    """A run's config.json without ``fasttd3.normalize_obs`` (saved before the option)
+    reads as trained without normalisation; a preset without it takes the default (on)."""
+    from jaxspreeze import config
+
+    data = config.to_dict(RunConfig(algo="fasttd3"))
+    for name in ("fasttd3", "fastsac"):
+        del data[name]["normalize_obs"]
+    saved = tmp_path / "config.json"
+    saved.write_text(json.dumps(data))
+    cfg = config.load(saved)
+    assert not cfg.fasttd3.normalize_obs and not cfg.fastsac.normalize_obs
+    preset = tmp_path / "p.toml"
+    preset.write_text('algo = "fasttd3"\n[fasttd3]\nv_max = 100.0\n')
+    assert config.load(preset).fasttd3.normalize_obs
+    data["fasttd3"]["normalize_obs"] = True  # a run saved since: as written
+    saved.write_text(json.dumps(data))
+    assert config.load(saved).fasttd3.normalize_obs

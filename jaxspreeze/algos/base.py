@@ -51,7 +51,9 @@ FIELD_KINDS = {
 
 
 def kinds(*names: str, **metadata: Any) -> dict[str, Any]:
-    """A config field's metadata naming its :data:`FIELD_KINDS` (``metadata`` added)."""
+    """A config field's metadata naming its :data:`FIELD_KINDS` (``metadata`` added; e.g.
+    ``absent=value``: what a saved config from before the field existed meant, read by
+    ``config.saved_before``)."""
     unknown = [n for n in names if n not in FIELD_KINDS]
     if unknown:
         raise ValueError(f"unknown field kind {unknown[0]!r}; known: {', '.join(FIELD_KINDS)}")
