@@ -241,7 +241,7 @@ def devices_of(tree) -> list[int]:
 
 def split_data(args: argparse.Namespace) -> dict:
     """split-data over every device vs data-parallel over its actor-side devices."""
-    cfg = tiny(args.algo)
+    cfg = tiny(args.algo, normalize_obs=args.normalize_obs)
     distributed.check_same_config(cfg)
     placement = devices.resolve("split-data")
     a = schedules.make(plan(cfg, placement))

@@ -322,3 +322,16 @@ def test_a_saved_fasttd3_run_from_before_the_option_loads_as_it_trained(tmp_path
     data["fasttd3"]["normalize_obs"] = True  # a run saved since: as written
     saved.write_text(json.dumps(data))
     assert config.load(saved).fasttd3.normalize_obs
+
+
+@pytest.mark.slow  # split-data (k=2) and data-parallel on 4 fake devices in a subprocess
+def test_split_data_equals_data_parallel_with_the_statistics():
+    """``--placement split-data``: the actor side's statistics merged over its k devices
+    (the warm-up's piece and every iteration's actor side) equal data-parallel over k
+    devices bitwise, as the rest of the state does."""
+    from test_data_parallel import run_worker
+
+    found = run_worker("split-data", "--algo", "sac", "--normalize-obs")
+    assert found["schedule"] == "SplitDataParallel" and found["shards"] == 2
+    assert all(found["bitwise"].values()), found["bitwise"]
+    assert found["replicas_agree"] == {"actor": True, "critic": True}
