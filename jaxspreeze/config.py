@@ -272,6 +272,26 @@ def from_dict(data: dict[str, Any], base: RunConfig | None = None) -> RunConfig:
     return dataclasses.replace(base, **kwargs)
 
 
+def saved_before(data: dict[str, Any]) -> dict[str, Any]:
+    """A saved run's config (``config.json``, a policy file's) with what it predates: an
+    algorithm field added since with a new default, whose metadata says what a config
+    without it meant (``absent``; FastTD3's ``normalize_obs``: False), takes that value
+    where the algorithm's table lacks it, so an older run loads as it trained."""
+    out = dict(data)
+    for spec in algos.all_specs():
+        table = out.get(spec.name)
+        if not isinstance(table, dict):
+            continue
+        given = {k.replace("-", "_") for k in table}
+        absent = {
+            f.name: f.metadata["absent"]
+            for f in dataclasses.fields(spec.config_cls)
+            if "absent" in f.metadata and f.name not in given
+        }
+        out[spec.name] = {**table, **absent}
+    return out
+
+
 def load(path: str | Path, base: RunConfig | None = None) -> RunConfig:
     """Read a preset (TOML, or the JSON ``config.json`` of a run directory)."""
     path = Path(path)
@@ -292,6 +312,8 @@ def load(path: str | Path, base: RunConfig | None = None) -> RunConfig:
             data = json.loads(text)
         except json.JSONDecodeError as e:
             raise ConfigError("config", f"{path} is not valid JSON: {e}") from None
+        if isinstance(data, dict):  # a run's config.json: as the run trained
+            data = saved_before(data)
     else:
         try:
             data = tomllib.loads(text)

@@ -272,12 +272,23 @@ class Iteration:
         key: jax.Array,
         actor_updates: jax.Array,
         acted: jax.Array,
+        obs: jax.Array | None = None,
     ) -> tuple[PyTree, jax.Array, Metrics]:
-        """Actor side: the actor phase on the rollout (on-policy) or the (obs) buffer."""
+        """Actor side: the actor phase on the rollout (on-policy) or the (obs) buffer, then
+        the iteration's collected observations ``obs [T, N, ...]`` merged into the actor
+        (:meth:`observe`)."""
         actor, metrics = actor_update(self.algo, actor, critic_view, data, key)
+        if obs is not None:
+            actor = self.observe(actor, obs)
         actor_updates = actor_updates + self.algo.actor_steps_per_iteration
         metrics["policy_lag"] = (actor_updates - acted).astype(jnp.float32)
         return actor, actor_updates, metrics
+
+    def observe(self, actor: PyTree, obs: jax.Array) -> PyTree:
+        """Actor side: merge collected observations ``[T, N, ...]`` into the actor side
+        (the algorithm's ``observe``, e.g. running observation statistics; under
+        :class:`Shards` merged over every shard's); ``actor`` itself without one."""
+        return actor if self.algo.observe is None else self.algo.observe(actor, obs)
 
     def __call__(self, s: TrainState) -> tuple[TrainState, Metrics]:
         """One whole iteration for one seed on one device, composed of the pieces above."""
@@ -292,7 +303,7 @@ class Iteration:
         # update actor (independent of the critic phase: same inputs as on two devices)
         data = c.traj if self.algo.on_policy else buffer
         actor, actor_updates, m_actor = self.actor_side(
-            s.agent.actor, data, critic_view, c.actor_key, s.actor_updates, c.acted
+            s.agent.actor, data, critic_view, c.actor_key, s.actor_updates, c.acted, c.traj.obs
         )
         state = TrainState(
             AgentState(actor, critic),
@@ -331,6 +342,7 @@ class Iteration:
         obs_buffer = s.obs_buffer
         if obs_buffer is not None:
             obs_buffer = self.store_obs(obs_buffer, traj.obs)
+        s = s._replace(agent=s.agent._replace(actor=self.observe(s.agent.actor, traj.obs)))
         return s._replace(
             env=env, buffer=buffer, obs_buffer=obs_buffer, key=key, env_steps=env_steps
         )

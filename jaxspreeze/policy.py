@@ -100,7 +100,7 @@ def load_policy(path: str | Path) -> Policy:
     try:
         if standalone:
             config_file = file
-            cfg = config_lib.from_dict(json.loads(state["config"]))
+            cfg = config_lib.from_dict(config_lib.saved_before(json.loads(state["config"])))
             seed_index, state = int(state["seed_index"]), state["actor"]
         else:
             cfg = config_lib.load(config_file)

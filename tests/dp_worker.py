@@ -42,8 +42,9 @@ from jaxspreeze.plan import plan  # noqa: E402
 from jaxspreeze.schedules import DataParallel  # noqa: E402
 
 
-def tiny(algo: str, seeds: int = 2, chunks: int = 3) -> RunConfig:
-    """The tiny runs: 8 envs, 2 iterations per chunk, 2 seeds, one hidden layer of 8."""
+def tiny(algo: str, seeds: int = 2, chunks: int = 3, normalize_obs: bool = False) -> RunConfig:
+    """The tiny runs: 8 envs, 2 iterations per chunk, 2 seeds, one hidden layer of 8
+    (``normalize_obs``: SAC's ``--sac.normalize-obs``)."""
     if algo == "ppo":
         return resolve(
             RunConfig(
@@ -69,7 +70,7 @@ def tiny(algo: str, seeds: int = 2, chunks: int = 3) -> RunConfig:
             chunk_iterations=2,
             total_steps=32 + chunks * 2 * 8,
             num_seeds=seeds,
-            sac=SACConfig(hidden=(8,)),
+            sac=SACConfig(hidden=(8,), normalize_obs=normalize_obs),
         )
     )
 
@@ -177,7 +178,7 @@ def divergence_detected(schedule: DataParallel, state) -> bool:
 
 def compare(args: argparse.Namespace) -> dict:
     """Every device vs the same shards on one device: how far apart the runs end."""
-    cfg = tiny(args.algo)
+    cfg = tiny(args.algo, normalize_obs=args.normalize_obs)
     every = devices.resolve("data")
     n = every.data_devices
     one = devices.data_parallel(jax.devices()[:1])
@@ -190,6 +191,7 @@ def compare(args: argparse.Namespace) -> dict:
     steps["init"] = digest(state_a) == digest(state_b)
     state_a, state_b = a.warmup(state_a), b.warmup(state_b)
     steps["warmup"] = digest(state_a) == digest(state_b)
+    warmup_diff = max_abs_diff(state_a.agent, state_b.agent)
     first_chunk = None
     metrics_a, metrics_b = [], []
     for _ in range(a.num_chunks):
@@ -208,6 +210,7 @@ def compare(args: argparse.Namespace) -> dict:
         "devices": n,
         "describe": [every.describe(), one.describe()],
         "bitwise_after": steps,
+        "warmup_agent_max_abs_diff": warmup_diff,
         "first_chunk": first_chunk,
         "schedule": type(a).__name__,
         "agent_bitwise": digest(state_a.agent) == digest(state_b.agent),
@@ -227,6 +230,7 @@ def compare(args: argparse.Namespace) -> dict:
         "env_sharding": str(jax.tree.leaves(state_a.env)[0].sharding.spec),
         "env_steps": leaves(state_a.env_steps)[0].tolist(),
         "num_seeds": cfg.num_seeds,
+        "obs_stats": obs_stats(state_a.agent.actor) if args.normalize_obs else None,
     }
 
 
@@ -237,7 +241,7 @@ def devices_of(tree) -> list[int]:
 
 def split_data(args: argparse.Namespace) -> dict:
     """split-data over every device vs data-parallel over its actor-side devices."""
-    cfg = tiny(args.algo)
+    cfg = tiny(args.algo, normalize_obs=args.normalize_obs)
     distributed.check_same_config(cfg)
     placement = devices.resolve("split-data")
     a = schedules.make(plan(cfg, placement))
@@ -296,6 +300,12 @@ def split_data(args: argparse.Namespace) -> dict:
         "env_steps": leaves(state_a.env_steps)[0].tolist(),
         "num_seeds": cfg.num_seeds,
     }
+
+
+def obs_stats(actor) -> dict:
+    """The running observation statistics of an actor side (``--sac.normalize-obs``)."""
+    stats = distributed.local_copy(actor.obs_stats)
+    return {k: np.asarray(v).tolist() for k, v in stats._asdict().items()}
 
 
 def diverged(tree):
@@ -374,6 +384,7 @@ def main() -> None:
     parser.add_argument("--differ", action="store_true")
     parser.add_argument("--algo", default="sac")
     parser.add_argument("--shards", type=int, default=0)
+    parser.add_argument("--normalize-obs", action="store_true")
     parser.add_argument("--dir", default=".")
     args = parser.parse_args()
     if args.mode == "forever":

@@ -1,7 +1,8 @@
 """Runs in a subprocess with two fake CPU devices (``JAX_NUM_CPU_DEVICES=2``) for
 test_host_split: the host learner (HostAsync) on one device and split over two.
 
-``python tests/host_split_worker.py equal DIR`` feeds the same blocks of transitions to a
+``python tests/host_split_worker.py equal DIR`` (``equal-normalized``: with
+``--sac.normalize-obs``) feeds the same blocks of transitions to a
 one-device and a split HostAsync learner (the workers stay idle: ``learn_on``); ``train
 DIR`` trains a tiny SAC run on gymnasium's Pendulum with ``--placement split`` through the
 trainer and resumes it (``auto``). Each prints one JSON line of findings; the assertions
@@ -97,9 +98,10 @@ def learner(cfg: RunConfig, placement) -> dict:
         loop.close()
 
 
-def equal(logdir: str) -> dict:
-    """One-device vs split learner on the same blocks."""
-    cfg = resolve(config(logdir))
+def equal(logdir: str, normalize_obs: bool = False) -> dict:
+    """One-device vs split learner on the same blocks (``normalize_obs``: SAC's
+    ``--sac.normalize-obs``, the running statistics on the actor side)."""
+    cfg = resolve(config(logdir, sac={"hidden": (16, 16), "normalize_obs": normalize_obs}))
     one = learner(cfg, devices.resolve("single"))
     two = learner(cfg, devices.resolve("split"))
     return {
@@ -158,4 +160,5 @@ def ppo_split(logdir: str) -> dict:
 
 if __name__ == "__main__":
     mode, logdir = sys.argv[1:3]
-    print(json.dumps({"equal": equal, "train": trained}[mode](logdir)))
+    modes = {"equal": equal, "equal-normalized": lambda d: equal(d, True), "train": trained}
+    print(json.dumps(modes[mode](logdir)))

@@ -73,7 +73,7 @@ def test_one_update_moves_both_sides_and_the_temperature(n_step):
     """The critic phase fits the categorical critics; the actor phase is SAC's (its
     temperature moves and it reports SAC's metrics)."""
     run = resolve(RunConfig(algo="fastsac", num_envs=4, grad_steps=2, batch_size=16))
-    cfg = fastsac.FastSACConfig(n_step=n_step, **SMALL)
+    cfg = fastsac.FastSACConfig(n_step=n_step, normalize_obs=False, **SMALL)  # SAC's own actor side
     algo = fastsac.make(cfg, PROBE, run)
     state = algo.init(jax.random.key(0))
     assert isinstance(state.actor, sac.SACActor)
@@ -102,8 +102,8 @@ def test_one_update_moves_both_sides_and_the_temperature(n_step):
 
 def test_split_pieces_equal_the_fused_iteration():
     """The split's per-seed pieces (actor phase on the observation-only buffer, critic
-    phase with 2-step runs on the full buffer) give the fused iteration bitwise, on one
-    device (the two-device run is ``test_split_equals_the_single_device_run``)."""
+    phase with 2-step runs on the full buffer, observations normalised: the default) give
+    the fused iteration bitwise, on one device (the two-device run is ``test_split_equals_the_single_device_run``)."""
     from jaxspreeze.envs import make_env
     from jaxspreeze.iteration import Iteration
 
@@ -124,8 +124,9 @@ def test_split_pieces_equal_the_fused_iteration():
             s.agent.critic, s.buffer, c.traj, c.actor_view, c.critic_key
         )
         obs_buffer = split.store_obs(s.obs_buffer, c.traj.obs)
-        actor, actor_updates, _ = split.actor_side(
-            s.agent.actor, obs_buffer, critic_view, c.actor_key, s.actor_updates, c.acted
+        actor, actor_updates, _ = split.actor_side(  # then the observation statistics
+            s.agent.actor, obs_buffer, critic_view, c.actor_key, s.actor_updates, c.acted,
+            c.traj.obs,
         )
         agent = s.agent._replace(actor=actor, critic=critic)
         return s._replace(

@@ -123,7 +123,8 @@ def test_act_explores_each_env_with_its_own_scale():
     """Over many steps each env's action noise has the std of its own scale (in the
     actions' [-1, 1] units: half the action range here); deterministic acting has none."""
     run = RunConfig(algo="fasttd3", grad_steps=2, batch_size=8)
-    cfg = fasttd3.FastTD3Config(actor_hidden=(8,), critic_hidden=(8,))
+    # raw observations: the actor side is FastTD3's own (normalisation: test_offpolicy_obsnorm)
+    cfg = fasttd3.FastTD3Config(actor_hidden=(8,), critic_hidden=(8,), normalize_obs=False)
     algo = fasttd3.make(cfg, PROBE, run)
     actor = algo.init(jax.random.key(0)).actor
     obs = jnp.zeros((6, 3))
@@ -191,7 +192,8 @@ def test_grad_steps_must_be_a_multiple_of_the_policy_delay():
 def test_one_update_moves_both_sides_and_reports_finite_metrics():
     """The critic phase fits the categorical critics (AdamW), the actor phase ascends them."""
     run = RunConfig(algo="fasttd3", grad_steps=2, batch_size=16)
-    algo = fasttd3.make(fasttd3.FastTD3Config(actor_hidden=(16,), critic_hidden=(32,)), PROBE, run)
+    cfg = fasttd3.FastTD3Config(actor_hidden=(16,), critic_hidden=(32,), normalize_obs=False)
+    algo = fasttd3.make(cfg, PROBE, run)
     state = algo.init(jax.random.key(0))
     logits = jax.eval_shape(
         lambda: networks.DistributionalQEnsemble((32,), 101).apply(

@@ -32,9 +32,10 @@ PROGRAM_FREE = {
     "host_stall_timeout_s",
     "stop_at_return",
 }
-ALGO_SHAPE = {"sac": {"hidden"}, "td3": {"hidden"}, "ddpg": {"hidden"}, "ppo": {"hidden", "normalize_obs", "policy", "tanh_std"},
-              "fasttd3": {"num_atoms", "actor_hidden", "critic_hidden"},
-              "fastsac": {"num_atoms", "actor_hidden", "critic_hidden"}}  # fmt: skip
+ALGO_SHAPE = {"sac": {"hidden", "normalize_obs"}, "td3": {"hidden", "normalize_obs"},
+              "ddpg": {"hidden", "normalize_obs"}, "ppo": {"hidden", "normalize_obs", "policy", "tanh_std"},
+              "fasttd3": {"num_atoms", "actor_hidden", "critic_hidden", "normalize_obs"},
+              "fastsac": {"num_atoms", "actor_hidden", "critic_hidden", "normalize_obs"}}  # fmt: skip
 
 
 def test_field_sets_are_pinned():

@@ -51,7 +51,9 @@ FIELD_KINDS = {
 
 
 def kinds(*names: str, **metadata: Any) -> dict[str, Any]:
-    """A config field's metadata naming its :data:`FIELD_KINDS` (``metadata`` added)."""
+    """A config field's metadata naming its :data:`FIELD_KINDS` (``metadata`` added; e.g.
+    ``absent=value``: what a saved config from before the field existed meant, read by
+    ``config.saved_before``)."""
     unknown = [n for n in names if n not in FIELD_KINDS]
     if unknown:
         raise ValueError(f"unknown field kind {unknown[0]!r}; known: {', '.join(FIELD_KINDS)}")
@@ -106,6 +108,10 @@ class Algorithm:
     observation-only copy) and the fresh ``[T, N]`` rollout for on-policy ones: a
     ``Transition`` collected by the current actor (the device path), or a
     :class:`BehaviourRollout` collected by host workers with an older actor.
+    ``observe(actor, obs [T, N, ...]) -> actor`` (off-policy algorithms whose actor side
+    learns from the observations it collects, e.g. running observation statistics): merge
+    newly collected observations into the actor side; the iteration calls it after the
+    actor phase, and on the warm-up's observations; None where the algorithm needs none.
     ``behaviour(actor, obs [N, ...], key) -> (action, extras)`` (on-policy algorithms that
     train on host envs): act as ``act(..., deterministic=False)`` does and also return the
     per-row quantities ``[N, ...]`` the phases need of the behaviour policy (PPO: the
@@ -126,6 +132,7 @@ class Algorithm:
     actor_steps_per_iteration: int
     critic_steps_per_iteration: int
     behaviour: Callable[[PyTree, jax.Array, jax.Array], tuple[jax.Array, Metrics]] | None = None
+    observe: Callable[[PyTree, jax.Array], PyTree] | None = None
 
 
 def _one(cfg: Any) -> int:

@@ -40,6 +40,9 @@ class DeterministicConfig:
     """Std of the Gaussian exploration noise, as a fraction of the action range half-width."""
     hidden: tuple[int, ...] = field(default=(256, 256), metadata=base.kinds("shape"))
     """Hidden layer widths of the actor and the critic."""
+    normalize_obs: bool = field(default=False, metadata=base.kinds("shape"))
+    """Normalise observations by running statistics (mean, variance) of those collected,
+    kept on the actor side and saved with the policy (the buffer keeps raw ones)."""
 
 
 class Smoothing(NamedTuple):
@@ -219,4 +222,5 @@ def make(cfg: DeterministicConfig, spec: EnvSpec, run: Any, variant: Variant) ->
         critic_steps=grad_steps,
         actor_steps=grad_steps // (delay or 1),
         batch_size=run.batch_size,
+        normalize_obs=spec.obs_shape if cfg.normalize_obs else None,
     )

@@ -153,6 +153,7 @@ def make(cfg: FastSACConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
         critic_steps=run.grad_steps,
         actor_steps=run.grad_steps,
         batch_size=run.batch_size,
+        normalize_obs=spec.obs_shape if cfg.normalize_obs else None,
         critic_sample=fasttd3.sampler(cfg.n_step, run),
     )
 

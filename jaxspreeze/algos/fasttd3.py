@@ -106,6 +106,10 @@ class RecipeConfig:
     """Hidden layer widths of the actor (the paper's on a GPU: 512 256 128)."""
     critic_hidden: tuple[int, ...] = field(default=(256, 256), metadata=base.kinds("shape"))
     """Hidden layer widths of each critic, wider than the actor (on a GPU: 1024 512 256)."""
+    normalize_obs: bool = field(default=True, metadata=base.kinds("shape", absent=False))
+    """Normalise observations by running statistics (mean, variance) of those collected,
+    kept on the actor side and saved with the policy (the buffer keeps raw ones); on in
+    FastTD3's recipe (a saved run from before the option trained without)."""
 
 
 @dataclass(frozen=True)
@@ -494,6 +498,7 @@ def make(cfg: FastTD3Config, spec: EnvSpec, run: Any) -> base.Algorithm:
         critic_steps=run.grad_steps,
         actor_steps=run.grad_steps // delay,
         batch_size=run.batch_size,
+        normalize_obs=spec.obs_shape if cfg.normalize_obs else None,
         critic_sample=sampler(cfg.n_step, run),
     )
 

@@ -9,7 +9,7 @@ next state's value, the actor's loss, when targets move) stays in the algorithm'
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -107,6 +107,7 @@ def replay_algorithm(
     actor_steps: int,
     batch_size: int,
     critic_sample: Callable[[Any, jax.Array, int], Any] = replay.sample,
+    normalize_obs: tuple[int, ...] | None = None,
 ) -> base.Algorithm:
     """An off-policy :class:`~jaxspreeze.algos.base.Algorithm`: each gradient step on a fresh batch.
 
@@ -114,7 +115,14 @@ def replay_algorithm(
     (drawn by ``critic_sample(buffer, key, batch_size)``),
     ``update_actor(actor, critic_view, obs, key)`` one on its observations only (so the
     actor side may keep an observation-only buffer); ``*_steps`` are per iteration.
+    ``normalize_obs``: the observations' shape, to normalise them by running statistics
+    (:class:`ObsNormActor`); None: the networks read them raw.
     """
+    observe = None
+    if normalize_obs is not None:
+        init, act, actor_view, update_critic, update_actor, observe = _obs_normalized(
+            normalize_obs, init, act, actor_view, update_critic, update_actor
+        )
     return base.Algorithm(
         name=name,
         on_policy=False,
@@ -128,7 +136,73 @@ def replay_algorithm(
         actor_phase=base.replay_phase(update_actor, actor_steps, batch_size, _observations),
         actor_steps_per_iteration=actor_steps,
         critic_steps_per_iteration=critic_steps,
+        observe=observe,
     )
+
+
+class ObsNormActor(NamedTuple):
+    """An actor side whose networks read normalised observations: the algorithm's own
+    actor state and the running statistics of the observations collected so far."""
+
+    inner: PyTree
+    obs_stats: common.RunningStats
+
+
+class ObsNormView(NamedTuple):
+    """The actor view handed to the critic side: the algorithm's own and the statistics."""
+
+    inner: PyTree
+    obs_stats: common.RunningStats
+
+
+def _obs_normalized(
+    obs_shape: tuple[int, ...],
+    init: Callable[[jax.Array], base.AgentState],
+    act: Callable[[PyTree, jax.Array, jax.Array, bool], jax.Array],
+    actor_view: Callable[[PyTree], PyTree],
+    update_critic: Update,
+    update_actor: Update,
+) -> tuple[Callable[..., Any], ...]:
+    """The algorithm's functions with observation normalisation around them.
+
+    The running statistics (:class:`~jaxspreeze.algos.common.RunningStats`) live on the
+    actor side (:class:`ObsNormActor`) and are merged with the observations it collects
+    (``observe``, after the actor phase: both phases of an iteration read the statistics
+    of its start). Acting, the actor's updates and (through :class:`ObsNormView`) the
+    critic's batches (``obs`` and ``next_obs``) are normalised; the replay buffer keeps
+    raw observations. Evaluation and the saved policy act with the statistics of their
+    snapshot of the actor side. Returns ``(init, act, actor_view, update_critic,
+    update_actor, observe)``.
+    """
+
+    def norm_init(key: jax.Array) -> base.AgentState:
+        agent = init(key)
+        return base.AgentState(
+            ObsNormActor(agent.actor, common.stats_init(obs_shape)), agent.critic
+        )
+
+    def norm_act(a: ObsNormActor, obs: jax.Array, key: jax.Array, deterministic: bool):
+        return act(a.inner, common.normalize(a.obs_stats, obs), key, deterministic)
+
+    def norm_view(a: ObsNormActor) -> ObsNormView:
+        return ObsNormView(actor_view(a.inner), a.obs_stats)
+
+    def norm_critic(c: PyTree, view: ObsNormView, batch: Transition, key: jax.Array):
+        stats = view.obs_stats
+        batch = batch._replace(
+            obs=common.normalize(stats, batch.obs), next_obs=common.normalize(stats, batch.next_obs)
+        )
+        return update_critic(c, view.inner, batch, key)
+
+    def norm_actor(a: ObsNormActor, critic_view: PyTree, obs: jax.Array, key: jax.Array):
+        inner, metrics = update_actor(a.inner, critic_view, common.normalize(a.obs_stats, obs), key)
+        return a._replace(inner=inner), metrics
+
+    def observe(a: ObsNormActor, obs: jax.Array) -> ObsNormActor:
+        flat = obs.reshape(-1, *obs_shape)
+        return a._replace(obs_stats=common.stats_update(a.obs_stats, flat))
+
+    return norm_init, norm_act, norm_view, norm_critic, norm_actor, observe
 
 
 def _observations(batch: Transition) -> jax.Array:

@@ -37,6 +37,9 @@ class SACConfig:
     hidden: tuple[int, ...] = field(default=(128, 128), metadata=base.kinds("shape"))
     """Hidden layer widths of the actor and the critic (2x128 keeps the default run short
     on a CPU; the benchmarks use 2x256)."""
+    normalize_obs: bool = field(default=False, metadata=base.kinds("shape"))
+    """Normalise observations by running statistics (mean, variance) of those collected,
+    kept on the actor side and saved with the policy (the buffer keeps raw ones)."""
 
 
 class SACActor(NamedTuple):
@@ -222,6 +225,7 @@ def make(cfg: SACConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
         critic_steps=grad_steps,
         actor_steps=grad_steps,
         batch_size=run.batch_size,
+        normalize_obs=spec.obs_shape if cfg.normalize_obs else None,
     )
 
 

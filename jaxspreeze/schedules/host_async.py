@@ -225,8 +225,25 @@ class HostAsync(HostSchedule):
         store = store.lower(abstract_on(state.buffer, p.critic), abstract_on(block, p.critic))
         fns = self._compile_split(state, block) if self.split else self._compile_one(state)
         actor_copy = self._compile_actor_copy(state.agent.actor, p.actor)
-        self._fns = fns._replace(store=store.compile(), actor_copy=actor_copy)
+        self._fns = fns._replace(
+            store=store.compile(),
+            actor_copy=actor_copy,
+            observe=self._compile_observe(state, block),
+        )
         self._make_pool(state, queue_size=QUEUE_BLOCKS, throttle=self.throttle)
+
+    def _actor_device(self) -> jax.Device:
+        """Where the learner's actor side lives (split: the actor device)."""
+        return self.placement.actor if self.split else self.learner
+
+    def _compile_observe(self, state: TrainState, block: Transition) -> Any:
+        """Compiled: a block's observations merged into the actor side (None: the
+        algorithm has no ``observe``)."""
+        if self.algo.observe is None:
+            return None
+        d = self._actor_device()
+        fn = jax.jit(jax.vmap(self.per_seed.observe), donate_argnums=0)
+        return fn.lower(abstract_on(state.agent.actor, d), abstract_on(block.obs, d)).compile()
 
     def _compile_one(self, state: TrainState) -> HostFns:
         """The one-device learner: the fused update (:meth:`learn` on the buffer)."""
@@ -293,13 +310,16 @@ class HostAsync(HostSchedule):
         """Store blocks in the replay buffer (split: their observations on the actor side too)."""
         f, p = self._fns, self.placement
         assert f is not None
-        buffer, obs_buffer = state.buffer, state.obs_buffer
+        buffer, obs_buffer, actor = state.buffer, state.obs_buffer, state.agent.actor
         for b in batches:
             block: Transition = jax.tree.map(lambda x: x[None], b.transition)  # [1, T, n]
             buffer = f.store(buffer, jax.device_put(block, p.critic))
             if self.split:
                 obs_buffer = f.store_obs(obs_buffer, jax.device_put(block.obs, p.actor))
-        return state._replace(buffer=buffer, obs_buffer=obs_buffer)
+            if f.observe is not None:  # the running observation statistics (and the like)
+                actor = f.observe(actor, jax.device_put(block.obs, self._actor_device()))
+        agent = state.agent._replace(actor=actor)
+        return state._replace(agent=agent, buffer=buffer, obs_buffer=obs_buffer)
 
     def _update(self, state: TrainState) -> tuple[TrainState, list[Metrics]]:
         """One critic-then-actor update (dispatched); its metrics, one dict per device."""

@@ -67,6 +67,7 @@ class HostFns(NamedTuple):
     update: Any = None  # one device: the fused critic-then-actor step
     store: Any = None  # off-policy, critic device: blocks -> replay buffer
     store_obs: Any = None  # split, actor device: blocks' observations -> obs-only buffer
+    observe: Any = None  # actor's device: blocks' observations -> the actor side (algo.observe)
     prepare: Any = None  # split, actor device: keys and the packed actor view
     critic: Any = None  # split, critic device: the critic phase
     critic_view: Any = None  # split, critic device: the packed critic view

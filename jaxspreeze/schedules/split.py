@@ -63,11 +63,13 @@ class ForActor(NamedTuple):
 
 
 class Warmup(NamedTuple):
-    """The compiled warm-up pieces: collect and store on the actor side, store on the critic."""
+    """The compiled warm-up pieces: collect and store on the actor side, store on the critic;
+    ``observe`` merges the observations into the actor side (None: the algorithm has none)."""
 
     collect: Any
     store: Any
     store_obs: Any
+    observe: Any = None
 
 
 def _stack_metrics(ms: list[Metrics]) -> Metrics:
@@ -142,11 +144,13 @@ class Split(DeviceSchedule):
     ) -> tuple[PyTree, replay.ReplayState | None, jax.Array, Metrics]:
         """The actor side (per seed): store observations (off-policy), then the actor phase."""
         data, key, acted = for_actor
+        obs = data.obs if self.algo.on_policy else data
         if not self.algo.on_policy:
             obs_buffer = self.per_seed.store_obs(obs_buffer, data)
             data = obs_buffer
+        view = self.packers.to_actor.unpack(packed_view)
         actor, actor_updates, metrics = self.per_seed.actor_side(
-            actor, data, self.packers.to_actor.unpack(packed_view), key, actor_updates, acted
+            actor, data, view, key, actor_updates, acted, obs
         )
         return actor, obs_buffer, actor_updates, metrics
 
@@ -160,10 +164,14 @@ class Split(DeviceSchedule):
         collect = low(it.warmup_collect, ACTOR, (s.env, s.key, s.env_steps), (0, 1, 2, SHARD),
                       donate=(0, 1))  # fmt: skip
         traj = collect.out_info[3]
+        observe = None
+        if self.algo.observe is not None:
+            observe = low(it.observe, ACTOR, (s.agent.actor, traj.obs), 0, donate=(0,)).compile()
         self._warmup = Warmup(
             collect=collect.compile(),
             store=low(it.store, CRITIC, (s.buffer, traj), 0, donate=(0,)).compile(),
             store_obs=low(it.store_obs, ACTOR, (s.obs_buffer, traj.obs), 0, donate=(0,)).compile(),
+            observe=observe,
         )
 
     def warmup(self, state: TrainState) -> TrainState:
@@ -179,6 +187,9 @@ class Split(DeviceSchedule):
         w = self._warmup
         env, key, env_steps, traj = w.collect(state.env, state.key, state.env_steps)
         obs_buffer = w.store_obs(state.obs_buffer, traj.obs)
+        if w.observe is not None:  # the warm-up's observations into the actor side
+            actor = w.observe(state.agent.actor, traj.obs)
+            state = state._replace(agent=state.agent._replace(actor=actor))
         buffer = w.store(state.buffer, self._to_critic(traj))
         return state._replace(
             env=env, buffer=buffer, obs_buffer=obs_buffer, key=key, env_steps=env_steps
