@@ -46,13 +46,11 @@ def field_name(spec: AlgoSpec, name: str, flag: str) -> str:
     short = (rest if dot else raw).replace("-", "_")
     if short in spec.member_fields:
         return short
-    known = {f.name for f in dataclasses.fields(spec.config_cls)}
-    what = "a field of" if short in known else "not a member field of"
     raise ConfigError(
         flag,
-        f"{raw} cannot vary per member: it is {what} {spec.name} that changes the program or "
-        f"the shapes (or no hyperparameter at all); run separate sweeps for it. Member fields "
-        f"of {spec.name}: {', '.join(spec.member_fields) or 'none'}",
+        f"{raw} is not a member field of {spec.name}: it changes the program or the shapes "
+        f"(or is no hyperparameter), so it cannot vary inside one population; run separate "
+        f"sweeps for it. Member fields of {spec.name}: {', '.join(spec.member_fields) or 'none'}",
     )
 
 

@@ -50,6 +50,7 @@ RUN_FLAGS: dict[str, Kind] = {
     "--chunk-iterations": "int?",
     "--seed": "int",
     "--num-seeds": "int",
+    "--population": "*",
     "--placement": PLACEMENTS,
     "--host-workers": "int",
     "--host-stall-timeout-s": "float",
@@ -152,6 +153,20 @@ FLAGS: dict[str, dict[str, Kind]] = {
         **RUN_FLAGS,
     },
     "autotune": {"--out": "str", "--config": "str", **RUN_FLAGS},
+    "sweep": {
+        "--config": "str",
+        "--autotune": "0",
+        "--profile": "str",
+        "--resume": "str",
+        "--overwrite": "0",
+        "--coordinator": "str",
+        "--num-processes": "int?",
+        "--process-id": "int?",
+        **RUN_FLAGS,
+        "--grid": "str",
+        "--sample": "str",
+        "--members": "int",
+    },
     "eval": {"--episodes": "int?", "--seed": "int?", "--json": "0"},
     "render": {"--out": "str", "--seed-index": "int", "--max-steps": "int?", "--fps": "int"},
     "bench": {
@@ -473,7 +488,7 @@ def live_flags(command: str) -> dict[str, Kind]:
         if k.endswith("Args") and isinstance(v, type) and v.__module__ == module.__name__
     )
     kwargs = {"config": tuple(getattr(module, "FLAGS", ()))}
-    if command in ("train", "autotune"):
+    if command in ("train", "autotune", "sweep"):
         from jaxspreeze.config import RunConfig
 
         kwargs["default"] = cls(run=RunConfig())

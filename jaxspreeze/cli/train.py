@@ -96,6 +96,11 @@ RUN_GROUPS = (
             *("learning_starts", "chunk_iterations"),
         ),
     ),
+    Group(
+        "population (jaxspreeze sweep)",
+        "Members that differ in the algorithm's member fields, in one program (docs/sweeps.md).",
+        ("grid", "sample", "members", "population"),
+    ),
     Group("dict observations", "", ("actor_obs_key", "critic_obs_key")),
     Group("host workers", "", ("host_workers", "host_stall_timeout_s")),
     Group(
