@@ -204,7 +204,7 @@ class RecordBuilder:
         record = eval_record(snap, result, wall_s, eval_s, self.num_seeds)
         if self.member_seeds:  # a population: each member's return, over its seeds
             slots = np.asarray(result.return_mean, np.float64).reshape(-1, self.member_seeds)
-            record["return_mean_per_member"] = slots.mean(1).tolist()
+            record["eval_return_per_member"] = slots.mean(1).tolist()
             self.evals.append(record)
         return record
 

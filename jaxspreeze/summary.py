@@ -127,9 +127,9 @@ def members_table(cfg: RunConfig, evals: list[Record], final: EvalResult | None)
     final_slots = None if final is None else np.asarray(final.return_mean).reshape(-1)
     for m, values in enumerate(population.member_table(cfg)):
         seen = [
-            (r["return_mean_per_member"][m], r["env_steps"])
+            (r["eval_return_per_member"][m], r["env_steps"])
             for r in evals
-            if len(r.get("return_mean_per_member") or ()) > m
+            if len(r.get("eval_return_per_member") or ()) > m
         ]
         best = max(seen, key=lambda x: x[0], default=(None, None))
         slots = population.member_slots(cfg, m)

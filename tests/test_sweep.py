@@ -123,6 +123,40 @@ def test_every_member_field_has_a_setter_on_a_state_leaf():
                 np.testing.assert_array_equal(x, y, err_msg=f"{spec.name}.{name}")
 
 
+def test_a_population_that_does_not_fit_names_the_members_that_would(monkeypatch):
+    from jaxspreeze import memory
+    from jaxspreeze.plan import plan
+
+    cfg = _cfg("/tmp", "unused", population=population.encode([{"gamma": 0.9}] * 8))
+    planned = plan(cfg, on_devices=False)
+    need = memory.estimate_memory(planned)["total"]
+    monkeypatch.setattr(memory, "available_memory", lambda device: (need * 3 // 8 + 8, "the host"))
+    with pytest.raises(
+        ConfigError, match=r"population: a population of 8 members .* 3 members would fit"
+    ):
+        memory.check_memory(planned)
+    assert (
+        memory.estimate_memory(plan(cfg.replace(population=()), on_devices=False))["replay_buffer"]
+        * 8
+        == memory.estimate_memory(planned)["replay_buffer"]
+    )
+
+
+def test_a_toml_preset_carries_a_sweep_table(tmp_path):
+    from jaxspreeze.cli import sweep as cli_sweep
+
+    preset = tmp_path / "pop.toml"
+    preset.write_text(
+        'algo = "td3"\n[td3]\nhidden = [16]\n'
+        '[sweep]\ngrid = {"td3.actor_lr" = [1e-3, 3e-4]}\n'
+        'sample = {tau = "uniform:0.001:0.01"}\nmembers = 2\n'
+    )
+    _, cfg = cli_sweep.parse(["--config", str(preset), "--grid", "gamma=0.9,0.99"])
+    members = population.decode(cfg.population)
+    assert len(members) == 8 and {m["actor_lr"] for m in members} == {1e-3, 3e-4}
+    assert all(0.001 <= m["tau"] <= 0.01 for m in members)
+
+
 # ------------------------------------------------------------------ the CLI
 def test_the_cli_refuses_a_shape_field_before_compiling(run_main, tmp_path, monkeypatch):
     import jaxspreeze.cli.sweep as cli_sweep
@@ -146,7 +180,7 @@ def test_the_cli_refuses_a_shape_field_before_compiling(run_main, tmp_path, monk
 def pop(tmp_path_factory):
     """A population of 2 members x 2 seeds (actor_lr 1e-3 and 3e-3, gamma 0.95)."""
     tmp = tmp_path_factory.mktemp("pop")
-    cfg = _cfg(tmp, "pop", num_seeds=2)
+    cfg = _cfg(tmp, "pop", num_seeds=2, sinks=["jsonl", "csv", "plots"])
     result = jaxspreeze.sweep(cfg, grid={"actor_lr": [1e-3, 3e-3], "gamma": [0.95]}, quiet=True)
     return cfg, result
 
@@ -193,9 +227,10 @@ def test_every_member_is_a_run_you_can_use(pop):
     assert summary["best_member"] == int(np.argmax([m["final_return"] for m in members]))
     evals = [json.loads(x) for x in (result.run_dir / "metrics.jsonl").open()]
     evals = [r for r in evals if r.get("kind") == "eval"]
-    assert all(len(r["return_mean_per_member"]) == 2 for r in evals)
+    assert all(len(r["eval_return_per_member"]) == 2 for r in evals)
+    assert (result.run_dir / "members.png").is_file()  # every member's curve, the best drawn thick
     header = (result.run_dir / "metrics.csv").read_text().splitlines()[0].split(",")
-    assert "return_mean_member1" in header
+    assert "eval_return_member1" in header
     # each member's own policy file loads and acts like its slots of the run's state
     for m in (0, 1):
         agent = jaxspreeze.load(result.run_dir / f"policy-{m}.msgpack")
@@ -219,3 +254,15 @@ def test_a_population_resumes_bitwise(pop, tmp_path):
     for a, b in zip(_leaves(resumed.state), _leaves(result.state), strict=True):
         assert a.tobytes() == b.tobytes()
     assert len(resumed.summary["members"]) == 2
+
+
+def test_eval_and_render_pick_a_member(pop, run_main):
+    from jaxspreeze.cli.common import member_slot
+
+    _, result = pop
+    assert member_slot(str(result.run_dir), 1, 1) == 3  # member 1's second seed
+    out = run_main("eval", str(result.run_dir), "--member", "1", "--episodes", "2")
+    assert out.returncode == 0 and "member 1" in out.stdout
+    assert out.stdout.count(" seed ") == 2, out.stdout
+    out = run_main("eval", str(result.run_dir), "--member", "2")
+    assert out.returncode == 2 and "the run has 2 member(s)" in out.stderr

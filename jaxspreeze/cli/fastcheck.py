@@ -139,36 +139,37 @@ RUN_FLAGS: dict[str, Kind] = {
     "--fastsac.target-entropy-scale": "float",
 }
 
+# train's flags (sweep takes them too)
+TRAIN_FLAGS: dict[str, Kind] = {
+    "--config": "str",
+    "--autotune": "0",
+    "--profile": "str",
+    "--resume": "str",
+    "--overwrite": "0",
+    "--coordinator": "str",
+    "--num-processes": "int?",
+    "--process-id": "int?",
+    **RUN_FLAGS,
+}
+
 # Each command's flags (what its tyro parser takes; positionals are left to tyro).
 FLAGS: dict[str, dict[str, Kind]] = {
-    "train": {
-        "--config": "str",
-        "--autotune": "0",
-        "--profile": "str",
-        "--resume": "str",
-        "--overwrite": "0",
-        "--coordinator": "str",
-        "--num-processes": "int?",
-        "--process-id": "int?",
-        **RUN_FLAGS,
-    },
+    "train": TRAIN_FLAGS,
     "autotune": {"--out": "str", "--config": "str", **RUN_FLAGS},
     "sweep": {
-        "--config": "str",
-        "--autotune": "0",
-        "--profile": "str",
-        "--resume": "str",
-        "--overwrite": "0",
-        "--coordinator": "str",
-        "--num-processes": "int?",
-        "--process-id": "int?",
-        **RUN_FLAGS,
+        **TRAIN_FLAGS,
         "--grid": "str",
         "--sample": "str",
         "--members": "int",
     },
-    "eval": {"--episodes": "int?", "--seed": "int?", "--json": "0"},
-    "render": {"--out": "str", "--seed-index": "int", "--max-steps": "int?", "--fps": "int"},
+    "eval": {"--episodes": "int?", "--seed": "int?", "--member": "int?", "--json": "0"},
+    "render": {
+        "--out": "str",
+        "--seed-index": "int",
+        "--member": "int?",
+        "--max-steps": "int?",
+        "--fps": "int",
+    },
     "bench": {
         "--full": "0",
         "--out": "str",
