@@ -21,7 +21,7 @@ from typing import Annotated, Any
 import tyro
 
 from jaxspreeze import config
-from jaxspreeze.cli.args import option_value, parse_grouped
+from jaxspreeze.cli.args import Group, option_value, parse_grouped
 from jaxspreeze.cli.train import RUN_GROUPS, TrainArgs, train
 from jaxspreeze.config import RunConfig
 from jaxspreeze.errors import ConfigError
@@ -46,13 +46,22 @@ class SweepArgs(TrainArgs):
     """The options of ``jaxspreeze sweep``: train's and the population's."""
 
     grid: Repeated = ()
-    """FIELD=V1,V2,... (repeatable; the population is the product of all grids). FIELD is a
+    """FIELD=V1,V2,...: the population is the product of all grids. FIELD is a
     member field of the chosen algorithm: sac.actor_lr, sac.actor-lr or actor_lr."""
     sample: Repeated = ()
-    """FIELD=log-uniform:LO:HI or FIELD=uniform:LO:HI (repeatable): --members draws per grid
+    """FIELD=log-uniform:LO:HI or FIELD=uniform:LO:HI: --members draws per grid
     point, from --seed."""
     members: int = 0
     """Members drawn per grid point with --sample (0: the [sweep] table's, else 1)."""
+
+
+# train's boxes of --help, the population's with sweep's own flags
+SWEEP_GROUPS = tuple(
+    Group(g.title, g.about, ("grid", "sample", "members", *g.fields))
+    if g.title == "population"
+    else g
+    for g in RUN_GROUPS
+)
 
 
 def _table(preset: str | None) -> tuple[RunConfig, dict[str, Any]]:
@@ -78,7 +87,7 @@ def parse(argv: Sequence[str]) -> tuple[SweepArgs, RunConfig]:
     config.check_types(base)
     default = SweepArgs(run=base)
     args = parse_grouped(
-        SweepArgs, argv, "jaxspreeze sweep", default, RUN_GROUPS, description=DESCRIPTION
+        SweepArgs, argv, "jaxspreeze sweep", default, SWEEP_GROUPS, description=DESCRIPTION
     )
     grid = [f"{k}={','.join(map(str, v))}" for k, v in table.get("grid", {}).items()]
     sample = [f"{k}={v}" for k, v in table.get("sample", {}).items()]

@@ -96,11 +96,6 @@ RUN_GROUPS = (
             *("learning_starts", "chunk_iterations"),
         ),
     ),
-    Group(
-        "population (jaxspreeze sweep)",
-        "Members that differ in the algorithm's member fields, in one program (docs/sweeps.md).",
-        ("grid", "sample", "members", "population"),
-    ),
     Group("dict observations", "", ("actor_obs_key", "critic_obs_key")),
     Group("host workers", "", ("host_workers", "host_stall_timeout_s")),
     Group(
@@ -118,6 +113,12 @@ RUN_GROUPS = (
         "autotune",
         "Choose num_envs, batch size and update ratio for this machine.",
         ("autotune", "profile", "replay_ratio", "autotune_budget_s"),
+    ),
+    Group(
+        "population",
+        "Members that differ in the algorithm's member fields, in one program: `jaxspreeze "
+        "sweep` writes them (docs/sweeps.md).",
+        ("population",),
     ),
     Group(
         "compile and programs",
