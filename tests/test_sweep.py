@@ -266,3 +266,48 @@ def test_eval_and_render_pick_a_member(pop, run_main):
     assert out.stdout.count(" seed ") == 2, out.stdout
     out = run_main("eval", str(result.run_dir), "--member", "2")
     assert out.returncode == 2 and "the run has 2 member(s)" in out.stderr
+
+
+PLACEMENT_CHILD = """
+import json, sys
+import jax, numpy as np
+import jaxspreeze
+from jaxspreeze.config import from_dict
+base = json.loads(sys.argv[1])
+grid = {"actor_lr": [1e-3, 3e-3], "gamma": [0.95]}
+out = {}
+for placement in ("single", "split", "data"):
+    cfg = from_dict({**base, "placement": placement, "run_name": placement})
+    out[placement] = jaxspreeze.sweep(cfg, grid=grid, quiet=True).state.agent
+one = jaxspreeze.train(from_dict({**base, "placement": "data", "run_name": "one",
+    "sac": {"hidden": [16], "actor_lr": 3e-3, "gamma": 0.95}}), quiet=True).state.agent
+same = lambda a, b: all(np.asarray(x).tobytes() == np.asarray(y).tobytes()
+                        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True))
+member1 = jax.tree.map(lambda x: x[2:4], out["data"])
+print(json.dumps({"split": same(out["split"], out["single"]), "data_member": same(member1, one)}))
+"""
+
+
+@pytest.mark.slow  # five trainings on 2 fake devices in a subprocess (minutes on 2 cores)
+def test_split_and_data_parallel_populations(tmp_path):
+    """On 2 fake CPU devices: a split population equals the single-device one bitwise, and
+    member 1 of a data-parallel population equals the data-parallel single run with its
+    values bitwise."""
+    import os
+    import subprocess
+    import sys
+
+    base = {
+        "total_steps": 400, "num_envs": 4, "learning_starts": 100, "batch_size": 32,
+        "grad_steps": 2, "buffer_size": 1000, "chunk_iterations": 25, "eval_episodes": 2,
+        "eval_every": 200, "logdir": str(tmp_path), "sinks": ["jsonl"],
+        "sac": {"hidden": [16]}, "num_seeds": 2,
+    }  # fmt: skip
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "2"}
+    env.pop("XLA_FLAGS", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", PLACEMENT_CHILD, json.dumps(base)],
+        env=env, capture_output=True, text=True, timeout=1500, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"split": True, "data_member": True}
