@@ -48,12 +48,8 @@ def main(out: Path, steps: int) -> dict:
     result["load_after_sweep"] = _uptime()
     singles = []
     for i, (a, c) in enumerate(itertools.product(LRS, LRS)):
-        singles.append(
-            _run(
-                ["train", "--sac.actor-lr", a, "--sac.critic-lr", c, *common]
-                + ["--run-name", f"single{i}", "--compile-cache", str(out / "c-train")]
-            )
-        )
+        own = ["--run-name", f"single{i}", "--compile-cache", str(out / "c-train")]
+        singles.append(_run(["train", "--sac.actor-lr", a, "--sac.critic-lr", c, *common, *own]))
     result["load_after_singles"] = _uptime()
     result["singles_s"] = singles
     result["singles_total_s"] = sum(singles)
