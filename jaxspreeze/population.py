@@ -198,6 +198,14 @@ def apply_members(agent: AgentState, cfg: Any) -> AgentState:
     return jax.vmap(one)(agent, jnp.asarray(rows))
 
 
+def slot_keys(key: jax.Array, cfg: Any) -> jax.Array:
+    """One key per slot: ``key`` split over the seeds, the same for every member (slot
+    ``m * num_seeds + i`` gets seed i's key, as the single run's seed i does: its
+    evaluation starts from the same envs). A plain run: ``split(key, num_seeds)``."""
+    keys = jax.random.split(key, cfg.num_seeds)
+    return jnp.concatenate([keys] * cfg.members) if cfg.population else keys
+
+
 def member_slots(cfg: Any, member: int) -> range:
     """The slots of ``member``: ``member * num_seeds + i``."""
     return range(member * cfg.num_seeds, (member + 1) * cfg.num_seeds)

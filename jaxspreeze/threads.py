@@ -22,7 +22,7 @@ from typing import Any
 import jax
 
 from jaxspreeze import config as config_lib
-from jaxspreeze import metrics, schedules
+from jaxspreeze import metrics, population, schedules
 from jaxspreeze.config import RunConfig
 from jaxspreeze.envs import make_env
 from jaxspreeze.evaluate import (
@@ -164,7 +164,7 @@ def make_evaluate(schedule: schedules.Schedule) -> Callable[[Any], EvalResult]:
             schedule.algo.act, cfg.env, cfg.eval_episodes, seed=cfg.seed + 10_000
         )
     eval_env = make_env(cfg.env, cfg.eval_episodes, cfg.obs_keys)
-    keys = jax.random.split(jax.random.key(cfg.seed + 10_000), cfg.slots)
+    keys = population.slot_keys(jax.random.key(cfg.seed + 10_000), cfg)  # a member's = its run's
     device = schedule.placement.eval
     return make_seed_evaluate(schedule.algo.act, eval_env, jax.device_put(keys, device))
 

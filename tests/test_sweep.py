@@ -194,6 +194,12 @@ def test_a_member_equals_the_single_run_with_its_values(pop, tmp_path):
     member = jax.tree.map(lambda x: x[2:4], result.state.agent)  # member 1's two seeds
     for a, b in zip(_leaves(single.state.agent), _leaves(member), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    # the evaluation of slot m * num_seeds + i starts from seed i's envs, as the single run's
+    np.testing.assert_allclose(
+        result.summary["final_eval_return_per_seed"][2:4],
+        single.summary["final_eval_return_per_seed"],
+        rtol=1e-3,
+    )
     gammas = np.asarray(result.state.agent.critic.gamma)
     np.testing.assert_array_equal(gammas, np.float32(0.95))
 
