@@ -4,7 +4,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["RunConfig", "__version__", "load", "train"]
+__all__ = ["RunConfig", "__version__", "load", "sweep", "train"]
 
 
 def __getattr__(name: str):
@@ -17,6 +17,10 @@ def __getattr__(name: str):
         from jaxspreeze.trainer import train
 
         return train
+    if name == "sweep":
+        from jaxspreeze.sweeping import sweep
+
+        return sweep
     if name == "load":
         from jaxspreeze.agent import load
 

@@ -61,9 +61,9 @@ class Agent:
     """The policy of seed ``seed_index`` of ``policy``: predict, evaluate, save."""
 
     def __init__(self, policy: Policy, seed_index: int = 0):
-        if not 0 <= seed_index < policy.cfg.num_seeds:
+        if not 0 <= seed_index < policy.cfg.slots:
             raise ValueError(
-                f"seed index {seed_index} out of range: the run has {policy.cfg.num_seeds} seed(s)"
+                f"seed index {seed_index} out of range: the run has {policy.cfg.slots} seed(s)"
             )
         self.policy = policy
         self.seed_index = seed_index

@@ -19,7 +19,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxspreeze import checkpoint, devices, schedules
+from jaxspreeze import checkpoint, devices, population, schedules
 from jaxspreeze.caches import enable_compile_cache, program_cache
 from jaxspreeze.envs import is_host_env, make_env
 from jaxspreeze.errors import PlacementError
@@ -51,7 +51,7 @@ def evaluate_checkpoint(
     cache_dir = enable_compile_cache(cfg.compile_cache)
     algo = saved.make_algorithm()
     # only the agent is needed: a template without the (possibly huge) replay buffer
-    agent = jax.jit(jax.vmap(algo.init))(jax.random.split(jax.random.key(0), cfg.num_seeds))
+    agent = jax.jit(jax.vmap(algo.init))(jax.random.split(jax.random.key(0), cfg.slots))
     template = TrainState(*[None] * len(TrainState._fields))._replace(agent=agent)
     state, info = checkpoint.restore(path, template, partial=True)
     actor = state.agent.actor
@@ -88,7 +88,7 @@ def _evaluate_on_device(
     if episodes == cfg.eval_episodes:  # the trainer's evaluation program, as it kept it
         programs = program_cache(cache_dir, schedule)
     device = schedule.placement.eval
-    keys = jax.device_put(jax.random.split(jax.random.key(seed), cfg.num_seeds), device)
+    keys = jax.device_put(population.slot_keys(jax.random.key(seed), cfg), device)
     evaluate = make_seed_evaluate(
         schedule.algo.act, make_env(cfg.env, episodes, cfg.obs_keys), keys
     )

@@ -57,7 +57,7 @@ def save_checkpoint(
             )
         except NonFiniteError as e:
             # name the quantity from this chunk's guard flags (the metrics thread may lag)
-            record = records.chunk_record(jax.device_get(metrics), cfg.num_seeds)
+            record = records.chunk_record(jax.device_get(metrics), cfg.slots)
             message = nonfinite_message(record | {"chunk": chunk})
             error = NonFiniteError(f"{message} ({e})" if message else str(e))
         except Exception as e:

@@ -109,6 +109,11 @@ class _RunFields:
     """Random seed; seed i of a ``--num-seeds`` run uses ``seed + i``."""
     num_seeds: int = _is(1, "shape")
     """Independent agents trained together with vmap in one program."""
+    population: tuple[str, ...] = _is((), "shape")
+    """A population's members (what ``jaxspreeze sweep`` writes from --grid/--sample): one
+    ``field=value,field=value`` per member, each field a member field of the algorithm
+    (docs/sweeps.md); every member trains num_seeds seeds in the same program. Empty: one
+    member with the config's own values."""
     placement: Literal["auto", "single", "split", "data", "split-data"] = "auto"
     """Device placement: split = actor and critic on two devices, single = one device, data =
     data-parallel over every device of every process (global num_envs, batch_size and
@@ -152,6 +157,17 @@ class _RunFields:
     def obs_keys(self) -> ObsKeys:
         """The dict-observation keys the actor and the critic read ('' : the default)."""
         return ObsKeys(self.actor_obs_key, self.critic_obs_key)
+
+    @property
+    def members(self) -> int:
+        """The population's members (1 for a plain run)."""
+        return max(len(self.population), 1)
+
+    @property
+    def slots(self) -> int:
+        """Agents vmapped in the run's program: members x num_seeds (slot ``m * num_seeds +
+        i`` is member m's seed i, with key ``seed + i``)."""
+        return self.members * self.num_seeds
 
     def replace(self, **changes: Any) -> RunConfig:
         """A copy with ``changes`` applied (nested: ``{"sac": {"gamma": 0.9}}``)."""

@@ -21,10 +21,16 @@ def header(planned: RunPlan, estimate: dict[str, int]) -> str:
     each = " per device" if placement.data_parallel else ""  # one shard's share
     buffer = memory.buffer_nbytes(planned) // placement.data_devices
     return (
-        f"jaxspreeze: {cfg.algo} on {cfg.env} | {cfg.num_seeds} seed(s) x {cfg.num_envs} envs | "
+        f"jaxspreeze: {cfg.algo} on {cfg.env} | {agents(cfg)} x {cfg.num_envs} envs | "
         f"{placement.describe()} | memory estimate {total / 2**20:.1f} MiB{each} "
         f"(replay buffer {buffer / 2**20:.1f} MiB)"
     )
+
+
+def agents(cfg: RunConfig) -> str:
+    """``2 seed(s)``, or a population's ``4 members x 2 seed(s)``."""
+    seeds = f"{cfg.num_seeds} seed(s)"
+    return f"{cfg.members} members x {seeds}" if cfg.population else seeds
 
 
 def start_line(run_dir: Path, resumed: bool) -> str:
@@ -105,7 +111,7 @@ def last_line(cfg: RunConfig, summary: Record, stopped: str | None = None) -> st
     ret = summary["final_eval_return"]
     return (
         f"final eval return: {'n/a' if ret is None else f'{ret:.1f}'} (mean over "
-        f"{cfg.num_seeds} seed(s), {cfg.eval_episodes} episodes each) | "
+        f"{agents(cfg)}, {cfg.eval_episodes} episodes each) | "
         f"{summary['env_steps_per_s']:,.0f} env steps/s | {wall_text(summary)}"
     )
 
@@ -113,4 +119,14 @@ def last_line(cfg: RunConfig, summary: Record, stopped: str | None = None) -> st
 def end_lines(cfg: RunConfig, summary: Record, run_dir: Path, stopped: str | None) -> list[str]:
     """A finished run's last console lines: the compile time, the run directory, then
     :func:`last_line`."""
-    return [compile_line(summary), f"run directory: {run_dir}", last_line(cfg, summary, stopped)]
+    lines = [compile_line(summary), f"run directory: {run_dir}", last_line(cfg, summary, stopped)]
+    best = summary.get("best_member")
+    if best is not None:  # a population: its best member, by final return
+        row = summary["members"][best]
+        values = ", ".join(f"{k}={v:g}" for k, v in row["values"].items())
+        final = row["final_return"]
+        lines.append(
+            f"best member: {best} ({values}), final return "
+            f"{'n/a' if final is None else f'{final:.1f}'} | {run_dir / row['policy']}"
+        )
+    return lines

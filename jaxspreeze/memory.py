@@ -71,7 +71,7 @@ def buffer_nbytes(plan: RunPlan) -> int:
         return 0
     cfg = plan.cfg
     example = replay.example_transition(plan.env_spec, abstract=True)
-    return replay.nbytes(example, cfg.buffer_size) * cfg.num_seeds
+    return replay.nbytes(example, cfg.buffer_size) * cfg.slots
 
 
 def estimate_memory(
@@ -94,7 +94,7 @@ def estimate_memory(
     """
     cfg, spec = plan.cfg, plan.env_spec
     split = cfg.placement in ("split", "split-data") if split is None else split
-    s = cfg.num_seeds
+    s = cfg.slots  # every member's seeds
     if state is not None:
         agent, env_states = state.agent, state.env
     else:
@@ -185,6 +185,14 @@ def _fit(cfg: RunConfig, est: dict[str, int], keys: tuple[str, ...], device: Any
         f"{_MEMORY_LABELS[k]} {est[k] / GiB:.2f}" for k in keys if est[k] >= 0.01 * need
     )
     seeds = f" or --num-seeds (now {cfg.num_seeds})" if cfg.num_seeds > 1 else ""
+    if cfg.population:  # the members scale every part: say how many fit
+        fit = int(free // (need / cfg.members))
+        raise ConfigError(
+            "population",
+            f"a population of {cfg.members} members needs about {need / GiB:.2f} GiB ({parts} "
+            f"GiB) but {where} has {free / GiB:.2f} GiB available: {fit} members would fit; "
+            f"sweep fewer members, or lower {flag} (now {_get_field(cfg, field_name)!r}){seeds}",
+        )
     raise ConfigError(
         field_name,
         f"the run needs about {need / GiB:.2f} GiB ({parts} GiB) but {where} has "

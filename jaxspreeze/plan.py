@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from jaxspreeze import algos, config, devices, envs
+from jaxspreeze import algos, config, devices, envs, population
 from jaxspreeze.algos.base import RUN_SIZES, Algorithm, AlgoSpec, check_positive
 from jaxspreeze.config import RunConfig
 from jaxspreeze.errors import ConfigError
@@ -166,6 +166,12 @@ def _schedule_kind(cfg: RunConfig, spec: AlgoSpec, placement: Placement | None) 
 def _check_run(cfg: RunConfig, spec: AlgoSpec, given: frozenset[str] = frozenset()) -> EnvSpec:
     """The checks that need the schedule, the algorithm or the env (``plan``'s list); the
     env spec."""
+    if cfg.population and envs.is_host_env(cfg.env):
+        raise ConfigError(
+            "env", f"--env {cfg.env}: host envs do not train populations (sweeps) so far; "
+            "use a device env (gymnax/, brax/, playground/) or separate runs",
+        )
+    population.check(cfg, spec)  # a population's members: member fields, values in range
     if envs.is_host_env(cfg.env):
         _check_host(cfg)
     if not spec.on_policy:

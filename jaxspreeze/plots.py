@@ -185,14 +185,50 @@ def save(fig, path: str | Path) -> Path:
 
 
 def write_run_plots(run_dir: str | Path, records: Sequence[Record] | None = None) -> list[Path]:
-    """Write ``learning_curve.png`` and ``throughput.png`` into ``run_dir``."""
+    """Write ``learning_curve.png`` and ``throughput.png`` into ``run_dir`` (and a
+    population's ``members.png``: :func:`members_figure`)."""
     run_dir = Path(run_dir)
     records = load_records(run_dir) if records is None else records
     runs = {run_dir.name: records}
-    return [
+    written = [
         save(learning_curve_figure(runs), run_dir / LEARNING_CURVE),
         save(throughput_figure(runs), run_dir / THROUGHPUT),
     ]
+    if any(r.get("eval_return_per_member") for r in records):
+        written.append(save(members_figure(records, title=run_dir.name), run_dir / MEMBERS))
+    return written
+
+
+MEMBERS = "members.png"
+
+
+def members_figure(records: Sequence[Record], best: int | None = None, title: str = ""):
+    """A population's eval return per member vs env steps (``eval_return_per_member``), the
+    best member (by default the one with the highest last return) drawn thick, in front."""
+    rows = [
+        (r["env_steps"], r["eval_return_per_member"])
+        for r in records
+        if r.get("kind") == "eval" and r.get("eval_return_per_member")
+    ]
+    fig, (ax,) = _figure(1, title=title)
+    if not rows:
+        ax.text(0.5, 0.5, "no data yet", ha="center", va="center", transform=ax.transAxes)
+        return fig
+    rows.sort(key=lambda row: row[0])
+    xs = np.asarray([x for x, _ in rows], float)
+    ys = np.asarray([[math.nan if v is None else v for v in y] for _, y in rows], float)
+    if best is None:
+        best = int(np.nanargmax(ys[-1])) if np.isfinite(ys[-1]).any() else 0
+    for m in range(ys.shape[1]):
+        if m != best:
+            ax.plot(xs, ys[:, m], color="0.6", lw=1, alpha=0.8)
+    ax.plot(xs, ys[:, best], color="C3", lw=2.5, marker="o", ms=3, label=f"best: member {best}")
+    ax.set_title(f"eval return of {ys.shape[1]} members", fontsize=10)
+    ax.set_xlabel("env steps (per seed)")
+    ax.set_ylabel("return (mean over a member's seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
 
 
 def compare_runs(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
@@ -207,11 +243,13 @@ def compare_runs(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
 
 __all__ = [
     "LEARNING_CURVE",
+    "MEMBERS",
     "THROUGHPUT",
     "compare_runs",
     "comparison_figure",
     "learning_curve_figure",
     "load_records",
+    "members_figure",
     "save",
     "throughput_figure",
     "write_run_plots",

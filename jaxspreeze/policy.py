@@ -31,6 +31,11 @@ POLICY_FILE = "policy.msgpack"
 FILE_FORMAT = "jaxspreeze-policy"  # the marker of a standalone policy file
 
 
+def member_file(member: int) -> str:
+    """The standalone policy file of a population's member ``member`` (``jaxspreeze sweep``)."""
+    return f"policy-{member}.msgpack"
+
+
 class Policy(NamedTuple):
     """A run's config, its algorithm (bound to the env) and the actor of every seed."""
 
@@ -108,7 +113,7 @@ def load_policy(path: str | Path) -> Policy:
     except ConfigError as e:
         raise ValueError(f"{config_file}: {str(e).split(': ', 1)[1]}") from None
     cfg, algo = saved.cfg, saved.make_algorithm()
-    keys = jax.random.split(jax.random.key(0), cfg.num_seeds)
+    keys = jax.random.split(jax.random.key(0), cfg.slots)
     target: Any = jax.eval_shape(jax.vmap(algo.init), keys).actor
     try:
         actor = serialization.from_state_dict(target, state)

@@ -133,9 +133,9 @@ class Work:
         """The work of a chunk of ``iterations`` iterations of every seed of ``plan``."""
         cfg = plan.cfg
         return cls(
-            env_steps=iterations * plan.steps_per_iteration * cfg.num_seeds,
-            critic_updates=iterations * algo.critic_steps_per_iteration * cfg.num_seeds,
-            actor_updates=iterations * algo.actor_steps_per_iteration * cfg.num_seeds,
+            env_steps=iterations * plan.steps_per_iteration * cfg.slots,
+            critic_updates=iterations * algo.critic_steps_per_iteration * cfg.slots,
+            actor_updates=iterations * algo.actor_steps_per_iteration * cfg.slots,
             batch_size=cfg.batch_size,
         )
 
@@ -178,8 +178,11 @@ class RecordBuilder:
         t_start: float,
         t_train: float,
         wall_offset: float = 0.0,
+        member_seeds: int = 0,
     ):
         self.num_seeds = num_seeds
+        self.member_seeds = member_seeds  # a population: each member's seeds (0: none)
+        self.evals: list[Record] = []  # the eval records built (a population's table)
         self.work = work
         self.t_start = t_start - wall_offset
         self._prev = t_train
@@ -198,7 +201,12 @@ class RecordBuilder:
     def eval(self, snap: Snapshot, result: EvalResult, eval_s: float) -> Record:
         """The record of the evaluation of ``snap``."""
         wall_s = self._chunk_wall.get(snap.chunk, time.perf_counter() - self.t_start)
-        return eval_record(snap, result, wall_s, eval_s, self.num_seeds)
+        record = eval_record(snap, result, wall_s, eval_s, self.num_seeds)
+        if self.member_seeds:  # a population: each member's return, over its seeds
+            slots = np.asarray(result.return_mean, np.float64).reshape(-1, self.member_seeds)
+            record["eval_return_per_member"] = slots.mean(1).tolist()
+            self.evals.append(record)
+        return record
 
 
 def run_topology(schedule: Schedule, throughput: Record) -> Record:

@@ -487,9 +487,9 @@ def render_run(
     if family in MUJOCO_FAMILIES and not html:
         mujoco_gl()  # no offline OpenGL backend: refused before the policy loads
     policy = policy or load_policy(run_dir)
-    if not 0 <= seed_index < policy.cfg.num_seeds:
+    if not 0 <= seed_index < policy.cfg.slots:
         raise ValueError(
-            f"seed index {seed_index} out of range: the run has {policy.cfg.num_seeds} seed(s)"
+            f"seed index {seed_index} out of range: the run has {policy.cfg.slots} seed(s)"
         )
     if html:
         out.parent.mkdir(parents=True, exist_ok=True)

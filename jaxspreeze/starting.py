@@ -19,7 +19,7 @@ from typing import Any
 import jax
 
 from jaxspreeze import config as config_lib
-from jaxspreeze import devices, distributed, hostenvs, memory, rundir, schedules
+from jaxspreeze import devices, distributed, hostenvs, memory, population, rundir, schedules
 from jaxspreeze import resume as resume_lib
 from jaxspreeze.caches import enable_compile_cache, program_cache
 from jaxspreeze.config import RunConfig
@@ -173,6 +173,9 @@ def start(setup: Setup, say: Callable[[str], None], stop: GracefulStop | None) -
     main = distributed.is_main()
     evaluating = evaluate_ahead(schedule, setup.abstract) if main and setup.abstract else None
     state = schedule.init()
+    if cfg.population:  # each member's values into its slots (a resume's template too)
+        agent = population.apply_members(jax.device_get(state.agent), cfg)
+        state = schedule.place(state._replace(agent=jax.device_get(agent)))
     if main and evaluating is None:
         evaluating = evaluate_ahead(schedule, state)
     t_compile = time.perf_counter()

@@ -7,11 +7,18 @@ memory estimate, the resume and the stop, and the compile accounting of the whol
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from jaxspreeze import checkpoint, distributed, records, schedules
+import jax
+import numpy as np
+
+from jaxspreeze import checkpoint, distributed, population, records, schedules
+from jaxspreeze import policy as policy_lib
 from jaxspreeze.compiles import CompileLog
 from jaxspreeze.config import RunConfig
 from jaxspreeze.evaluate import EvalResult
@@ -110,3 +117,53 @@ def compiles(
         "command_to_train_s": before_train_s,
         **(kept or ProgramCache.off()).report(),
     }
+
+
+def members_table(cfg: RunConfig, evals: list[Record], final: EvalResult | None) -> list[Record]:
+    """A population's members for ``summary.json``: each member's values, its final return
+    (mean over its seeds), its best evaluation's return and the env steps (per seed) it
+    was reached at. ``evals``: the run's eval records (resumed ones included)."""
+    table = []
+    final_slots = None if final is None else np.asarray(final.return_mean).reshape(-1)
+    for m, values in enumerate(population.member_table(cfg)):
+        seen = [
+            (r["eval_return_per_member"][m], r["env_steps"])
+            for r in evals
+            if len(r.get("eval_return_per_member") or ()) > m
+        ]
+        best = max(seen, key=lambda x: x[0], default=(None, None))
+        slots = population.member_slots(cfg, m)
+        final_m = None if final_slots is None else float(final_slots[slots].mean())
+        table.append(
+            {
+                "member": m,
+                "values": values,
+                "seeds": [cfg.seed + i for i in range(cfg.num_seeds)],
+                "final_return": final_m,
+                "best_return": best[0],
+                "steps_to_best": best[1],
+                "policy": policy_lib.member_file(m),
+            }
+        )
+    return table
+
+
+def best_member(table: list[Record]) -> int:
+    """The member with the highest final return (else best return) of a members table."""
+
+    def score(row: Record) -> float:
+        value = row["final_return"] if row["final_return"] is not None else row["best_return"]
+        return -math.inf if value is None or not math.isfinite(value) else value
+
+    return max(table, key=score)["member"]
+
+
+def save_members(run_dir: Path, cfg: RunConfig, algo: Any, actor: Any, table: list[Record]) -> None:
+    """Write ``policy-<m>.msgpack`` for every member (a standalone file: the member's own
+    config and seeds, for ``jaxspreeze.load``)."""
+    for row in table:
+        m = row["member"]
+        slots = population.member_slots(cfg, m)
+        own = jax.tree.map(lambda x, s=slots: np.asarray(x)[s.start : s.stop], actor)
+        one = dataclasses.replace(cfg, population=(cfg.population[m],))
+        policy_lib.save_policy_file(run_dir / row["policy"], policy_lib.Policy(one, algo, own))

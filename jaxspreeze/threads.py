@@ -22,7 +22,7 @@ from typing import Any
 import jax
 
 from jaxspreeze import config as config_lib
-from jaxspreeze import metrics, schedules
+from jaxspreeze import metrics, population, schedules
 from jaxspreeze.config import RunConfig
 from jaxspreeze.envs import make_env
 from jaxspreeze.evaluate import (
@@ -82,7 +82,10 @@ def start_threads(
     metrics_thread = MetricsThread(all_sinks, report=report)
     t_train = time.perf_counter()
     wall_offset = _last_wall(history)
-    builder = RecordBuilder(schedule.cfg.num_seeds, work, t_start, t_train, wall_offset=wall_offset)
+    cfg = schedule.cfg
+    builder = RecordBuilder(
+        cfg.slots, work, t_start, t_train, wall_offset, cfg.num_seeds if cfg.population else 0
+    )
     tripwire = Tripwire()
     evaluator = (
         _evaluator(schedule, evaluate, metrics_thread, builder, report, watch) if main else None
@@ -104,7 +107,7 @@ def sinks(
         run_dir,
         total_steps=cfg.total_steps,
         config=config_lib.to_dict(cfg),
-        num_seeds=cfg.num_seeds,
+        num_seeds=cfg.slots,
         quiet=quiet,
         report=metrics.warn,
         history=history,
@@ -161,7 +164,7 @@ def make_evaluate(schedule: schedules.Schedule) -> Callable[[Any], EvalResult]:
             schedule.algo.act, cfg.env, cfg.eval_episodes, seed=cfg.seed + 10_000
         )
     eval_env = make_env(cfg.env, cfg.eval_episodes, cfg.obs_keys)
-    keys = jax.random.split(jax.random.key(cfg.seed + 10_000), cfg.num_seeds)
+    keys = population.slot_keys(jax.random.key(cfg.seed + 10_000), cfg)  # a member's = its run's
     device = schedule.placement.eval
     return make_seed_evaluate(schedule.algo.act, eval_env, jax.device_put(keys, device))
 

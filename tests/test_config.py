@@ -51,6 +51,9 @@ BAD: list[tuple[dict, str]] = [
     ({"seed": 2**31}, "seed"),
     ({"seed": True}, "seed"),
     ({"num_seeds": 0}, "num_seeds"),
+    ({"population": ("hidden=16.0",)}, "population"),  # not a member field (a shape one)
+    ({"population": ("gamma=0.9", "tau=0.1")}, "population"),  # members set other fields
+    ({"population": ("gamma=2.0",)}, "sac.gamma"),  # the algorithm's own check, member 0
     ({"placement": "dual"}, "placement"),
     ({"host_workers": 0}, "host_workers"),
     ({"host_stall_timeout_s": 0.0}, "host_stall_timeout_s"),

@@ -14,7 +14,8 @@ from jaxspreeze.errors import ConfigError
 from jaxspreeze.plan import RunPlan, plan
 
 # the sets each kind held as lists in resume.py and trainer.py before they became metadata
-SHAPE = {"algo", "env", "actor_obs_key", "critic_obs_key", "num_envs", "num_seeds", "buffer_size"}
+SHAPE = {"algo", "env", "actor_obs_key", "critic_obs_key", "num_envs", "num_seeds", "buffer_size",
+         "population"}  # fmt: skip
 START = {"seed", "learning_starts"}
 OFF_POLICY = {"grad_steps", "buffer_size", "learning_starts"}
 LOCATION = {"logdir", "run_name"}

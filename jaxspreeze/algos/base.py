@@ -164,6 +164,10 @@ class AlgoSpec:
     - its config's fields that change the state's shapes (resume refuses a change) say
       so in their metadata: ``hidden: ... = field(default=..., metadata=kinds("shape"))``.
     - ``label``: its name in help texts (default: ``name`` in capitals).
+    - ``member_fields``: the float fields of its config that a population may vary per
+      member (``jaxspreeze sweep``), each with the setter that writes a member's value into
+      a fresh one-slot ``AgentState`` (``algos/members.py``); every other field changes
+      the program or the shapes.
     """
 
     name: str
@@ -176,6 +180,9 @@ class AlgoSpec:
     grad_step_multiple: Callable[[Any], int] = _one
     label: str = field(default="")
     accelerator_defaults: Mapping[str, int] = field(default_factory=dict)
+    member_fields: Mapping[str, Callable[[AgentState, jax.Array], AgentState]] = field(
+        default_factory=dict
+    )
 
     def __post_init__(self) -> None:
         missing = set(RUN_SIZES) - set(self.defaults)
@@ -191,6 +198,7 @@ class AlgoSpec:
             raise ValueError(f"{self.name}: accelerator_defaults names {sorted(unknown)}")
         on_accelerator = MappingProxyType({**self.defaults, **self.accelerator_defaults})
         object.__setattr__(self, "accelerator_defaults", on_accelerator)
+        object.__setattr__(self, "member_fields", MappingProxyType(dict(self.member_fields)))
         if not self.label:
             object.__setattr__(self, "label", self.name.upper())
 

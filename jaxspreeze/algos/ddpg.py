@@ -38,4 +38,6 @@ def make(cfg: DDPGConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
     return deterministic.make(cfg, spec, run, VARIANT)
 
 
-SPEC = off_policy.spec("ddpg", DDPGConfig, supports, validate, make)
+SPEC = off_policy.spec(
+    "ddpg", DDPGConfig, supports, validate, make, member_fields=deterministic.MEMBER_FIELDS
+)

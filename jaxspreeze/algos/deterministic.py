@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxspreeze import networks
-from jaxspreeze.algos import base, common, off_policy
+from jaxspreeze.algos import base, common, members, off_policy
 from jaxspreeze.errors import ConfigError
 from jaxspreeze.types import EnvSpec, PyTree, Transition
 
@@ -108,6 +108,14 @@ class TD3Critic(NamedTuple):
 # a side's state: DDPG's, or TD3's with its update counter
 Actor = DDPGActor | TD3Actor
 Critic = DDPGCritic | TD3Critic
+
+
+# the fields a population may vary per member (DDPG, TD3): each is a leaf of the state
+# (tau of both sides' targets)
+MEMBER_FIELDS = {
+    **members.ACTOR_CRITIC_LR,
+    "tau": members.all_of(members.leaf("actor", "tau"), members.leaf("critic", "tau")),
+}
 
 
 def check_config(

@@ -168,4 +168,5 @@ SPEC = base.AlgoSpec(
     make=make,
     label="FastSAC",
     accelerator_defaults=fasttd3.ACCELERATOR_DEFAULTS,
+    member_fields=sac.MEMBER_FIELDS,  # the same leaves: SAC's actor side, a critic's gamma and tau
 )

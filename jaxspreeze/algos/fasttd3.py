@@ -514,4 +514,5 @@ SPEC = base.AlgoSpec(
     grad_step_multiple=grad_step_multiple,
     label="FastTD3",
     accelerator_defaults=ACCELERATOR_DEFAULTS,
+    member_fields=deterministic.MEMBER_FIELDS,
 )

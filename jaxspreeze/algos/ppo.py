@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxspreeze import networks
-from jaxspreeze.algos import base, common, ppo_losses, ppo_policy
+from jaxspreeze.algos import base, common, members, ppo_losses, ppo_policy
 from jaxspreeze.errors import ConfigError
 from jaxspreeze.types import EnvSpec, PyTree, Transition
 
@@ -382,6 +382,17 @@ DEFAULTS = {
     "chunk_iterations": 20,
 }
 
+# the fields a population may vary per member: each is a leaf of the state (the learning
+# rate both sides' leaves and optimiser states hold; anneal_lr reads the leaves)
+MEMBER_FIELDS = {
+    "lr": members.all_of(
+        *(members.leaf(side, "lr") for side in ("actor", "critic")),
+        *(members.learning_rate(side) for side in ("actor", "critic")),
+    ),
+    "gamma": members.leaf("critic", "gamma"),
+    "gae_lambda": members.leaf("critic", "gae_lambda"),
+}
+
 SPEC = base.AlgoSpec(
     name="ppo",
     config_cls=PPOConfig,
@@ -390,4 +401,5 @@ SPEC = base.AlgoSpec(
     supports=supports,
     validate=validate,
     make=make,
+    member_fields=MEMBER_FIELDS,
 )

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxspreeze import networks
-from jaxspreeze.algos import base, common, off_policy
+from jaxspreeze.algos import base, common, members, off_policy
 from jaxspreeze.types import EnvSpec, PyTree, Transition
 
 
@@ -229,4 +229,11 @@ def make(cfg: SACConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
     )
 
 
-SPEC = off_policy.spec("sac", SACConfig, supports, validate, make)
+# the fields a population may vary per member: each is a leaf of the state
+MEMBER_FIELDS = {
+    **members.ACTOR_CRITIC_LR,
+    **members.TEMPERATURE,
+    "tau": members.leaf("critic", "tau"),
+}
+
+SPEC = off_policy.spec("sac", SACConfig, supports, validate, make, member_fields=MEMBER_FIELDS)

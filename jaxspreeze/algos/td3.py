@@ -68,5 +68,11 @@ def make(cfg: TD3Config, spec: EnvSpec, run: Any) -> base.Algorithm:
 
 
 SPEC = off_policy.spec(
-    "td3", TD3Config, supports, validate, make, grad_step_multiple=grad_step_multiple
+    "td3",
+    TD3Config,
+    supports,
+    validate,
+    make,
+    grad_step_multiple=grad_step_multiple,
+    member_fields=deterministic.MEMBER_FIELDS,
 )

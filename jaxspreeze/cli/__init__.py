@@ -30,6 +30,7 @@ USAGE = """usage: jaxspreeze COMMAND [options]
 
 commands:
   train      train an agent (default config: SAC on gymnax/Pendulum-v1)
+  sweep      train a population (members differing in learning rates, gamma, ...) at once
   eval       evaluate the latest checkpoint of a run directory
   autotune   measure this machine and pick num_envs, batch size and update ratio
   bench      run the throughput benchmarks and write bench.json / bench.md
@@ -44,7 +45,7 @@ commands:
 `jaxspreeze COMMAND --help` lists a command's options; `--debug` shows the traceback of an error.
 """
 
-COMMANDS = ("train", "eval", "autotune", "bench", "score", "render", "plot", "launch", "cache", "envs")
+COMMANDS = ("train", "sweep", "eval", "autotune", "bench", "score", "render", "plot", "launch", "cache", "envs")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

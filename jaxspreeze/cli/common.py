@@ -74,3 +74,21 @@ def os_error(e: OSError) -> int:
     paths = [str(p) for p in (e.filename, e.filename2) if p is not None]
     where = " -> ".join(paths) if paths else "a file of the run"
     return fail(f"{where}: {what}; {fix}", code)
+
+
+def member_slots(run_dir: str, member: int) -> range:
+    """The slots of a population's ``member`` in the run at ``run_dir`` (its config.json);
+    ValueError for a member the run does not have."""
+    from pathlib import Path
+
+    from jaxspreeze import config
+
+    cfg = config.load(Path(run_dir) / "config.json")
+    if not 0 <= member < cfg.members:
+        raise ValueError(f"--member {member} out of range: the run has {cfg.members} member(s)")
+    return range(member * cfg.num_seeds, (member + 1) * cfg.num_seeds)
+
+
+def member_slot(run_dir: str, member: int | None, seed_index: int) -> int:
+    """The slot of ``member``'s seed ``seed_index`` (``seed_index`` itself without one)."""
+    return seed_index if member is None else member_slots(run_dir, member)[0] + seed_index

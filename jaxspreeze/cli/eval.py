@@ -15,7 +15,7 @@ from typing import Annotated
 import tyro
 
 from jaxspreeze.cli.args import parse
-from jaxspreeze.cli.common import at_least_one, fail
+from jaxspreeze.cli.common import at_least_one, fail, member_slots
 from jaxspreeze.errors import CheckpointError, ConfigError
 
 DESCRIPTION = (
@@ -36,6 +36,8 @@ class EvalArgs:
     """Episodes per seed (default: the run's eval_episodes)."""
     seed: int | None = None
     """Evaluation seed."""
+    member: int | None = None
+    """A population's member (jaxspreeze sweep; RUN_DIR a run directory): its seeds only."""
     as_json: Annotated[bool, tyro.conf.arg(name="json")] = False
     """Print one JSON line."""
 
@@ -45,6 +47,10 @@ def main(argv: Sequence[str]) -> int:
     args = parse(EvalArgs, argv, "jaxspreeze eval", markers=FLAGS, description=DESCRIPTION)
     if code := at_least_one(episodes=args.episodes):
         return code
+    try:  # a population's member: checked before anything is evaluated
+        slots = None if args.member is None else member_slots(args.run_dir, args.member)
+    except ValueError as e:
+        return fail(str(e))
     import numpy as np  # after parsing: a refused command line does not wait for JAX
 
     from jaxspreeze.checkpoint_eval import evaluate_checkpoint
@@ -59,6 +65,9 @@ def main(argv: Sequence[str]) -> int:
         print(json.dumps(result))
         return 0
     means, stds = result["return_mean"], result["return_std"]
+    if slots is not None:  # a population's member: its slots
+        means, stds = means[slots.start : slots.stop], stds[slots.start : slots.stop]
+        print(f"member {args.member} (its seeds):")
     print(f"checkpoint: {result['checkpoint']} ({result['env_steps']} env steps per seed)")
     for i, (m, s) in enumerate(zip(means, stds, strict=True)):
         print(f"  seed {i}: return {m:.2f} +- {s:.2f} over {result['episodes']} episodes")

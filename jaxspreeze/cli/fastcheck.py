@@ -50,6 +50,7 @@ RUN_FLAGS: dict[str, Kind] = {
     "--chunk-iterations": "int?",
     "--seed": "int",
     "--num-seeds": "int",
+    "--population": "*",
     "--placement": PLACEMENTS,
     "--host-workers": "int",
     "--host-stall-timeout-s": "float",
@@ -148,22 +149,37 @@ RUN_FLAGS: dict[str, Kind] = {
     "--fastsac.target-entropy-scale": "float",
 }
 
+# train's flags (sweep takes them too)
+TRAIN_FLAGS: dict[str, Kind] = {
+    "--config": "str",
+    "--autotune": "0",
+    "--profile": "str",
+    "--resume": "str",
+    "--overwrite": "0",
+    "--coordinator": "str",
+    "--num-processes": "int?",
+    "--process-id": "int?",
+    **RUN_FLAGS,
+}
+
 # Each command's flags (what its tyro parser takes; positionals are left to tyro).
 FLAGS: dict[str, dict[str, Kind]] = {
-    "train": {
-        "--config": "str",
-        "--autotune": "0",
-        "--profile": "str",
-        "--resume": "str",
-        "--overwrite": "0",
-        "--coordinator": "str",
-        "--num-processes": "int?",
-        "--process-id": "int?",
-        **RUN_FLAGS,
-    },
+    "train": TRAIN_FLAGS,
     "autotune": {"--out": "str", "--config": "str", **RUN_FLAGS},
-    "eval": {"--episodes": "int?", "--seed": "int?", "--json": "0"},
-    "render": {"--out": "str", "--seed-index": "int", "--max-steps": "int?", "--fps": "int"},
+    "sweep": {
+        **TRAIN_FLAGS,
+        "--grid": "str",
+        "--sample": "str",
+        "--members": "int",
+    },
+    "eval": {"--episodes": "int?", "--seed": "int?", "--member": "int?", "--json": "0"},
+    "render": {
+        "--out": "str",
+        "--seed-index": "int",
+        "--member": "int?",
+        "--max-steps": "int?",
+        "--fps": "int",
+    },
     "bench": {
         "--full": "0",
         "--out": "str",
@@ -483,7 +499,7 @@ def live_flags(command: str) -> dict[str, Kind]:
         if k.endswith("Args") and isinstance(v, type) and v.__module__ == module.__name__
     )
     kwargs = {"config": tuple(getattr(module, "FLAGS", ()))}
-    if command in ("train", "autotune"):
+    if command in ("train", "autotune", "sweep"):
         from jaxspreeze.config import RunConfig
 
         kwargs["default"] = cls(run=RunConfig())

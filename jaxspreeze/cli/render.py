@@ -13,7 +13,7 @@ from typing import Annotated
 import tyro
 
 from jaxspreeze.cli.args import parse
-from jaxspreeze.cli.common import fail
+from jaxspreeze.cli.common import fail, member_slot
 
 DESCRIPTION = (
     "Roll out a trained policy (deterministic, one episode) to a GIF (every family; brax and "
@@ -31,7 +31,10 @@ class RenderArgs:
     out: Annotated[str | None, tyro.conf.arg(metavar="FILE")] = None
     """Output file: .gif (default <run>/render.gif), or .html for brax's online viewer."""
     seed_index: int = 0
-    """Which seed's policy."""
+    """Which seed's policy (with --member: which of the member's seeds)."""
+    member: int | None = None
+    """A population's member (jaxspreeze sweep): render its policy (slot member x
+    num_seeds + seed_index)."""
     max_steps: int | None = None
     """Cap on the episode length."""
     fps: int = 30
@@ -47,7 +50,7 @@ def main(argv: Sequence[str]) -> int:
         path = render_run(
             args.run_dir,
             args.out,
-            seed_index=args.seed_index,
+            seed_index=member_slot(args.run_dir, args.member, args.seed_index),
             max_steps=args.max_steps,
             fps=args.fps,
             say=lambda line: print(line, file=sys.stderr, flush=True),

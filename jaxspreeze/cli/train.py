@@ -115,6 +115,12 @@ RUN_GROUPS = (
         ("autotune", "profile", "replay_ratio", "autotune_budget_s"),
     ),
     Group(
+        "population",
+        "Members that differ in the algorithm's member fields, in one program: `jaxspreeze "
+        "sweep` writes them (docs/sweeps.md).",
+        ("population",),
+    ),
+    Group(
         "compile and programs",
         "In the environment: JAXSPREEZE_CACHE_DIR, the cache's directory when "
         "--compile-cache is not given; JAXSPREEZE_PROGRAM_CACHE=off, trace every program "

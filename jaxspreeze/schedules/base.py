@@ -109,7 +109,9 @@ class Schedule(ABC):
 
     def _keys(self, seed: int | None) -> jax.Array:
         seed = self.cfg.seed if seed is None else seed
-        return jnp.stack([jax.random.key(seed + i) for i in range(self.cfg.num_seeds)])
+        # slot j is seed j % num_seeds of member j // num_seeds (a plain run: one member)
+        n = self.cfg.num_seeds
+        return jnp.stack([jax.random.key(seed + j % n) for j in range(self.cfg.slots)])
 
     def init(self, seed: int | None = None) -> TrainState:
         """A fresh state for all seeds (seed i uses ``cfg.seed + i``), placed on devices."""
@@ -126,7 +128,7 @@ class Schedule(ABC):
 
     def _init_keys(self) -> jax.ShapeDtypeStruct:
         """The init program's argument: the seeds' keys, abstract, on the default device."""
-        keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), self.cfg.num_seeds))
+        keys = jax.eval_shape(lambda: jax.random.split(jax.random.key(0), self.cfg.slots))
         device = jax.config.jax_default_device
         if not isinstance(device, jax.Device):
             device = jax.local_devices()[0]

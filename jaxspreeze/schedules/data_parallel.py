@@ -303,7 +303,7 @@ class DataParallel(DeviceSchedule):
     # ------------------------------------------------------------ the schedule API
     def init_abstract(self) -> TrainState:
         """The global shapes and dtypes of :meth:`init`'s state; nothing is allocated."""
-        return global_abstract(self.per_seed, self.shards, self.cfg.num_seeds)
+        return global_abstract(self.per_seed, self.shards, self.cfg.slots)
 
     def init(self, seed: int | None = None) -> TrainState:
         """A fresh state for all seeds (seed i uses ``cfg.seed + i``), on every device."""

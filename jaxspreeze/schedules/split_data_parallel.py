@@ -229,7 +229,7 @@ class SplitDataParallel(Split):
     # ------------------------------------------------------------ the schedule API
     def init_abstract(self) -> TrainState:
         """The global shapes and dtypes of :meth:`init`'s state; nothing is allocated."""
-        return global_abstract(self.per_seed, self.shards, self.cfg.num_seeds)
+        return global_abstract(self.per_seed, self.shards, self.cfg.slots)
 
     def _key_data(self, data: np.ndarray, side: str) -> jax.Array:
         """Raw key data ``[S, 2]``, replicated over ``side``'s mesh."""

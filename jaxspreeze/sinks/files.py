@@ -120,13 +120,15 @@ class JsonlSink:
 
 
 def csv_row(record: Record) -> dict[str, Any]:
-    """A record as CSV cells: per-seed lists become ``<name>_seed<i>`` columns, NaN empty."""
+    """A record as CSV cells: per-seed lists become ``<name>_seed<i>`` columns (a
+    population's per-member ones ``<name>_member<i>``), NaN empty."""
     row: dict[str, Any] = {}
     for key, value in clean(record).items():
-        if isinstance(value, list):
-            base = key.removesuffix("_per_seed")
+        if isinstance(value, list):  # a population's members: <name>_member<i>
+            per = "member" if key.endswith("_per_member") else "seed"
+            base = key.removesuffix("_per_seed").removesuffix("_per_member")
             for i, v in enumerate(value):
-                row[f"{base}_seed{i}"] = v
+                row[f"{base}_{per}{i}"] = v
         else:
             row[key] = value
     return {k: ("" if v is None else v) for k, v in row.items()}

@@ -1,0 +1,71 @@
+"""Member fields: the hyperparameters a population may vary per member (``jaxspreeze sweep``).
+
+A member field is a float field of an algorithm's config whose value lives in a leaf of
+the training state (a learning rate in its optimiser state, gamma and tau in the critic's
+leaves, the initial temperature in ``log_alpha``), so members that differ only in it run
+the same program. Each algorithm's :class:`~jaxspreeze.algos.base.AlgoSpec` lists its
+member fields and how a value is written into a fresh ``AgentState``
+(``setter(agent, value) -> agent``, one slot, ``value`` a float32 scalar).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+
+from jaxspreeze.algos import common
+from jaxspreeze.algos.base import AgentState
+
+Setter = Callable[[AgentState, jax.Array], AgentState]
+
+
+def _on(side: str, name: str, value: Callable[[jax.Array, jax.Array], jax.Array]) -> Setter:
+    """Replace leaf ``name`` of the ``side`` ('actor' or 'critic') by ``value(old, v)``."""
+
+    def setter(agent: AgentState, v: jax.Array) -> AgentState:
+        part = getattr(agent, side)
+        part = part._replace(**{name: value(getattr(part, name), v)})
+        return agent._replace(**{side: part})
+
+    return setter
+
+
+def leaf(side: str, name: str) -> Setter:
+    """Set a float32 scalar leaf (``gamma``, ``tau``, ...) to the value."""
+    return _on(side, name, lambda old, v: jnp.asarray(v, old.dtype))
+
+
+def log_leaf(side: str, name: str) -> Setter:
+    """Set a leaf that holds the log of the value (``log_alpha`` from ``init_alpha``)."""
+    return _on(side, name, lambda old, v: jnp.log(jnp.asarray(v, old.dtype)))
+
+
+def learning_rate(side: str, opt_state: str = "opt_state") -> Setter:
+    """Set the learning rate held in an optimiser state (``common.adam`` / ``adamw``)."""
+    return _on(side, opt_state, lambda old, v: common.set_learning_rate(old, v))
+
+
+def all_of(*setters: Setter) -> Setter:
+    """One value written by every setter (tau of both sides' targets, PPO's lr leaves)."""
+
+    def setter(agent: AgentState, v: jax.Array) -> AgentState:
+        for s in setters:
+            agent = s(agent, v)
+        return agent
+
+    return setter
+
+
+# what every algorithm with an actor and a critic optimiser shares
+ACTOR_CRITIC_LR = {
+    "actor_lr": learning_rate("actor"),
+    "critic_lr": learning_rate("critic"),
+    "gamma": leaf("critic", "gamma"),
+}
+# SAC and FastSAC: the temperature's learning rate and its first value
+TEMPERATURE = {
+    "alpha_lr": learning_rate("actor", "alpha_opt_state"),
+    "init_alpha": log_leaf("actor", "log_alpha"),
+}
