@@ -11,6 +11,7 @@ member fields and how a value is written into a fresh ``AgentState``
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -22,12 +23,19 @@ Setter = Callable[[AgentState, jax.Array], AgentState]
 
 
 def _on(side: str, name: str, value: Callable[[jax.Array, jax.Array], jax.Array]) -> Setter:
-    """Replace leaf ``name`` of the ``side`` ('actor' or 'critic') by ``value(old, v)``."""
+    """Replace leaf ``name`` of the ``side`` ('actor' or 'critic') by ``value(old, v)``.
+
+    A side wrapped around the algorithm's own state (``off_policy.ObsNormActor``: its
+    ``inner`` state and the observation statistics) is set inside the wrapper.
+    """
+
+    def replace(part: Any, v: jax.Array) -> Any:
+        if not hasattr(part, name) and hasattr(part, "inner"):
+            return part._replace(inner=replace(part.inner, v))
+        return part._replace(**{name: value(getattr(part, name), v)})
 
     def setter(agent: AgentState, v: jax.Array) -> AgentState:
-        part = getattr(agent, side)
-        part = part._replace(**{name: value(getattr(part, name), v)})
-        return agent._replace(**{side: part})
+        return agent._replace(**{side: replace(getattr(agent, side), v)})
 
     return setter
 
