@@ -148,6 +148,20 @@ def members_table(cfg: RunConfig, evals: list[Record], final: EvalResult | None)
     return table
 
 
+def with_members(
+    summary: Record, setup: Any, history: list[Record], host: HostThreads, ran: Ran, save: bool
+) -> Record:
+    """``summary`` with a population's ``members`` table and ``best_member``; with
+    ``save``, every member's ``policy-<m>.msgpack`` is written. ``setup``: the run's
+    ``starting.Setup``; ``history``: the records of the run before this process."""
+    evals = [r for r in history if r.get("kind") == "eval"] + host.builder.evals
+    table = members_table(setup.cfg, evals, ran.final)
+    if save:
+        actor = distributed.local_copy(ran.state.agent.actor)
+        save_members(setup.run.path, setup.cfg, setup.schedule.algo, actor, table)
+    return {**summary, "members": table, "best_member": best_member(table)}
+
+
 def best_member(table: list[Record]) -> int:
     """The member with the highest final return (else best return) of a members table."""
 

@@ -49,14 +49,7 @@ from jaxspreeze.records import Work
 from jaxspreeze.sinks import Sink
 from jaxspreeze.starting import BEFORE_SETUP, Setup, Started, budget_warnings, set_up, start
 from jaxspreeze.stopping import GracefulStop
-from jaxspreeze.summary import (
-    Ran,
-    best_member,
-    compiles,
-    members_table,
-    run_summary,
-    save_members,
-)
+from jaxspreeze.summary import Ran, compiles, run_summary, with_members
 from jaxspreeze.threads import HostThreads, start_threads
 from jaxspreeze.threads import sinks as run_sinks
 
@@ -233,26 +226,13 @@ def _run(
     if save:
         save_policy(run.path, distributed.local_copy(ran.state.agent.actor))
     if cfg.population:  # every member: its row in the summary and its own policy file
-        summary = _members(setup, started, host, ran, summary, save)
+        summary = with_members(summary, setup, started.history, host, ran, save)
     run.write_summary(summary)
     hint = stop.resume_hint(run.path, ran.steps) if stop and ran.stopped else None
     stopped = stopped_line(ran.stopped, run.path) or hint
     for line in console.end_lines(cfg, summary, run.path, stopped):
         say(line)
     return RunResult(run.path, summary, ran.state, schedule)
-
-
-def _members(
-    setup: Setup, started: Started, host: HostThreads, ran: Ran, summary: dict, save: bool
-) -> dict:
-    """The summary with a population's ``members`` table and ``best_member`` (whose
-    ``policy-<m>.msgpack`` files are written when ``save``)."""
-    evals = [r for r in started.history if r.get("kind") == "eval"] + host.builder.evals
-    table = members_table(setup.cfg, evals, ran.final)
-    if save:
-        actor = distributed.local_copy(ran.state.agent.actor)
-        save_members(setup.run.path, setup.cfg, setup.schedule.algo, actor, table)
-    return {**summary, "members": table, "best_member": best_member(table)}
 
 
 def _chunks(
