@@ -120,7 +120,8 @@ def test_each_network_reads_only_its_columns(algo, standins):
     algorithm = algos.get(algo).make(getattr(cfg, algo), spec, cfg)
     agent = jax.jit(algorithm.init)(jax.random.key(0))
     action_in = 0 if algos.get(algo).on_policy else spec.action_dim  # Q(s, a) reads a too
-    assert _first_layer_width(agent.actor.params) == 1
+    actor = getattr(agent.actor, "inner", agent.actor)  # inside observation normalisation
+    assert _first_layer_width(actor.params) == 1
     assert _first_layer_width(agent.critic.params) == 3 + action_in
     obs = jax.random.normal(jax.random.key(1), (5, 4))
     # as is; only the critic's columns moved; the actor's column moved
@@ -166,7 +167,8 @@ def test_sac_trains_asymmetric_and_its_policy_sees_only_the_actor_key(standins, 
     result = train(cfg, quiet=True)
     assert np.isfinite(result.summary["final_eval_return"])
     agent = result.state.agent
-    assert _first_layer_width(agent.actor.params) == 1  # leaves [S, ...]: the seed axis first
+    actor = getattr(agent.actor, "inner", agent.actor)  # inside observation normalisation
+    assert _first_layer_width(actor.params) == 1  # leaves [S, ...]: the seed axis first
     assert _first_layer_width(agent.critic.params) == 3 + 1
     saved = json.loads((result.run_dir / "config.json").read_text())
     assert saved["actor_obs_key"] == "" and saved["critic_obs_key"] == "privileged_state"

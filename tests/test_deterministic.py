@@ -20,7 +20,7 @@ PROBE = EnvSpec("probe", (2,), False, 1, (-2.0,), (2.0,), 10)
 
 
 def test_configs_keep_their_fields_and_defaults():
-    """DDPG's six hyperparameters are the shared ones; TD3 has the same and its three own."""
+    """DDPG's seven hyperparameters are the shared ones; TD3 has the same and its three own."""
     shared = {
         "actor_lr": 1e-3,
         "critic_lr": 1e-3,
@@ -28,6 +28,7 @@ def test_configs_keep_their_fields_and_defaults():
         "tau": 0.005,
         "exploration_noise": 0.1,
         "hidden": (256, 256),
+        "normalize_obs": False,
     }
     assert dataclasses.asdict(ddpg.DDPGConfig()) == shared
     own = {"policy_delay": 2, "target_noise": 0.2, "target_noise_clip": 0.5}
