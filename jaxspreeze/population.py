@@ -23,7 +23,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxspreeze import algos
 from jaxspreeze.algos.base import AgentState, AlgoSpec
 from jaxspreeze.errors import ConfigError
 
@@ -177,12 +176,12 @@ def member_table(cfg: Any) -> list[dict[str, float]]:
     return decode(cfg.population) if cfg.population else [{}]
 
 
-def apply_members(agent: AgentState, cfg: Any) -> AgentState:
+def apply_members(agent: AgentState, cfg: Any, spec: AlgoSpec) -> AgentState:
     """``agent`` (leaves ``[slots, ...]``) with each member's values written into its slots
-    (jitted by the caller; a plain run's agent comes back as it is)."""
+    by ``spec``'s setters, ``spec`` the run's algorithm (jitted by the caller; a plain
+    run's agent comes back as it is)."""
     if not cfg.population:
         return agent
-    spec = algos.get(cfg.algo)
     members = decode(cfg.population)
     names = list(members[0])
     setters = [spec.member_fields[n] for n in names]

@@ -174,7 +174,7 @@ def start(setup: Setup, say: Callable[[str], None], stop: GracefulStop | None) -
     evaluating = evaluate_ahead(schedule, setup.abstract) if main and setup.abstract else None
     state = schedule.init()
     if cfg.population:  # each member's values into its slots (a resume's template too)
-        agent = population.apply_members(jax.device_get(state.agent), cfg)
+        agent = population.apply_members(jax.device_get(state.agent), cfg, setup.plan.algo_spec)
         state = schedule.place(state._replace(agent=jax.device_get(agent)))
     if main and evaluating is None:
         evaluating = evaluate_ahead(schedule, state)
