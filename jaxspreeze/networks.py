@@ -21,17 +21,22 @@ LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
 class MLP(nn.Module):
-    """Dense layers with ReLU between them; ``out`` adds a final linear layer."""
+    """Dense layers with ReLU between them; ``out`` adds a final linear layer.
+
+    ``layer_norm``: a LayerNorm after every hidden Dense, before its ReLU (off: the
+    parameters are exactly the plain MLP's)."""
 
     hidden: Sequence[int]
     out: int | None = None
     out_scale: float = 1.0
+    layer_norm: bool = False
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         """``[B, in] -> [B, hidden[-1] or out]``."""
         for width in self.hidden:
-            x = nn.relu(nn.Dense(width)(x))
+            x = nn.Dense(width)(x)
+            x = nn.relu(nn.LayerNorm()(x) if self.layer_norm else x)
         if self.out is not None:
             init = nn.initializers.variance_scaling(self.out_scale, "fan_avg", "uniform")
             x = nn.Dense(self.out, kernel_init=init)(x)
@@ -105,6 +110,7 @@ def _ensemble(
     obs: jax.Array,
     action: jax.Array,
     obs_cols: Columns | None,
+    layer_norm: bool = False,
 ) -> jax.Array:
     """``num_qs`` independent MLPs of (obs, action) -> ``out``, stacked: ``[num_qs, B, out]``
     (called inside a compact module: the MLPs are its submodules)."""
@@ -117,7 +123,7 @@ def _ensemble(
         out_axes=0,
         axis_size=num_qs,
     )
-    return ensemble(hidden, out)(x)
+    return ensemble(hidden, out, layer_norm=layer_norm)(x)
 
 
 class QEnsemble(nn.Module):
@@ -144,11 +150,14 @@ class DistributionalQEnsemble(nn.Module):
     num_atoms: int
     num_qs: int = 2
     obs_cols: Columns | None = None  # the observation columns it reads
+    layer_norm: bool = False  # a LayerNorm after each hidden layer (MLP's)
 
     @nn.compact
     def __call__(self, obs: jax.Array, action: jax.Array) -> jax.Array:
         """``(obs [B, ...], action [B, A]) -> logits [num_qs, B, num_atoms]``."""
-        return _ensemble(self.hidden, self.num_atoms, self.num_qs, obs, action, self.obs_cols)
+        return _ensemble(
+            self.hidden, self.num_atoms, self.num_qs, obs, action, self.obs_cols, self.layer_norm
+        )
 
 
 class ValueNet(nn.Module):

@@ -102,9 +102,7 @@ def make(cfg: FastSACConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
     """Bind FastSAC to its config, env spec and the run's per-iteration update sizes."""
     v_min, v_max = float(cfg.v_min), float(cfg.v_max)
     actor = networks.TanhGaussianActor(cfg.actor_hidden, spec.action_dim, spec.actor_obs)
-    critic = networks.DistributionalQEnsemble(
-        cfg.critic_hidden, cfg.num_atoms, num_qs=2, obs_cols=spec.critic_obs
-    )
+    critic = fasttd3.critic_network(cfg, spec)
     scale, bias = networks.action_scale(spec.action_low, spec.action_high)
     actor_tx = common.adamw(cfg.actor_lr, cfg.weight_decay)
     critic_tx = common.adamw(cfg.critic_lr, cfg.weight_decay)

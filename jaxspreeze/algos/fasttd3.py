@@ -106,6 +106,8 @@ class RecipeConfig:
     """Hidden layer widths of the actor (the paper's on a GPU: 512 256 128)."""
     critic_hidden: tuple[int, ...] = field(default=(256, 256), metadata=base.kinds("shape"))
     """Hidden layer widths of each critic, wider than the actor (on a GPU: 1024 512 256)."""
+    critic_layer_norm: bool = field(default=False, metadata=base.kinds("shape"))
+    """A LayerNorm after each hidden layer of the critics (before the ReLU)."""
     normalize_obs: bool = field(default=True, metadata=base.kinds("shape", absent=False))
     """Normalise observations by running statistics (mean, variance) of those collected,
     kept on the actor side and saved with the policy (the buffer keeps raw ones); on in
@@ -257,6 +259,17 @@ def critic_metrics(
         **extra,
         "finite": common.all_finite(loss, gnorm).astype(jnp.float32),
     }
+
+
+def critic_network(cfg: RecipeConfig, spec: EnvSpec) -> networks.DistributionalQEnsemble:
+    """The recipe's twin categorical critic for ``spec``'s critic observation."""
+    return networks.DistributionalQEnsemble(
+        cfg.critic_hidden,
+        cfg.num_atoms,
+        num_qs=2,
+        obs_cols=spec.critic_obs,
+        layer_norm=cfg.critic_layer_norm,
+    )
 
 
 def noise_scales(seed: jax.Array, num_envs: int, low: float, high: float) -> jax.Array:
@@ -424,9 +437,7 @@ def make(cfg: FastTD3Config, spec: EnvSpec, run: Any) -> base.Algorithm:
     """Bind FastTD3 to its config, env spec and the run's per-iteration update sizes."""
     delay, v_min, v_max = cfg.policy_delay, float(cfg.v_min), float(cfg.v_max)
     actor = networks.DeterministicActor(cfg.actor_hidden, spec.action_dim, spec.actor_obs)
-    critic = networks.DistributionalQEnsemble(
-        cfg.critic_hidden, cfg.num_atoms, num_qs=2, obs_cols=spec.critic_obs
-    )
+    critic = critic_network(cfg, spec)
     scale, bias = networks.action_scale(spec.action_low, spec.action_high)
     actor_tx = common.adamw(cfg.actor_lr, cfg.weight_decay)
     critic_tx = common.adamw(cfg.critic_lr, cfg.weight_decay)
