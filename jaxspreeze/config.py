@@ -114,6 +114,16 @@ class _RunFields:
     ``field=value,field=value`` per member, each field a member field of the algorithm
     (docs/sweeps.md); every member trains num_seeds seeds in the same program. Empty: one
     member with the config's own values."""
+    pbt: bool = _is(False, "program_free")
+    """Population-based training of the population (``jaxspreeze sweep --pbt``, docs/sweeps.md):
+    every pbt_interval env steps the bottom pbt_quantile of the members copy the agent state
+    of members drawn from the top quantile and perturb the copied member-field values."""
+    pbt_interval: int = _is(0, "program_free")
+    """Env steps between PBT's exploit-and-explore steps, a whole number of chunks (0: ten
+    chunks)."""
+    pbt_quantile: float = _is(0.25, "program_free")
+    """The share of members (at least one) PBT replaces at each interval, and the share it
+    copies from; in (0, 0.5]."""
     placement: Literal["auto", "single", "split", "data", "split-data"] = "auto"
     """Device placement: split = actor and critic on two devices, single = one device, data =
     data-parallel over every device of every process (global num_envs, batch_size and

@@ -131,6 +131,10 @@ def plan(cfg: RunConfig, placement: Placement | None = None, *, on_devices: bool
     config.check_fields(cfg)
     env = _check_run(cfg, spec, given)
     planned = RunPlan(cfg, spec, env, schedule=_schedule_kind(cfg, spec, None))
+    if cfg.pbt:  # its interval: whole chunks of schedules.chunking's size
+        n = max(planned.num_iterations, 1)
+        k = math.ceil(n / math.ceil(n / cfg.chunk_iterations))
+        population.check_pbt(cfg, k * planned.steps_per_iteration)
     if placement is None and on_devices:
         placement = devices.resolve(cfg.placement)
     return planned if placement is None else planned.placed(placement)

@@ -208,3 +208,25 @@ def slot_keys(key: jax.Array, cfg: Any) -> jax.Array:
 def member_slots(cfg: Any, member: int) -> range:
     """The slots of ``member``: ``member * num_seeds + i``."""
     return range(member * cfg.num_seeds, (member + 1) * cfg.num_seeds)
+
+
+def check_pbt(cfg: Any, chunk_steps: int) -> None:
+    """ConfigError for population-based training that cannot run: fewer than 2 members, an
+    interval that is not a whole number of chunks (``chunk_steps`` env steps each), a
+    quantile outside (0, 0.5], a placement other than the fused one."""
+    if not cfg.pbt:
+        return
+    if cfg.members < 2:
+        raise ConfigError("pbt", "population-based training needs at least 2 members "
+                          "(give --grid or --sample)")  # fmt: skip
+    if cfg.pbt_interval < 0 or cfg.pbt_interval % chunk_steps:
+        raise ConfigError(
+            "pbt_interval",
+            f"must be a whole number of chunks: a multiple of {chunk_steps:,} env steps "
+            f"(iterations per chunk x num_envs x rollout_steps), got {cfg.pbt_interval:,}",
+        )
+    if not 0 < cfg.pbt_quantile <= 0.5:
+        raise ConfigError("pbt_quantile", f"must be in (0, 0.5], got {cfg.pbt_quantile}")
+    if cfg.placement not in ("auto", "single"):
+        raise ConfigError("placement", f"--pbt runs on the single-device placement so far, "
+                          f"not {cfg.placement}")  # fmt: skip

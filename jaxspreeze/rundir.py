@@ -58,6 +58,7 @@ RUN_FILES = (
     RESUMES,
     "metrics.jsonl",
     "metrics.csv",
+    "pbt.jsonl",
     "tb",
     "wandb",
     checkpoint.CHECKPOINTS,

@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 import jax
 
-from jaxspreeze import clock, console, distributed, hostenvs, metrics, schedules, terminal
+from jaxspreeze import clock, console, distributed, hostenvs, metrics, pbt, schedules, terminal
 from jaxspreeze.checkpointing import save_checkpoint
 from jaxspreeze.compiles import CompileLog
 from jaxspreeze.config import RunConfig
@@ -226,7 +226,8 @@ def _run(
     if save:
         save_policy(run.path, distributed.local_copy(ran.state.agent.actor))
     if cfg.population:  # every member: its row in the summary and its own policy file
-        summary = with_members(summary, setup, started.history, host, ran, save)
+        rows = with_members(summary, setup, started.history, host, ran, save)
+        summary = pbt.with_lineage(rows, setup)  # a PBT run: its values then and now
     run.write_summary(summary)
     hint = stop.resume_hint(run.path, ran.steps) if stop and ran.stopped else None
     stopped = stopped_line(ran.stopped, run.path) or hint
@@ -247,14 +248,9 @@ def _chunks(
     """Dispatch ``n_chunks`` chunks, with evaluations, checkpoints and stops at their
     boundaries; then the last checkpoint and the final evaluation (unless stopped)."""
     cfg, schedule, evaluator = setup.cfg, setup.schedule, host.evaluator
-    save = functools.partial(
-        save_checkpoint,
-        setup.run,
-        cfg,
-        host.tripwire,
-        host.metrics,
-        distributed.layout(setup.placement),
-    )
+    layout = distributed.layout(setup.placement)
+    save = functools.partial(save_checkpoint, setup.run, cfg, host.tripwire, host.metrics, layout)
+    population = pbt.PBT(setup)  # exploit and explore at its intervals (a no-op without --pbt)
     local = distributed.local_copy  # this process's copy of replicated arrays
     k, spi = schedule.iterations_per_chunk, setup.plan.steps_per_iteration
     state, steps, chunk = started.state, started.steps, started.first_chunk - 1
@@ -270,6 +266,7 @@ def _chunks(
             first_dispatch_s = time.perf_counter() - t_start
         host.chunk(chunk_metrics, chunk)
         steps_before, steps = steps, steps + k * spi
+        state = population.step(state, chunk_metrics, steps_before, steps)
         if evaluator is not None and not last and crossed(cfg.eval_every, steps_before, steps):
             evaluator.submit(local(state.agent.actor), env_steps=steps, chunk=chunk)
         if in_flight is not None:

@@ -117,8 +117,8 @@ RUN_GROUPS = (
     Group(
         "population",
         "Members that differ in the algorithm's member fields, in one program: `jaxspreeze "
-        "sweep` writes them (docs/sweeps.md).",
-        ("population",),
+        "sweep` writes them, with --pbt population-based training (docs/sweeps.md).",
+        ("population", "pbt", "pbt_interval", "pbt_quantile"),
     ),
     Group(
         "compile and programs",

@@ -1,0 +1,149 @@
+"""Population-based training (``jaxspreeze sweep --pbt``): exploit and explore between chunks.
+
+Tiny SAC runs on gymnax Pendulum with fixed seeds: 4 members x 2 seeds, a chunk of 100 env
+steps, a PBT step every 1,000 (the bottom quarter, one member, copies a top one).
+"""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+import jaxspreeze
+from jaxspreeze import pbt
+from jaxspreeze.config import from_dict
+from jaxspreeze.errors import ConfigError
+from jaxspreeze.trainer import train
+
+GRID = {"actor_lr": [1e-5, 1e-4, 1e-3, 3e-3], "gamma": [0.95]}
+
+
+def _cfg(tmp_path, name: str, **changes):
+    data = {
+        "total_steps": 2000,
+        "num_envs": 4,
+        "num_seeds": 2,
+        "learning_starts": 100,
+        "batch_size": 32,
+        "grad_steps": 1,
+        "buffer_size": 1_000,
+        "chunk_iterations": 25,
+        "eval_episodes": 2,
+        "eval_every": 0,
+        "logdir": str(tmp_path),
+        "run_name": name,
+        "sinks": ["jsonl"],
+        "sac": {"hidden": [16]},
+        "pbt": True,
+        "pbt_interval": 1000,
+        **changes,
+    }
+    return from_dict(data)
+
+
+def _raw(x):
+    return jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x
+
+
+def _leaves(tree):
+    return [np.asarray(_raw(x)) for x in jax.tree.leaves(tree)]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("pbt")
+    a = jaxspreeze.sweep(_cfg(tmp, "a"), grid=GRID, quiet=True)
+    b = jaxspreeze.sweep(_cfg(tmp, "b"), grid=GRID, quiet=True)
+    return tmp, a, b
+
+
+def test_a_bad_interval_is_refused_before_compile(tmp_path):
+    with pytest.raises(ConfigError, match="pbt_interval: must be a whole number of chunks"):
+        jaxspreeze.sweep(_cfg(tmp_path, "bad", pbt_interval=1050), grid=GRID, quiet=True)
+    with pytest.raises(ConfigError, match=r"pbt: .*at least 2 members"):
+        jaxspreeze.sweep(_cfg(tmp_path, "one"), grid={"actor_lr": [1e-3]}, quiet=True)
+    assert not (tmp_path / "bad").exists() and not (tmp_path / "one").exists()
+
+
+def test_choose_ranks_and_draws_from_the_seed():
+    cfg = _cfg("/tmp", "x", population=("actor_lr=0.001,gamma=0.9",) * 4)
+    values = [{"actor_lr": 1e-3 * (m + 1), "gamma": 0.9} for m in range(4)]
+    events = pbt.choose(cfg, values, [3.0, float("nan"), 1.0, 5.0], 1, 1000)
+    assert [(e["member"], e["copied"]) for e in events] == [(1, 3)]  # no episode: worst
+    (e,) = events
+    for name in ("actor_lr", "gamma"):
+        assert e["factors"][name] in (0.8, 1.25)
+        want = min(values[3][name] * e["factors"][name], 1.0)
+        assert e["new"][name] == float(np.float32(want))
+    assert pbt.choose(cfg, values, [3.0, float("nan"), 1.0, 5.0], 1, 1000) == events
+
+
+def test_exploit_copies_the_agent_state_and_explore_sets_the_values(runs):
+    _, a, _ = runs
+    cfg = from_dict(json.loads((a.run_dir / "config.json").read_text()))
+    event = {"member": 0, "copied": 2, "new": {"actor_lr": 2.5e-3, "gamma": 0.5}}
+    agent = a.state.agent
+    out = pbt.exploit_explore(agent, cfg, [event])
+    lr = lambda ag: np.asarray(optax.tree_utils.tree_get(ag.actor.opt_state, "learning_rate"))
+    np.testing.assert_array_equal(lr(out)[:2], np.float32(2.5e-3))
+    np.testing.assert_array_equal(np.asarray(out.critic.gamma)[:2], np.float32(0.5))
+    np.testing.assert_array_equal(lr(out)[2:], lr(agent)[2:])
+    # every other leaf: slots 0, 1 hold slots 4, 5 bitwise; slots 2.. are untouched
+    fields = lambda ag: ag._replace(
+        actor=ag.actor._replace(opt_state=None), critic=ag.critic._replace(gamma=None)
+    )
+    for x, y in zip(_leaves(fields(out)), _leaves(fields(agent)), strict=True):
+        assert x[:2].tobytes() == y[4:6].tobytes()
+        assert x[2:].tobytes() == y[2:].tobytes()
+
+
+def test_the_lineage_and_the_summary_say_what_was_copied(runs):
+    _, a, _ = runs
+    events = pbt.read_lineage(a.run_dir)
+    assert [e["env_steps"] for e in events] == [1000, 2000]
+    for e in events:
+        assert e["copied"] != e["member"]
+        assert set(e["new"]) == {"actor_lr", "gamma"}
+    rows = a.summary["members"]
+    assert [r["initial_values"]["actor_lr"] for r in rows] == GRID["actor_lr"]
+    last = events[-1]
+    assert rows[last["member"]]["values"] == last["new"]
+    assert a.summary["pbt"]["copies"] == 2 and a.summary["pbt"]["interval"] == 1000
+    # the final state holds the lineage's values (member m's seeds: slots 2m, 2m + 1)
+    lr = np.asarray(optax.tree_utils.tree_get(a.state.agent.actor.opt_state, "learning_rate"))
+    for r in rows:
+        m = r["member"]
+        np.testing.assert_array_equal(lr[2 * m : 2 * m + 2], np.float32(r["values"]["actor_lr"]))
+
+
+def test_the_same_seed_gives_the_same_lineage_and_states(runs):
+    _, a, b = runs
+    assert pbt.read_lineage(a.run_dir) == pbt.read_lineage(b.run_dir)
+    for x, y in zip(_leaves(a.state), _leaves(b.state), strict=True):
+        assert x.tobytes() == y.tobytes()
+
+
+@pytest.mark.slow
+def test_a_resume_at_an_interval_boundary_is_bitwise(runs):
+    tmp, a, _ = runs
+    half = jaxspreeze.sweep(_cfg(tmp, "half", total_steps=1000), grid=GRID, quiet=True)
+    cfg = from_dict(json.loads((half.run_dir / "config.json").read_text()))
+    resumed = train(cfg.replace(total_steps=2000), quiet=True, resume=half.run_dir)
+    for x, y in zip(_leaves(resumed.state), _leaves(a.state), strict=True):
+        assert x.tobytes() == y.tobytes()
+    assert pbt.read_lineage(resumed.run_dir) == pbt.read_lineage(a.run_dir)
+
+
+def test_the_cli_refuses_a_bad_interval_in_one_line(run_main, tmp_path):
+    args = ["sweep", "--grid", "sac.actor_lr=1e-4,1e-3", "--pbt", "--total-steps", "4000",
+            "--logdir", str(tmp_path)]  # fmt: skip
+    out = run_main(*args, "--pbt-interval", "1001")
+    assert out.returncode == 2
+    assert out.stderr.strip().count("\n") == 0 and "--pbt-interval" in out.stderr
+    out = run_main(*args, "--pbt-quantile", "0.7")
+    assert out.returncode == 2 and "--pbt-quantile" in out.stderr
+    assert list(tmp_path.iterdir()) == []
