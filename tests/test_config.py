@@ -54,6 +54,9 @@ BAD: list[tuple[dict, str]] = [
     ({"population": ("hidden=16.0",)}, "population"),  # not a member field (a shape one)
     ({"population": ("gamma=0.9", "tau=0.1")}, "population"),  # members set other fields
     ({"population": ("gamma=2.0",)}, "sac.gamma"),  # the algorithm's own check, member 0
+    ({"pbt": True}, "pbt"),  # population-based training of a single member
+    ({"pbt": True, "population": ("gamma=0.9", "gamma=0.8"), "pbt_interval": 7}, "pbt_interval"),
+    ({"pbt": True, "population": ("gamma=0.9", "gamma=0.8"), "pbt_quantile": 0.6}, "pbt_quantile"),
     ({"placement": "dual"}, "placement"),
     ({"host_workers": 0}, "host_workers"),
     ({"host_stall_timeout_s": 0.0}, "host_stall_timeout_s"),
