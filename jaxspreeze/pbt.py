@@ -4,7 +4,7 @@ Every ``pbt_interval`` env steps (a whole number of chunks; at the first chunk b
 or past each multiple, the last chunk's included) the members are ranked by their
 training episode return over the interval (the mean over the episodes each slot finished
 since the last PBT step, then over the member's seeds; a member with no finished episode
-ranks last). Each member of the bottom ``pbt_quantile`` (at least one member) copies the
+ranks last; when no member finished one, the step is skipped). Each member of the bottom ``pbt_quantile`` (at least one member) copies the
 whole agent state (parameters, optimiser states, targets, hyperparameter leaves,
 observation statistics) of a member drawn from the top quantile, seed i from seed i; its
 replay buffer, envs and keys stay its own. Then each copied member-field value is
@@ -79,6 +79,8 @@ def choose(
     cfg: Any, values: list[dict[str, float]], scores: list[float], index: int, env_steps: int
 ) -> list[Record]:
     """The lineage events of PBT step ``index``: who copies whom, the old and new values."""
+    if all(math.isnan(s) for s in scores):
+        return []  # no member finished an episode in the interval: nothing to rank
     n = max(1, int(cfg.members * cfg.pbt_quantile))
     rank = sorted(range(cfg.members), key=lambda m: (_key(scores[m]), m))  # worst first
     bottom, top = rank[:n], rank[-n:]
@@ -130,6 +132,8 @@ def exploit_explore(agent: AgentState, cfg: Any, events: list[Record]) -> AgentS
     written = jax.vmap(one)(copied, jnp.asarray(rows))
 
     def pick(old: jax.Array, new: jax.Array) -> jax.Array:
+        if jax.dtypes.issubdtype(old.dtype, jax.dtypes.prng_key):
+            return old  # keys: no setter writes one, the copy is all
         return jnp.where(mask.reshape((-1,) + (1,) * (old.ndim - 1)), new, old)
 
     return jax.tree.map(pick, copied, written)

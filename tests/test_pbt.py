@@ -80,6 +80,7 @@ def test_choose_ranks_and_draws_from_the_seed():
         want = min(values[3][name] * e["factors"][name], 1.0)
         assert e["new"][name] == float(np.float32(want))
     assert pbt.choose(cfg, values, [3.0, float("nan"), 1.0, 5.0], 1, 1000) == events
+    assert pbt.choose(cfg, values, [float("nan")] * 4, 2, 2000) == []  # nothing to rank
 
 
 def test_exploit_copies_the_agent_state_and_explore_sets_the_values(runs):
