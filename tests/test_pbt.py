@@ -12,6 +12,7 @@ import jax
 import numpy as np
 import optax
 import pytest
+from test_sweep import _cfg as sweep_cfg
 
 import jaxspreeze
 from jaxspreeze import pbt
@@ -23,26 +24,10 @@ GRID = {"actor_lr": [1e-5, 1e-4, 1e-3, 3e-3], "gamma": [0.95]}
 
 
 def _cfg(tmp_path, name: str, **changes):
-    data = {
-        "total_steps": 2000,
-        "num_envs": 4,
-        "num_seeds": 2,
-        "learning_starts": 100,
-        "batch_size": 32,
-        "grad_steps": 1,
-        "buffer_size": 1_000,
-        "chunk_iterations": 25,
-        "eval_episodes": 2,
-        "eval_every": 0,
-        "logdir": str(tmp_path),
-        "run_name": name,
-        "sinks": ["jsonl"],
-        "sac": {"hidden": [16]},
-        "pbt": True,
-        "pbt_interval": 1000,
-        **changes,
-    }
-    return from_dict(data)
+    """test_sweep's tiny SAC run, 2,000 env steps, 2 seeds, a PBT step every 10 chunks."""
+    pbt_run = {"total_steps": 2000, "num_seeds": 2, "grad_steps": 1, "eval_every": 0}
+    base = {**pbt_run, "sinks": ["jsonl"], "pbt": True, "pbt_interval": 1000}
+    return sweep_cfg(tmp_path, name, **{**base, **changes})
 
 
 def _raw(x):
