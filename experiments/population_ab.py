@@ -3,6 +3,10 @@ interleaved rounds, comparing each side's training time (summary.json train_s) a
 processes' CPU time (getrusage of the children).
 
     PYTHONPATH=. JAX_PLATFORMS=cpu python experiments/population_ab.py OUT [--steps 4000] [--rounds 2]
+        [--grid4]
+
+``--grid4``: the 4 x 4 grid of sweep_cpu.md (16 members); each round runs half the single
+runs, then the sweep, then the other half, so that the two sides share the load.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import time
 from pathlib import Path
 
 LRS = ("0.0003", "0.003")
+LRS4 = ("0.0003", "0.001", "0.003", "0.01")
 
 
 def run(argv: list[str], out: Path, name: str) -> dict:
@@ -37,20 +42,21 @@ def run(argv: list[str], out: Path, name: str) -> dict:
     }
 
 
-def main(out: Path, steps: int, rounds: int) -> None:
+def main(out: Path, steps: int, rounds: int, lrs: tuple[str, ...] = LRS) -> None:
     os.environ["JAXSPREEZE_PROGRAM_CACHE"] = "off"
     common = ["--total-steps", str(steps), "--sinks", "jsonl", "--logdir", str(out)]
-    grid = ["--grid", f"sac.actor_lr={','.join(LRS)}", "--grid", f"sac.critic_lr={','.join(LRS)}"]
+    grid = ["--grid", f"sac.actor_lr={','.join(lrs)}", "--grid", f"sac.critic_lr={','.join(lrs)}"]
+    pairs = list(itertools.product(lrs, lrs))
+    half = len(pairs) // 2 if len(lrs) > 2 else 0
     rows = []
     for r in range(rounds):
         up = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+        single = lambda i, a, c: run(
+            ["train", "--sac.actor-lr", a, "--sac.critic-lr", c, *common], out, f"single{r}_{i}"
+        )
+        singles = [single(i, a, c) for i, (a, c) in enumerate(pairs[:half])]
         sweep = run(["sweep", *grid, *common], out, f"sweep{r}")
-        singles = [
-            run(
-                ["train", "--sac.actor-lr", a, "--sac.critic-lr", c, *common], out, f"single{r}_{i}"
-            )
-            for i, (a, c) in enumerate(itertools.product(LRS, LRS))
-        ]
+        singles += [single(half + i, a, c) for i, (a, c) in enumerate(pairs[half:])]
         row = {
             "round": r,
             "uptime": up,
@@ -70,4 +76,5 @@ if __name__ == "__main__":
         Path(a[0]),
         int(a[a.index("--steps") + 1]) if "--steps" in a else 4000,
         int(a[a.index("--rounds") + 1]) if "--rounds" in a else 2,
+        LRS4 if "--grid4" in a else LRS,
     )
