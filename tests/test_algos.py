@@ -203,12 +203,14 @@ def test_registry_lists_every_algorithm_once():
         "num_atoms",
         "actor_hidden",
         "critic_hidden",
+        "critic_layer_norm",
         "normalize_obs",
     )
     assert fields_of("shape", algos.get("fastsac").config_cls) == (
         "num_atoms",
         "actor_hidden",
         "critic_hidden",
+        "critic_layer_norm",
         "normalize_obs",
     )
     with pytest.raises(ValueError, match="defaults must give exactly"):

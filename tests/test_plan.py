@@ -32,11 +32,14 @@ PROGRAM_FREE = {
     "autotune_budget_s",
     "host_stall_timeout_s",
     "stop_at_return",
+    "pbt",
+    "pbt_interval",
+    "pbt_quantile",
 }
 ALGO_SHAPE = {"sac": {"hidden", "normalize_obs"}, "td3": {"hidden", "normalize_obs"},
               "ddpg": {"hidden", "normalize_obs"}, "ppo": {"hidden", "normalize_obs", "policy", "tanh_std"},
-              "fasttd3": {"num_atoms", "actor_hidden", "critic_hidden", "normalize_obs"},
-              "fastsac": {"num_atoms", "actor_hidden", "critic_hidden", "normalize_obs"}}  # fmt: skip
+              "fasttd3": {"num_atoms", "actor_hidden", "critic_hidden", "critic_layer_norm", "normalize_obs"},
+              "fastsac": {"num_atoms", "actor_hidden", "critic_hidden", "critic_layer_norm", "normalize_obs"}}  # fmt: skip
 
 
 def test_field_sets_are_pinned():
