@@ -12,6 +12,7 @@ member 0 bitwise equal (the other members do not leak into it).
 from __future__ import annotations
 
 import json
+import re
 
 import jax
 import numpy as np
@@ -270,6 +271,11 @@ def test_eval_and_render_pick_a_member(pop, run_main):
     out = run_main("eval", str(result.run_dir), "--member", "1", "--episodes", "2")
     assert out.returncode == 0 and "member 1" in out.stdout
     assert out.stdout.count(" seed ") == 2, out.stdout
+    text = [float(x) for x in re.findall(r"seed \d: return (-?[\d.]+)", out.stdout)]
+    out = run_main("eval", str(result.run_dir), "--member", "1", "--episodes", "2", "--json")
+    record = json.loads(out.stdout)  # the JSON holds member 1's seeds only, as the text
+    assert record["member"] == 1 and len(record["return_mean"]) == 2
+    assert [round(x, 2) for x in record["return_mean"]] == text
     out = run_main("eval", str(result.run_dir), "--member", "2")
     assert out.returncode == 2 and "the run has 2 member(s)" in out.stderr
 

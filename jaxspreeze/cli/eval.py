@@ -61,12 +61,15 @@ def main(argv: Sequence[str]) -> int:
         return fail(str(e))
     for path, why in result["damaged"]:
         print(f"jaxspreeze: warning: skipped damaged checkpoint {path}: {why}", file=sys.stderr)
+    if slots is not None:  # a population's member: its slots, in the JSON too
+        for name in ("return_mean", "return_std", "length_mean"):
+            result[name] = result[name][slots.start : slots.stop]
+        result["member"] = args.member
     if args.as_json:
         print(json.dumps(result))
         return 0
     means, stds = result["return_mean"], result["return_std"]
-    if slots is not None:  # a population's member: its slots
-        means, stds = means[slots.start : slots.stop], stds[slots.start : slots.stop]
+    if slots is not None:
         print(f"member {args.member} (its seeds):")
     print(f"checkpoint: {result['checkpoint']} ({result['env_steps']} env steps per seed)")
     for i, (m, s) in enumerate(zip(means, stds, strict=True)):
