@@ -149,9 +149,10 @@ class AlgoSpec:
     - ``on_policy``: learns from the fresh rollout (no replay buffer, no warm-up).
     - ``defaults``: its value of every run-level size in :data:`RUN_SIZES`, used where the
       user set none (``config.resolve``).
-    - ``accelerator_defaults``: the sizes that differ on a GPU or TPU (JAX's default
-      backend when the config is resolved), e.g. the fast recipes' 1,024 envs and batch
-      32,768; empty: the same everywhere.
+    - ``accelerator_defaults``: given, the sizes that differ on a GPU or TPU (JAX's
+      default backend when the config is resolved), e.g. the fast recipes' 1,024 envs and
+      batch 32,768; empty: the same everywhere. Stored as every size on an accelerator
+      (``defaults`` with these over them), which :func:`defaults_on` returns.
     - ``supports(env_spec) -> str | None``: why it cannot train that env (None: it can).
     - ``validate(cfg, prefix, run) -> None``: ConfigError naming ``<prefix><field>`` for
       a bad hyperparameter; ``run`` is the resolved RunConfig when this algorithm is the
