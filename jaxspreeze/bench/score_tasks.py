@@ -85,6 +85,14 @@ _BRAX_ENVS = {  # env: (name, SAC's eval_every, eval_episodes)
     "brax/halfcheetah": ("brax_halfcheetah", 2_000, 4),
 }
 _PPO_EVAL_EVERY = 16_384
+_FAST_ENVS = {  # env: (preset name, eval_every, eval_episodes), as SAC's row of the env
+    "gymnax/Pendulum-v1": ("pendulum", 1_000, 16),
+    "brax/inverted_pendulum": ("inverted_pendulum", 2_000, 8),
+    "brax/reacher": ("reacher", 2_000, 8),
+    "brax/halfcheetah": ("brax_halfcheetah", 2_000, 4),
+    "playground/CheetahRun": ("cheetah_run", 4_000, 4),
+    "gymnasium/HalfCheetah-v5": ("halfcheetah", 5_000, 5),
+}
 
 ROWS: dict[str, ScoreTask] = {
     t.name: t
@@ -108,13 +116,28 @@ ROWS: dict[str, ScoreTask] = {
         ),
         _task("sac", "gymnasium/HalfCheetah-v5", "sac_halfcheetah", 5_000, eval_episodes=5),
         _task("td3", "gymnasium/HalfCheetah-v5", "td3_halfcheetah", 5_000, eval_episodes=5),
+        # the fast recipes (FastTD3, FastSAC; no peer runs them): beside SAC/TD3's rows of
+        # the same env, evaluated as often, presets fast<algo>_<name>
+        *(
+            _task(algo, env, f"{algo}_{name}", every, eval_episodes=episodes)
+            for env, (name, every, episodes) in _FAST_ENVS.items()
+            for algo in ("fasttd3", "fastsac")
+        ),
     )
 }
 
 # the rows experiments/time_to_score.py runs (brax and Playground: jaxspreeze beside brax)
-BRAX_ROWS = tuple(n for n, t in ROWS.items() if t.family in ("brax", "playground"))
+BRAX_ROWS = tuple(
+    n for n, t in ROWS.items() if t.family in ("brax", "playground") and t.algo in ("sac", "ppo")
+)
 
 
 def select(patterns: list[str] | tuple[str, ...]) -> list[ScoreTask]:
-    """The rows whose name contains any of ``patterns`` (all of them when none)."""
-    return [t for n, t in ROWS.items() if not patterns or any(p in n for p in patterns)]
+    """The rows whose name contains any of ``patterns`` (all of them when none); a pattern
+    that is a row's whole name selects that row only (``sac-Pendulum-v1``, not also
+    ``fastsac-Pendulum-v1``)."""
+
+    def chosen(name: str, pattern: str) -> bool:
+        return name == pattern if pattern in ROWS else pattern in name
+
+    return [t for n, t in ROWS.items() if not patterns or any(chosen(n, p) for p in patterns)]

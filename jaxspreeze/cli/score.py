@@ -30,7 +30,8 @@ class ScoreArgs:
     """The options of ``jaxspreeze score``."""
 
     rows: Annotated[tuple[str, ...], tyro.conf.arg(metavar="ROW [ROW ...]")] = ()
-    """Rows whose name contains any of these (default: every row; see --list)."""
+    """Rows whose name contains any of these (a whole row name: that row only; default:
+    every row; see --list)."""
     list_rows: Annotated[bool, tyro.conf.arg(name="list")] = False
     """List the rows with their sides (and which are not installed) and exit."""
     seeds: int = 3
