@@ -160,7 +160,7 @@ def markdown(doc: Record) -> str:
     lines += [
         "",
         f"Machine: {doc.get('hardware', '')}. Scale: {doc.get('scale')}. Seeds: "
-        f"{doc.get('seeds')}. Sides interleaved seed by seed (order in the JSON's `runs`).",
+        f"{doc.get('seeds')}. Sides and rows interleaved seed by seed (order in the JSON's `runs`).",
         "",
         "Medians over seeds; a seed that never reached the threshold counts as never "
         "(a median is shown when at least half reached it).",

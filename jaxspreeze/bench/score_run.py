@@ -1,13 +1,14 @@
 """``jaxspreeze score``'s runs: every side of every row, each seed, cold then warm cache,
 each in its own process, interleaved so that the sides share the machine's load.
 
-The order, per row: for each seed, the cold runs of every side, then their warm runs
-(``jaxspreeze cold, brax cold, jaxspreeze warm, brax warm``, then the next seed). A cold
+The order: for each seed, every row in turn, and on a row the cold runs of every side,
+then their warm runs (``jaxspreeze cold, brax cold, jaxspreeze warm, brax warm``, then the
+next row; every row's seed 0 before any seed 1), so rows share the load as sides do. A cold
 run gets a fresh compile-cache directory; the warm run of the same side and seed runs
 again on it. Each run is ``python -m jaxspreeze.bench.score_child`` started with the
 ``time.time()`` of its start, so its wall counts the interpreter, imports and compilation.
 This process imports no JAX. After every run ``score.json`` and ``score.md`` are written
-again (the table so far); after every row its plot, ``<row>.png``.
+again (the table so far), and the row's plot, ``<row>.png``.
 """
 
 from __future__ import annotations
@@ -89,11 +90,13 @@ def plan_sides(
 def order(
     tasks: Sequence[ScoreTask], active: dict[str, list[str]], seeds: int, caches: Sequence[str]
 ) -> list[tuple[ScoreTask, int, str, str]]:
-    """The runs in the order they run: (row, seed, cache, side)."""
+    """The runs in the order they run: (row, seed, cache, side), seed by seed over every
+    row, so that the rows (a fast recipe's and SAC's on one env) share the machine's load
+    as the sides of one row do."""
     return [
         (task, seed, cache, side)
-        for task in tasks
         for seed in range(seeds)
+        for task in tasks
         for cache in caches
         for side in active[task.name]
     ]
@@ -209,11 +212,9 @@ def run(
             entry |= run_one(task, side, seed, cache_dir, scale, total_steps, timeout_s)
             doc["runs"].append(entry)
             say(_line(entry))
-            last_of_row = i + 1 == len(runs_planned) or runs_planned[i + 1][0] is not task
-            if last_of_row:
-                png = score_rows.plot(task.name, doc["runs"], out / f"{task.name}.png")
-                if png is not None:
-                    doc["plots"].append(str(png))
+            png = score_rows.plot(task.name, doc["runs"], out / f"{task.name}.png")
+            if png is not None and str(png) not in doc["plots"]:
+                doc["plots"].append(str(png))
             write(doc, out)
     finally:
         shutil.rmtree(root, ignore_errors=True)
