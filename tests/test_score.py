@@ -255,3 +255,19 @@ def test_a_real_tiny_row_end_to_end(tmp_path):
     if "rejax" not in sides:
         assert [k["side"] for k in doc["skipped"]] == ["rejax"]
     assert (out / f"{ROW}.png").exists() and "| jaxspreeze |" in (out / "score.md").read_text()
+
+
+@pytest.mark.parametrize("row", ["sac-Pendulum-v1", "td3-Pendulum-v1", "ppo-CartPole-v1"])
+def test_rejax_options_give_each_network_its_own_table(row):
+    """rejax's create_agent pops "activation" from a network's table and writes the function
+    back: two networks sharing one table (TD3's actor and critic) broke the second."""
+    from jaxspreeze.bench import score, score_peers
+
+    task = score_tasks.ROWS[row]
+    first = score_peers._rejax_config(score.preset_config(task), task)
+    tables = [v for k, v in first.items() if k.endswith("_kwargs")]
+    assert tables and len({id(t) for t in tables}) == len(tables)
+    for t in tables:  # what rejax does to them
+        t["activation"] = getattr(__import__("flax").linen, t.pop("activation"))
+    again = score_peers._rejax_config(score.preset_config(task), task)
+    assert all(v["activation"] == "relu" for k, v in again.items() if k.endswith("_kwargs"))

@@ -97,11 +97,17 @@ def _rejax_td3(cfg: Any, a: Any) -> dict[str, Any]:
     )
 
 
-_RELU = {"activation": "relu"}
+def _relu() -> dict[str, Any]:
+    """A network's keyword table naming ReLU: a new dict each time, as rejax's
+    ``create_agent`` pops "activation" from it and writes the function back (one table
+    shared by TD3's actor and critic made the critic's lookup fail)."""
+    return {"activation": "relu"}
+
+
 _REJAX_NETWORKS: dict[str, Callable[[Any], dict[str, Any]]] = {  # by jaxspreeze's algo
-    "sac": lambda a: dict(hidden_layer_sizes=tuple(a.hidden), agent_kwargs=_RELU),
-    "td3": lambda a: dict(actor_kwargs=_RELU, critic_kwargs=_RELU),
-    "ppo": lambda a: dict(agent_kwargs=dict(_RELU, hidden_layer_sizes=tuple(a.hidden))),
+    "sac": lambda a: dict(hidden_layer_sizes=tuple(a.hidden), agent_kwargs=_relu()),
+    "td3": lambda a: dict(actor_kwargs=_relu(), critic_kwargs=_relu()),
+    "ppo": lambda a: dict(agent_kwargs=dict(_relu(), hidden_layer_sizes=tuple(a.hidden))),
 }
 _REJAX_UPDATES: dict[str, Callable[[Any, Any], dict[str, Any]]] = {
     "sac": _rejax_replay,
