@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -35,7 +34,8 @@ from jaxspreeze.algos.base import AgentState
 from jaxspreeze.errors import ConfigError
 from jaxspreeze.types import Record
 
-LINEAGE = "pbt.jsonl"
+LINEAGE = population.LINEAGE
+read_lineage = population.read_lineage
 SALT = 104_729  # the PBT draws' seed is (seed, SALT, interval index)
 FACTORS = (0.8, 1.25)
 RANGES = {"gamma": (0.0, 1.0), "tau": (0.0, 1.0), "gae_lambda": (0.0, 1.0)}
@@ -45,14 +45,6 @@ KEPT = ("init_alpha",)  # start values: copied with the state, never perturbed
 def interval(cfg: Any, chunk_steps: int) -> int:
     """The env steps between PBT steps (``pbt_interval``, 0: ten chunks)."""
     return cfg.pbt_interval or 10 * chunk_steps
-
-
-def read_lineage(run_dir: Path) -> list[Record]:
-    """The lineage events of ``run_dir`` (none without a ``pbt.jsonl``)."""
-    path = Path(run_dir) / LINEAGE
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def replay(cfg: Any, events: list[Record]) -> list[dict[str, float]]:

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import math
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -26,6 +28,7 @@ import numpy as np
 from jaxspreeze.algos.base import AgentState, AlgoSpec
 from jaxspreeze.errors import ConfigError
 
+LINEAGE = "pbt.jsonl"  # a PBT run's lineage: one line per copy (jaxspreeze.pbt)
 DISTRIBUTIONS = ("log-uniform", "uniform")
 SAMPLE_SALT = 7_919  # the sampler's seed is the run's seed plus this (not an env's key)
 
@@ -230,3 +233,18 @@ def check_pbt(cfg: Any, chunk_steps: int) -> None:
     if cfg.placement not in ("auto", "single"):
         raise ConfigError("placement", f"--pbt runs on the single-device placement so far, "
                           f"not {cfg.placement}")  # fmt: skip
+
+
+def read_lineage(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The PBT lineage events of ``run_dir`` (none without a ``pbt.jsonl``; a line cut
+    short by a crash is skipped)."""
+    path = Path(run_dir) / LINEAGE
+    if not path.exists():
+        return []
+    events = []
+    for line in filter(str.strip, path.read_text().splitlines()):
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return events
