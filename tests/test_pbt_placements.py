@@ -51,6 +51,17 @@ def test_pbt_on_data_parallel_keeps_the_agent_replicated(found):
     assert [e["env_steps"] for e in data["lineage"]] == [1000, 2000]
 
 
+@pytest.mark.slow
+def test_pbt_on_split_data_is_the_data_parallel_run(found, tmp_path):
+    """Four devices, two actor/critic pairs: the same copies and the same agent, bitwise, as
+    data parallelism over two devices (each side's replicas equal after every chunk)."""
+    four = fake_devices.run_worker(WORKER, str(tmp_path), "split-data", devices=4, timeout=1200)
+    both, data = four["split-data"], found["data"]
+    assert both["actor_devices"] == [0, 1] and both["critic_devices"] == [2, 3]
+    assert both["replicated"] and both["lr_holds_the_lineage"]
+    assert both["lineage"] == data["lineage"] and both["agent"] == data["agent"]
+
+
 def _placement(processes: list[int], kind: str = "data"):
     devices = np.array([SimpleNamespace(process_index=p) for p in processes])
     return SimpleNamespace(mesh=SimpleNamespace(devices=devices), critic_mesh=None, kind=kind)
