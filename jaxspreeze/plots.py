@@ -302,13 +302,15 @@ def lineage_figure(
         bars = LineCollection(lines, cmap="viridis", norm=norm, linewidths=width)
         bars.set_array(np.asarray(shades, float))
         ax.add_collection(bars)
-        for e in events:
-            t, src, dst = float(e["env_steps"]), e["copied"], e["member"]
-            ax.annotate("", xy=(t, dst), xytext=(t, src),
-                        arrowprops={"arrowstyle": "-|>", "color": "C3", "lw": 1.2,
-                                    "connectionstyle": "arc3,rad=0.25", "shrinkA": 2,
-                                    "shrinkB": 2})  # fmt: skip
-            if len(events) <= _LABELLED:
+        few = len(events) <= _LABELLED  # many copies: thin straight arrows, no labels
+        arrow = {"arrowstyle": "-|>", "color": "C3", "lw": 1.2 if few else 0.6,
+                 "alpha": 1.0 if few else 0.6, "shrinkA": 2, "shrinkB": 2,
+                 "connectionstyle": f"arc3,rad={0.25 if few else 0}"}  # fmt: skip
+        for e, t in zip(events, _spread(events), strict=True):
+            src, dst = e["copied"], e["member"]
+            drawn = ax.annotate("", xy=(t, dst), xytext=(t, src), arrowprops=arrow)
+            drawn.arrow_patch.set_clip_box(ax.bbox)  # an arc at the last step stays inside
+            if few:
                 ax.annotate(f"{e['new'][name]:.3g}", (t, dst), xytext=(3, 3),
                             textcoords="offset points", fontsize=7, color="C3")  # fmt: skip
         fig.colorbar(bars, ax=ax, label=name, pad=0.01)
@@ -321,6 +323,20 @@ def lineage_figure(
         ax.set_xlabel("env steps (per seed)")
         ax.grid(axis="x", alpha=0.3)
     return fig
+
+
+def _spread(events: Sequence[Record]) -> list[float]:
+    """Where to draw each copy's arrow: at its step, the copies of one step spread over a
+    third of the gap between steps around it (so that they do not hide each other)."""
+    steps = sorted({float(e["env_steps"]) for e in events})
+    gap = min(np.diff(steps), default=steps[0] if steps else 1.0) or 1.0
+    at: list[float] = []
+    for e in events:
+        t = float(e["env_steps"])
+        same = [i for i, f in enumerate(events) if float(f["env_steps"]) == t]
+        k, j = len(same), same.index(len(at))
+        at.append(t + (gap / 3) * ((j + 0.5) / k - 0.5) if k > 1 else t)
+    return at
 
 
 def compare_runs(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
