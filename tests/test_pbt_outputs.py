@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import jax
+import numpy as np
 import pytest
 from test_pbt import GRID
 from test_pbt import _cfg as pbt_cfg
@@ -87,3 +89,24 @@ def json_cfg(run_dir):
     from jaxspreeze.config import from_dict
 
     return from_dict(json.loads((run_dir / "config.json").read_text()))
+
+
+def test_the_host_copy_of_a_spread_agent_makes_the_same_copies(runs):
+    """What the split and data-parallel placements run (pbt.placed_exploit_explore: the agent
+    through the host and laid out again) gives the on-device copies bitwise."""
+    run = runs[0]
+    cfg = json_cfg(run.run_dir)
+    events = [{"member": 3, "copied": 1, "new": {"actor_lr": 2.5e-3, "gamma": 0.5}}]
+    agent = run.state.agent
+    device = jax.devices()[0]
+    laid_out = []
+
+    def place(tree):
+        laid_out.append(tree)
+        return jax.device_put(tree, device)
+
+    got = pbt.placed_exploit_explore(agent, cfg, events, place)
+    want = pbt.exploit_explore(agent, cfg, events)
+    assert laid_out and jax.tree.structure(got) == jax.tree.structure(want)
+    for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        assert x.dtype == y.dtype and np.asarray(x).tobytes() == np.asarray(y).tobytes()
