@@ -38,6 +38,15 @@
 #             of wall each: the return against the wall from the command's start ->
 #             RESULTS_DIR/fast/fast.md, <preset>/metrics.jsonl; FastTD3's published
 #             wall-clock curves are the anchor (issue 26: half their wall to their return)
+#   population (only when named) a population in one program (issue 27): `jaxspreeze
+#             sweep --members 64 --sample` over the actor and critic learning rates, SAC
+#             then TD3 on brax halfcheetah, 32 envs, batch 256 and 4 gradient steps per
+#             member, POP_STEPS env steps per member (default 65,536), each run at most
+#             POP_TIMEOUT_S (default 240) -> RESULTS_DIR/population/population.md (env
+#             steps/s summed over the members and per member, update samples/s, compile,
+#             train and wall seconds, members per hour at this budget), <algo>-<members>/
+#             runs and logs. POP_MEMBERS (default 64), POP_ENV (default brax/halfcheetah;
+#             any brax/ or playground/ task)
 #   scaling   (only when named) data parallelism, 1 device vs every device, the same
 #             sizes per device -> RESULTS_DIR/scaling/scaling.md (env steps/s and update
 #             samples/s, in all and per device), devices-<d>/ runs and logs; with an even
@@ -169,6 +178,48 @@ for f in sorted(pathlib.Path(sys.argv[1]).glob("*/metrics.jsonl")):
         if "eval_return" in r:
             print(f"| {f.parent.name} | {r['env_steps']:,} | {r.get('wall_s', float('nan')):.0f} | "
                   f"{r['eval_return']:.1f} |")
+PYEOF
+fi
+if has population; then
+    # members x seeds slots vmapped in one program: the sum over the members of env
+    # steps/s, against the wall (compile included) of the whole population
+    mkdir -p "$OUT/population"
+    M="${POP_MEMBERS:-64}"
+    for algo in sac td3; do
+        timeout "${POP_TIMEOUT_S:-240}" "$PY" -m jaxspreeze sweep --algo "$algo" \
+            --env "${POP_ENV:-brax/halfcheetah}" --members "$M" \
+            --sample "$algo.actor_lr=log-uniform:1e-4:3e-3" \
+            --sample "$algo.critic_lr=log-uniform:1e-4:3e-3" \
+            --num-envs 32 --batch-size 256 --grad-steps 4 --buffer-size 65536 \
+            --learning-starts 2048 --total-steps "${POP_STEPS:-65536}" --eval-every 0 \
+            --sinks jsonl --logdir "$OUT/population" --run-name "$algo-$M" --overwrite 2>&1 \
+            | tee "$OUT/population/$algo-$M.log"
+        rc=${PIPESTATUS[0]}; [[ $rc != 0 ]] && status=$rc
+    done
+    "$PY" - "$OUT/population" <<'PYEOF' | tee "$OUT/population/population.md"
+import json, pathlib, sys
+print("| run | env | members x seeds | env steps per member | env steps/s (all members) "
+      "| per member | update samples/s | compile s | train s | wall s | members/hour |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for d in sorted(p for p in pathlib.Path(sys.argv[1]).iterdir() if p.is_dir()):
+    cfg = json.loads((d / "config.json").read_text()) if (d / "config.json").exists() else {}
+    m, seeds = len(cfg.get("population") or ()) or 1, cfg.get("num_seeds", 1)
+    if not (d / "summary.json").exists():  # stopped by the timeout: its last chunk's rate
+        chunks = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()
+                  if '"chunk"' in x] if (d / "metrics.jsonl").exists() else []
+        last = chunks[-1] if chunks else {}
+        print(f"| {d.name} | {cfg.get('env', '?')} | {m} x {seeds} | {last.get('env_steps', 0):,} "
+              f"(timed out) | {last.get('env_steps_per_s', 0):,.0f} (last chunk) | | | | | | |")
+        continue
+    s = json.loads((d / "summary.json").read_text())
+    wall = s["wall_s"]
+    print(f"| {d.name} | {cfg['env']} | {m} x {seeds} | {s['env_steps']:,} | "
+          f"{s['env_steps_per_s']:,.0f} | {s['env_steps_per_s'] / m:,.0f} | "
+          f"{s['update_samples_per_s']:,.0f} | {s.get('compile_s', 0):.0f} | "
+          f"{s.get('train_s', 0):.0f} | {wall:.0f} | {m * 3600 / wall:,.0f} |")
+print()
+print("env steps/s counts every member's envs (and seeds); per member: divided by the members. "
+      "members/hour: members trained to this budget per hour of wall (compile included).")
 PYEOF
 fi
 if has scaling; then

@@ -23,19 +23,18 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxspreeze import algos, population
+from jaxspreeze import algos, distributed, population
 from jaxspreeze.algos.base import AgentState
-from jaxspreeze.errors import ConfigError
 from jaxspreeze.types import Record
 
-LINEAGE = "pbt.jsonl"
+LINEAGE = population.LINEAGE
+read_lineage = population.read_lineage
 SALT = 104_729  # the PBT draws' seed is (seed, SALT, interval index)
 FACTORS = (0.8, 1.25)
 RANGES = {"gamma": (0.0, 1.0), "tau": (0.0, 1.0), "gae_lambda": (0.0, 1.0)}
@@ -45,14 +44,6 @@ KEPT = ("init_alpha",)  # start values: copied with the state, never perturbed
 def interval(cfg: Any, chunk_steps: int) -> int:
     """The env steps between PBT steps (``pbt_interval``, 0: ten chunks)."""
     return cfg.pbt_interval or 10 * chunk_steps
-
-
-def read_lineage(run_dir: Path) -> list[Record]:
-    """The lineage events of ``run_dir`` (none without a ``pbt.jsonl``)."""
-    path = Path(run_dir) / LINEAGE
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def replay(cfg: Any, events: list[Record]) -> list[dict[str, float]]:
@@ -139,23 +130,45 @@ def exploit_explore(agent: AgentState, cfg: Any, events: list[Record]) -> AgentS
     return jax.tree.map(pick, copied, written)
 
 
+def placed_exploit_explore(agent: AgentState, cfg: Any, events: list[Record], place: Any) -> Any:
+    """:func:`exploit_explore` of an agent laid out over several devices (split: each side
+    on its own; data-parallel: replicated over a mesh): its whole value gathered to the
+    host, the copies made there (on the default device) and ``place(agent)`` (the
+    schedule's, which lays each leaf out as the run's state is) puts it back."""
+    host = distributed.host_copy(agent)  # numpy; PRNG keys as their raw data
+    done = distributed.host_copy(exploit_explore(host, cfg, events))
+
+    def typed(new: Any, old: jax.Array) -> Any:
+        if jax.dtypes.issubdtype(old.dtype, jax.dtypes.prng_key):
+            return jax.random.wrap_key_data(new, impl=jax.random.key_impl(old))
+        return new
+
+    return place(jax.tree.map(typed, done, agent))
+
+
 class PBT:
-    """A run's PBT between chunks: :meth:`step` after every chunk (a no-op without --pbt)."""
+    """A run's PBT between chunks: :meth:`step` after every chunk (a no-op without --pbt).
+
+    On one device the copies are made where the state lives; on a split or data-parallel
+    placement the agent goes through the host (:func:`placed_exploit_explore`), so every
+    placement makes the same copies of the same values. Only process 0 writes the lineage.
+    """
 
     def __init__(self, setup: Any):
         cfg = self.cfg = setup.cfg
         self.every = 0
         if not cfg.pbt:
             return
-        if setup.placement.split or setup.placement.data_parallel:
-            raise ConfigError("placement", "--pbt runs on the single-device placement so far")
+        self.schedule = setup.schedule
+        self.spread = setup.placement.split or setup.placement.data_parallel
+        self.main = distributed.is_main()
         k = setup.schedule.iterations_per_chunk
         self.every = interval(cfg, k * setup.plan.steps_per_iteration)
         self.path = setup.run.path / LINEAGE
         at = setup.point.env_steps if setup.point is not None else None
         events = read_lineage(setup.run.path) if at is not None else []
         kept = [e for e in events if e["env_steps"] <= at] if at is not None else []
-        if len(kept) != len(events) or at is None:  # a resume from before the newest events
+        if self.main and (len(kept) != len(events) or at is None):  # a resume: drop the newer
             self.path.write_text("".join(json.dumps(e) + "\n" for e in kept))
         self.values = replay(cfg, kept)
         self.sums: list[tuple[jax.Array, jax.Array]] = []
@@ -175,12 +188,17 @@ class PBT:
         eps = np.sum([e.sum(0) for _, e in got], axis=0)
         scores = scores_of(self.cfg, ret, eps)
         events = choose(self.cfg, self.values, scores, after // self.every, after)
-        agent = exploit_explore(state.agent, self.cfg, events)
         for e in events:
             self.values[e["member"]] = e["new"]
-        with self.path.open("a") as f:
-            f.write("".join(json.dumps(e) + "\n" for e in events))
-        return state._replace(agent=agent)
+        if self.main:
+            with self.path.open("a") as f:
+                f.write("".join(json.dumps(e) + "\n" for e in events))
+        if not events:
+            return state
+        if not self.spread:
+            return state._replace(agent=exploit_explore(state.agent, self.cfg, events))
+        place = lambda agent: self.schedule.place(state._replace(agent=agent)).agent
+        return state._replace(agent=placed_exploit_explore(state.agent, self.cfg, events, place))
 
 
 def with_lineage(summary: Record, setup: Any) -> Record:

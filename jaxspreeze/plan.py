@@ -94,6 +94,7 @@ class RunPlan:
 
     def placed(self, placement: Placement) -> RunPlan:
         """This plan on ``placement`` (its schedule kind follows from it)."""
+        population.check_pbt_placement(self.cfg, placement)  # before any compile
         kind = _schedule_kind(self.cfg, self.algo_spec, placement)
         return dataclasses.replace(self, placement=placement, schedule=kind)
 

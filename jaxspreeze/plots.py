@@ -3,7 +3,8 @@
 Curves come from a run's ``metrics.jsonl``: eval records (``eval_return`` vs env steps
 and vs wall time, a band of ±1 std over seeds when a run has several) and chunk records
 (training episode return, env steps/s, update samples/s). :func:`write_run_plots` writes
-a run's ``learning_curve.png`` and ``throughput.png``; :func:`compare_runs` one figure
+a run's ``learning_curve.png`` and ``throughput.png`` (a population's ``members.png``, a
+PBT run's ``lineage.png``); :func:`compare_runs` one figure
 comparing several runs. matplotlib is imported on use (Agg figures, no pyplot). The
 sinks that draw these while a run trains are in :mod:`jaxspreeze.sinks.plots`.
 """
@@ -18,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxspreeze import population
 from jaxspreeze.types import Record
 
 LEARNING_CURVE = "learning_curve.png"
@@ -186,7 +188,8 @@ def save(fig, path: str | Path) -> Path:
 
 def write_run_plots(run_dir: str | Path, records: Sequence[Record] | None = None) -> list[Path]:
     """Write ``learning_curve.png`` and ``throughput.png`` into ``run_dir`` (and a
-    population's ``members.png``: :func:`members_figure`)."""
+    population's ``members.png``: :func:`members_figure`; a PBT run's ``lineage.png``, from
+    its ``pbt.jsonl`` and ``config.json``: :func:`lineage_figure`)."""
     run_dir = Path(run_dir)
     records = load_records(run_dir) if records is None else records
     runs = {run_dir.name: records}
@@ -196,7 +199,27 @@ def write_run_plots(run_dir: str | Path, records: Sequence[Record] | None = None
     ]
     if any(r.get("eval_return_per_member") for r in records):
         written.append(save(members_figure(records, title=run_dir.name), run_dir / MEMBERS))
+    initial = _population(run_dir)
+    if initial and (run_dir / population.LINEAGE).exists():  # a PBT run
+        events = population.read_lineage(run_dir)
+        end = max([_steps_of(r) for r in records] + [e["env_steps"] for e in events] + [0])
+        fig = lineage_figure(initial, events, end, title=run_dir.name)
+        written.append(save(fig, run_dir / LINEAGE_PNG))
     return written
+
+
+def _steps_of(record: Record) -> float:
+    steps = record.get("env_steps")
+    return float(steps) if _finite(steps) else 0.0
+
+
+def _population(run_dir: Path) -> list[dict[str, float]]:
+    """The members' first values from the run's ``config.json`` (none for a plain run)."""
+    try:
+        saved = json.loads((run_dir / "config.json").read_text())
+        return population.decode(saved.get("population") or ())
+    except (OSError, ValueError):
+        return []
 
 
 MEMBERS = "members.png"
@@ -231,6 +254,91 @@ def members_figure(records: Sequence[Record], best: int | None = None, title: st
     return fig
 
 
+LINEAGE_PNG = "lineage.png"
+_LABELLED = 40  # at most this many copies have their new value written beside them
+
+
+def lineage_segments(
+    initial: Sequence[dict[str, float]], events: Sequence[Record], end: float
+) -> list[list[tuple[float, float, dict[str, float]]]]:
+    """Per member, its ``(from, to, values)`` spans over env steps: the first values from 0,
+    then each copy's new values from the copy's step, up to ``end``."""
+    spans: list[list[tuple[float, float, dict[str, float]]]] = []
+    for m, values in enumerate(initial):
+        changes = sorted((e["env_steps"], e["new"]) for e in events if e["member"] == m)
+        starts = [(0.0, dict(values)), *((float(t), dict(v)) for t, v in changes)]
+        ends = [t for t, _ in starts[1:]] + [max(float(end), starts[-1][0])]
+        spans.append([(a, b, v) for (a, v), b in zip(starts, ends, strict=True)])
+    return spans
+
+
+def lineage_figure(
+    initial: Sequence[dict[str, float]], events: Sequence[Record], end: float, title: str = ""
+):
+    """A PBT run's lineage: one row per member over env steps, one panel per member field
+    (up to four), each row coloured by the member's value of that field; at every copy an
+    arrow from the copied member's row to the replaced member's, with its new value."""
+    from matplotlib import colors
+    from matplotlib.collections import LineCollection
+
+    names = list(initial[0])[:4] if initial and initial[0] else []
+    spans = lineage_segments(initial, events, end)
+    n = len(initial)
+    height = min(max(2.2, 0.22 * n + 1.2), 7.0)
+    fig, axes = _figure(1, max(len(names), 1), title=title)
+    fig.set_size_inches(9.0, height * max(len(names), 1))
+    if not names:
+        axes[0].text(0.5, 0.5, "no member values", ha="center", va="center",
+                     transform=axes[0].transAxes)  # fmt: skip
+        return fig
+    for ax, name in zip(axes, names, strict=True):
+        values = [v[name] for rows in spans for _, _, v in rows]
+        lo, hi = min(values), max(values)
+        log = lo > 0 and hi / lo > 3
+        norm = colors.LogNorm(lo, hi) if log else colors.Normalize(lo, hi if hi > lo else lo + 1)
+        lines = [[(a, m), (b, m)] for m, rows in enumerate(spans) for a, b, _ in rows]
+        shades = [v[name] for rows in spans for _, _, v in rows]
+        width = max(1.5, min(8.0, 160 / max(n, 1)))
+        bars = LineCollection(lines, cmap="viridis", norm=norm, linewidths=width)
+        bars.set_array(np.asarray(shades, float))
+        ax.add_collection(bars)
+        few = len(events) <= _LABELLED  # many copies: thin straight arrows, no labels
+        arrow = {"arrowstyle": "-|>", "color": "C3", "lw": 1.2 if few else 0.6,
+                 "alpha": 1.0 if few else 0.6, "shrinkA": 2, "shrinkB": 2,
+                 "connectionstyle": f"arc3,rad={0.25 if few else 0}"}  # fmt: skip
+        for e, t in zip(events, _spread(events), strict=True):
+            src, dst = e["copied"], e["member"]
+            drawn = ax.annotate("", xy=(t, dst), xytext=(t, src), arrowprops=arrow)
+            drawn.arrow_patch.set_clip_box(ax.bbox)  # an arc at the last step stays inside
+            if few:
+                ax.annotate(f"{e['new'][name]:.3g}", (t, dst), xytext=(3, 3),
+                            textcoords="offset points", fontsize=7, color="C3")  # fmt: skip
+        fig.colorbar(bars, ax=ax, label=name, pad=0.01)
+        ax.set_xlim(0, max(float(end), 1.0) * 1.02)
+        ax.set_ylim(n - 0.5, -0.5)
+        ticks = range(n) if n <= 32 else range(0, n, max(1, n // 16))
+        ax.set_yticks(list(ticks), [f"member {m}" for m in ticks], fontsize=7 if n > 12 else 8)
+        ax.set_title(f"{name} of {n} members; arrows: {len(events)} copies "
+                     "(copied member -> replaced member, its new value)", fontsize=9)  # fmt: skip
+        ax.set_xlabel("env steps (per seed)")
+        ax.grid(axis="x", alpha=0.3)
+    return fig
+
+
+def _spread(events: Sequence[Record]) -> list[float]:
+    """Where to draw each copy's arrow: at its step, the copies of one step spread over a
+    third of the gap between steps around it (so that they do not hide each other)."""
+    steps = sorted({float(e["env_steps"]) for e in events})
+    gap = min(np.diff(steps), default=steps[0] if steps else 1.0) or 1.0
+    at: list[float] = []
+    for e in events:
+        t = float(e["env_steps"])
+        same = [i for i, f in enumerate(events) if float(f["env_steps"]) == t]
+        k, j = len(same), same.index(len(at))
+        at.append(t + (gap / 3) * ((j + 0.5) / k - 0.5) if k > 1 else t)
+    return at
+
+
 def compare_runs(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
     """One PNG comparing several runs (labels: the run directory names)."""
     runs: dict[str, Sequence[Record]] = {}
@@ -243,11 +351,14 @@ def compare_runs(run_dirs: Sequence[str | Path], out: str | Path) -> Path:
 
 __all__ = [
     "LEARNING_CURVE",
+    "LINEAGE_PNG",
     "MEMBERS",
     "THROUGHPUT",
     "compare_runs",
     "comparison_figure",
     "learning_curve_figure",
+    "lineage_figure",
+    "lineage_segments",
     "load_records",
     "members_figure",
     "save",

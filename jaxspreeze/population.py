@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import math
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -26,6 +28,7 @@ import numpy as np
 from jaxspreeze.algos.base import AgentState, AlgoSpec
 from jaxspreeze.errors import ConfigError
 
+LINEAGE = "pbt.jsonl"  # a PBT run's lineage: one line per copy (jaxspreeze.pbt)
 DISTRIBUTIONS = ("log-uniform", "uniform")
 SAMPLE_SALT = 7_919  # the sampler's seed is the run's seed plus this (not an env's key)
 
@@ -213,7 +216,7 @@ def member_slots(cfg: Any, member: int) -> range:
 def check_pbt(cfg: Any, chunk_steps: int) -> None:
     """ConfigError for population-based training that cannot run: fewer than 2 members, an
     interval that is not a whole number of chunks (``chunk_steps`` env steps each), a
-    quantile outside (0, 0.5], a placement other than the fused one."""
+    quantile outside (0, 0.5] (the placement: :func:`check_pbt_placement`)."""
     if not cfg.pbt:
         return
     if cfg.members < 2:
@@ -227,6 +230,35 @@ def check_pbt(cfg: Any, chunk_steps: int) -> None:
         )
     if not 0 < cfg.pbt_quantile <= 0.5:
         raise ConfigError("pbt_quantile", f"must be in (0, 0.5], got {cfg.pbt_quantile}")
-    if cfg.placement not in ("auto", "single"):
-        raise ConfigError("placement", f"--pbt runs on the single-device placement so far, "
-                          f"not {cfg.placement}")  # fmt: skip
+
+
+def check_pbt_placement(cfg: Any, placement: Any) -> None:
+    """ConfigError (exit 2) for population-based training on a placement it does not run
+    on: every placement of one process (single, split, data, split-data) runs it; a run
+    over several processes does not yet. Checked when the plan is placed, before anything
+    is compiled or allocated (``--placement auto`` too, once resolved)."""
+    if not cfg.pbt or placement is None:
+        return
+    meshes = [m for m in (placement.mesh, placement.critic_mesh) if m is not None]
+    processes = {d.process_index for m in meshes for d in m.devices.flat}
+    if len(processes) > 1:
+        raise ConfigError(
+            "placement",
+            f"--pbt runs in one process so far, not over {len(processes)} processes "
+            f"({placement.kind}); run the population on one host's devices",
+        )
+
+
+def read_lineage(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The PBT lineage events of ``run_dir`` (none without a ``pbt.jsonl``; a line cut
+    short by a crash is skipped)."""
+    path = Path(run_dir) / LINEAGE
+    if not path.exists():
+        return []
+    events = []
+    for line in filter(str.strip, path.read_text().splitlines()):
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return events

@@ -19,14 +19,16 @@ def finite_number(v: Any) -> bool:
 
 
 def scalars(record: Record) -> Iterable[tuple[str, float]]:
-    """The finite numeric values of a record, per-seed lists as ``<name>/seed<i>``."""
+    """The finite numeric values of a record, per-seed lists as ``<name>/seed<i>`` and a
+    population's per-member lists (``<name>_per_member``) as ``<name>/member<i>``."""
     for key, value in record.items():
         if key in ("kind", "env_steps", "chunk"):
             continue
         if isinstance(value, (list, tuple)):
-            base = key.removesuffix("_per_seed")
+            per = "member" if key.endswith("_per_member") else "seed"
+            base = key.removesuffix("_per_seed").removesuffix("_per_member")
             for i, v in enumerate(value):
                 if finite_number(v):
-                    yield f"{base}/seed{i}", float(v)
+                    yield f"{base}/{per}{i}", float(v)
         elif finite_number(value):
             yield key, float(value)

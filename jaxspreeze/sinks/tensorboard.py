@@ -13,7 +13,9 @@ class TensorBoardSink:
     """TensorBoard event files under ``<run>/tb/`` (tensorboardX, imported on first use).
 
     Chunk values are logged as ``train/<name>``, eval values as ``eval/<name>``, per-seed
-    values as ``<prefix>/<name>/seed<i>``; the step is the record's ``env_steps``.
+    values as ``<prefix>/<name>/seed<i>``, a population's per-member values as
+    ``<prefix>/<name>/member<m>`` (``eval/eval_return/member3``: the mean over member 3's
+    seeds, as the CSV's ``eval_return_member3``); the step is the record's ``env_steps``.
     ``purge_step`` (a resumed run: the checkpoint's step + 1) hides the events an earlier
     session wrote at or past it, so TensorBoard shows each step once.
     """
