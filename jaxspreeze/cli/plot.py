@@ -25,7 +25,7 @@ class PlotArgs:
     run_dirs: Annotated[tuple[str, ...], tyro.conf.Positional, tyro.conf.arg(metavar="RUN_DIR")]
     """Run directories."""
     out: Annotated[str | None, tyro.conf.arg(metavar="FILE")] = None
-    """PNG for a comparison figure (default: one run: its learning_curve.png and throughput.png; several: comparison.png)."""
+    """PNG for a comparison figure (default: one run: its learning_curve.png and throughput.png, a population's members.png, a PBT run's lineage.png; several: comparison.png)."""
 
 
 def main(argv: Sequence[str]) -> int:
