@@ -153,8 +153,8 @@ PRESETS = Path(__file__).resolve().parent.parent / "experiments" / "presets"
     "preset, policy",
     [
         ("ppo_brax_halfcheetah", "tanh"),  # clipped: 33 at 200k env steps, tanh: 3,151
-        ("ppo_reacher", "clipped"),  # tanh: -78 at 300k, clipped: -34 (time to score)
-        ("ppo_cheetah_run", "clipped"),  # tanh: 7 at 49k, clipped: 31 (time to score)
+        ("ppo_reacher", "clipped"),  # tanh: -78 at 300k env steps, clipped: -33
+        ("ppo_cheetah_run", "clipped"),  # tanh: 7 at 49k env steps, clipped: 28
     ],
 )
 def test_the_brax_presets_pick_the_policy_that_learned(preset, policy):
