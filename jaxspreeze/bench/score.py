@@ -344,7 +344,9 @@ def _brax_notes(task: ScoreTask) -> str:
     if algos.get(task.algo).on_policy:
         notes.append(
             "PPO: minibatches of whole env rows (brax) vs shuffled samples (jaxspreeze); "
-            "brax's learning rate constant, jaxspreeze's annealed when anneal_lr"
+            "brax's learning rate constant, jaxspreeze's annealed when anneal_lr; brax's "
+            "networks of its defaults (SiLU, a tanh Gaussian with one learned std per "
+            "action dimension), jaxspreeze's ReLU and the preset's policy"
         )
     return "; ".join(notes)
 
