@@ -383,12 +383,15 @@ def _put(arr: np.ndarray, sharding: Any) -> jax.Array:
 
 
 def _added_leaf(path: Path, key_path: str, leaf: Any) -> jax.Array:
-    """The template's value of a hyperparameter leaf the checkpoint predates."""
+    """The template's value of a hyperparameter leaf the checkpoint predates (a copy, on
+    the template leaf's devices)."""
     if not isinstance(leaf, (jax.Array, np.ndarray)):
         raise CheckpointError(
             f"{path} predates the leaf {key_path} and the template holds no value for it"
         )
-    return leaf
+    if not getattr(leaf, "is_fully_addressable", True):
+        return leaf  # it spans other processes: the template's own
+    return _put(np.array(leaf), _placement_of(leaf))
 
 
 def restore(

@@ -280,7 +280,10 @@ def test_a_changed_learning_rate_applies_from_the_first_resumed_update(
         return optax.tree_utils.tree_set(opt_state, learning_rate=full(lr, old))
 
     actor, critic = state.agent
-    actor = actor._replace(opt_state=set_lr(actor.opt_state, new["actor_lr"]))
+    actor = actor._replace(
+        opt_state=set_lr(actor.opt_state, new["actor_lr"]),
+        target_entropy_scale=full(0.5, actor.target_entropy_scale),  # a leaf of the state too
+    )
     critic = critic._replace(
         opt_state=set_lr(critic.opt_state, new["critic_lr"]),
         gamma=full(new["gamma"], critic.gamma),

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -55,18 +55,6 @@ class FastSACConfig(fasttd3.RecipeConfig):
     """Initial entropy temperature (low: the many parallel envs explore too)."""
     target_entropy_scale: float = 1.0
     """Target entropy is ``-scale * action_dim``."""
-
-
-class FastSACCritic(NamedTuple):
-    """Critic side: the two categorical critics, their target, optimiser state and counter
-    (FastTD3's without its target policy smoothing)."""
-
-    params: PyTree
-    target_params: PyTree
-    opt_state: PyTree
-    gamma: jax.Array
-    tau: jax.Array
-    steps: jax.Array  # critic updates so far
 
 
 def supports(spec: EnvSpec) -> str | None:
@@ -98,7 +86,7 @@ def _init(cfg: FastSACConfig, spec: EnvSpec, nets: Any, txs: Any, key: jax.Array
     actor_tx, critic_tx, alpha_tx = txs
     actor_params, critic_params = off_policy.init_params(key, actor, critic, spec)
     a = sac.init_actor(cfg, actor_params, actor_tx, alpha_tx)
-    c = FastSACCritic(
+    c = fasttd3.RecipeCritic(
         critic_params,
         critic_params,
         critic_tx.init(critic_params),
@@ -122,7 +110,7 @@ def make(cfg: FastSACConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
     policy = functools.partial(sac.sample, actor, scale=scale, bias=bias)
     init = functools.partial(_init, cfg, spec, (actor, critic), (actor_tx, critic_tx, alpha_tx))
 
-    def update_critic(c: FastSACCritic, view: sac.ActorView, data: Any, key: jax.Array):
+    def update_critic(c: fasttd3.RecipeCritic, view: sac.ActorView, data: Any, key: jax.Array):
         # the n-step batch (a plain batch and gamma (1 - terminated) when n_step is 1)
         batch, discount = fasttd3.critic_batch(data, c.gamma, cfg.n_step)
         # the target critics' lower-mean distribution at a sampled next action; the soft

@@ -145,9 +145,9 @@ class FastTD3Actor(NamedTuple):
     noise_max: jax.Array
 
 
-class FastTD3Critic(NamedTuple):
-    """Critic side: the two categorical critics, their target, optimiser state and counter;
-    the target policy smoothing's std and clip are leaves."""
+class RecipeCritic(NamedTuple):
+    """Critic side: the two categorical critics, their target, optimiser state and counter
+    (FastSAC's)."""
 
     params: PyTree
     target_params: PyTree
@@ -155,8 +155,11 @@ class FastTD3Critic(NamedTuple):
     gamma: jax.Array
     tau: jax.Array
     steps: jax.Array  # critic updates so far
-    target_noise: jax.Array
-    target_noise_clip: jax.Array
+
+
+# FastTD3's critic side: TD3's leaves (the recipe's and the target policy smoothing's std
+# and clip) around the two categorical critics
+FastTD3Critic = deterministic.TD3Critic
 
 
 # --- the categorical critic's maths ------------------------------------------------------
