@@ -11,6 +11,10 @@ does not depend on the clock.
 
 ``check`` exits 1 and names the first differing leaf or metric of each case that changed.
 Summary fields renamed since the baseline are compared under their old name (``RENAMED``).
+Hyperparameter leaves added to the state since the baseline (``members.ADDED_LEAVES``: a
+config constant moved into a float32 scalar leaf) are left out of both fingerprints when
+the baseline lacks them (the leaves it has, and the policy's other leaves, still compare
+bitwise).
 The split case runs in a child process with two fake CPU devices.
 
 Fingerprints are bitwise, so they hold on one machine: XLA's CPU kernels differ between
@@ -81,6 +85,29 @@ def _stable(record: dict) -> dict:
     return out
 
 
+def _added(path: str) -> bool:
+    """Whether a leaf path ends in a hyperparameter leaf added since older baselines."""
+    from jaxspreeze.algos.members import is_added
+
+    return is_added(path)
+
+
+def _policy_hash(file: Path) -> dict[str, str]:
+    """SHA-256 of the policy file, and of it without the added leaves (as an older run
+    wrote it)."""
+    from flax import serialization
+
+    def strip(tree):
+        if not isinstance(tree, dict):
+            return tree
+        return {k: strip(v) for k, v in tree.items() if not _added(str(k))}
+
+    raw = file.read_bytes()
+    old = serialization.msgpack_serialize(strip(serialization.msgpack_restore(raw)), in_place=True)
+    sha = lambda b: hashlib.sha256(b).hexdigest()[:16]
+    return {"file": sha(raw), "without_added": sha(old)}
+
+
 def _leaf_hashes(ckpt: Path) -> dict[str, str]:
     manifest = json.loads((ckpt / "manifest.json").read_text())
     data = (ckpt / "arrays.bin").read_bytes()
@@ -112,7 +139,7 @@ def run_case(name: str, args: list[str], logdir: Path) -> dict:
         "command": "jaxspreeze train " + " ".join(args),
         "checkpoint": ckpts[-1].name,
         "leaves": _leaf_hashes(ckpts[-1]),
-        "policy": hashlib.sha256((run / "policy.msgpack").read_bytes()).hexdigest()[:16],
+        "policy": _policy_hash(run / "policy.msgpack"),
         "metrics": [_stable(r) for r in records],
         "summary": _stable(summary),
     }
@@ -132,15 +159,41 @@ def _renamed(summary: dict) -> dict:
     return out
 
 
+def _added_bytes_only(a: dict, b: dict) -> bool:
+    """Whether the memory estimates differ only by the added leaves' float32 scalars, per
+    slot and side (everything else equal)."""
+    old, new = (x["summary"].get("memory_estimate_bytes") for x in (a, b))
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return False
+    added = [k for k in b["leaves"] if k not in a["leaves"] and _added(k)]
+    sides = ("actor", "critic")
+    per_slot = {side: 4 * sum(k.startswith(f".agent.{side}.") for k in added) for side in sides}
+    step = sum(per_slot.values())
+    if not step:
+        return False
+    slots = (new.get("total", 0) - old.get("total", 0)) // step
+    want = {**old, "total": old.get("total", 0) + slots * step}
+    for side, n in per_slot.items():
+        want[f"{side}_params"] = old.get(f"{side}_params", 0) + slots * n
+    return slots > 0 and want == new
+
+
 def _diff(a: dict, b: dict) -> list[str]:
     a, b = {**a, "summary": _renamed(a["summary"])}, {**b, "summary": _renamed(b["summary"])}
     out = []
     if a["checkpoint"] != b["checkpoint"]:
         out.append(f"final checkpoint {a['checkpoint']} != {b['checkpoint']}")
     for k in sorted(set(a["leaves"]) | set(b["leaves"])):
+        if k not in a["leaves"] and _added(k):
+            continue  # a leaf added since the baseline (its value: the config's constant)
         if a["leaves"].get(k) != b["leaves"].get(k):
             out.append(f"leaf {k}: {a['leaves'].get(k)} != {b['leaves'].get(k)}")
-    if a["policy"] != b["policy"]:
+    want, got = a["policy"], b["policy"]
+    if isinstance(want, str):  # a baseline from before the policy's two hashes
+        want = {"file": want, "without_added": want} if want != got["file"] else got
+    # a baseline without the added leaves: compare the policies without them
+    key = "without_added" if want["file"] == want["without_added"] else "file"
+    if want[key] != got[key]:
         out.append("policy.msgpack differs")
     if len(a["metrics"]) != len(b["metrics"]):
         out.append(f"{len(a['metrics'])} metric records != {len(b['metrics'])}")
@@ -149,6 +202,8 @@ def _diff(a: dict, b: dict) -> list[str]:
             if ra.get(k) != rb.get(k):
                 out.append(f"metrics[{i}].{k}: {ra.get(k)!r} != {rb.get(k)!r}")
     for k in sorted(set(a["summary"]) | set(b["summary"])):
+        if k == "memory_estimate_bytes" and _added_bytes_only(a, b):
+            continue
         if a["summary"].get(k) != b["summary"].get(k):
             out.append(f"summary.{k}: {a['summary'].get(k)!r} != {b['summary'].get(k)!r}")
     return out

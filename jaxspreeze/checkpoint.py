@@ -48,6 +48,7 @@ import jax
 import numpy as np
 
 from jaxspreeze import config as config_lib
+from jaxspreeze.algos import members
 from jaxspreeze.config import RunConfig
 from jaxspreeze.errors import CheckpointError, ConfigError, NonFiniteError
 from jaxspreeze.iteration import TrainState
@@ -381,6 +382,18 @@ def _put(arr: np.ndarray, sharding: Any) -> jax.Array:
     return jax.make_array_from_callback(arr.shape, sharding, lambda index: arr[index])
 
 
+def _added_leaf(path: Path, key_path: str, leaf: Any) -> jax.Array:
+    """The template's value of a hyperparameter leaf the checkpoint predates (a copy, on
+    the template leaf's devices)."""
+    if not isinstance(leaf, (jax.Array, np.ndarray)):
+        raise CheckpointError(
+            f"{path} predates the leaf {key_path} and the template holds no value for it"
+        )
+    if not getattr(leaf, "is_fully_addressable", True):
+        return leaf  # it spans other processes: the template's own
+    return _put(np.array(leaf), _placement_of(leaf))
+
+
 def restore(
     path: str | Path, template: TrainState, *, partial: bool = False, check: bool = True
 ) -> tuple[TrainState, dict[str, Any]]:
@@ -389,7 +402,10 @@ def restore(
     Each leaf comes back bitwise, with the template leaf's dtype, on the template leaf's
     device(s) (so the split placement's actor and critic halves return to their own
     devices). ``template`` is typically a fresh ``Schedule.init()`` of the same config; its
-    values are not read. With ``partial=True`` saved leaves that the template lacks are
+    values are not read, but for a hyperparameter leaf added since the checkpoint was
+    written (``algos.members.ADDED_LEAVES``: a run saved before it lacks it), which is
+    taken from the template (a fresh state of the run's config holds the value the run
+    trained with). With ``partial=True`` saved leaves that the template lacks are
     skipped (e.g. evaluating a split-placement run on one device). With ``check`` (the
     default) every leaf read is checked against its checksum (CheckpointError when it
     does not match; pass False when :func:`verify` has just checked the whole checkpoint).
@@ -403,7 +419,7 @@ def restore(
     leaves_with_paths, treedef = jax.tree_util.tree_flatten_with_path(template)
     wanted = [jax.tree_util.keystr(p) for p, _ in leaves_with_paths]
 
-    missing = [p for p in wanted if p not in saved]
+    missing = [p for p in wanted if p not in saved and not members.is_added(p)]
     extra = [p for p in saved if p not in set(wanted)]
     if missing or (extra and not partial):
         parts = []
@@ -419,6 +435,9 @@ def restore(
     data = _data(path, manifest)
     out = []
     for key_path, leaf in zip(wanted, (leaf for _, leaf in leaves_with_paths), strict=True):
+        if key_path not in saved:  # an added hyperparameter leaf: the config's value
+            out.append(_added_leaf(path, key_path, leaf))
+            continue
         entry = saved[key_path]
         is_key = _is_key(leaf)
         want_dtype = np.dtype(jax.random.key_data(leaf).dtype) if is_key else np.dtype(leaf.dtype)

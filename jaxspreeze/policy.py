@@ -21,6 +21,7 @@ import numpy as np
 from flax import serialization
 
 from jaxspreeze import config as config_lib
+from jaxspreeze.algos import members
 from jaxspreeze.algos.base import Algorithm
 from jaxspreeze.config import RunConfig
 from jaxspreeze.errors import ConfigError
@@ -115,6 +116,11 @@ def load_policy(path: str | Path) -> Policy:
     cfg, algo = saved.cfg, saved.make_algorithm()
     keys = jax.random.split(jax.random.key(0), cfg.slots)
     target: Any = jax.eval_shape(jax.vmap(algo.init), keys).actor
+    predates = _added_missing(state, serialization.to_state_dict(target))
+    if predates:  # a file from before some hyperparameter leaves: the config's values
+        fresh = serialization.to_state_dict(jax.device_get(jax.jit(jax.vmap(algo.init))(keys)))
+        for where in predates:
+            _put_in(state, where, _get_in(fresh["actor"], where))
     try:
         actor = serialization.from_state_dict(target, state)
         actor = jax.tree.map(np.asarray, actor)
@@ -122,6 +128,30 @@ def load_policy(path: str | Path) -> Policy:
     except Exception as e:  # flax raises many kinds for a state of another shape
         raise ValueError(damaged.format(f"{type(e).__name__}: {e}")) from None
     return Policy(cfg, algo, actor, seed_index)
+
+
+def _added_missing(saved: Any, want: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """The keys (paths) of the added hyperparameter leaves (``members.ADDED_LEAVES``) that
+    the state dict ``want`` has and the saved one ``saved`` lacks (a file written before)."""
+    if not isinstance(saved, dict) or not isinstance(want, dict):
+        return []
+    out = []
+    for k, v in want.items():
+        if k in saved:
+            out += _added_missing(saved[k], v, (*prefix, k))
+        elif members.is_added(str(k)):
+            out.append((*prefix, k))
+    return out
+
+
+def _get_in(tree: dict[str, Any], where: tuple[str, ...]) -> Any:
+    for k in where:
+        tree = tree[k]
+    return tree
+
+
+def _put_in(tree: dict[str, Any], where: tuple[str, ...], value: Any) -> None:
+    _get_in(tree, where[:-1])[where[-1]] = value
 
 
 def _check_shapes(actor: PyTree, target: PyTree) -> None:

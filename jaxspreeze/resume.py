@@ -21,10 +21,10 @@ Which field is which is metadata on the fields (:func:`jaxspreeze.config.fields_
 ``shape``, ``start``, ``autotune``, ``off_policy``, ``location``).
 - **applied** (listed; takes effect from the first resumed update): everything else.
   Hyperparameters that live in the state (learning rates inside the optimiser states,
-  gamma, tau, GAE lambda: :data:`HYPERPARAMETER_LEAVES`) are taken from a state built
-  from the new config (:func:`apply_hyperparameters`); the others (noise, clip range,
-  coefficients, epochs, sizes per update, the evaluation and checkpoint cadence, sinks)
-  come with the run rebuilt from the new config.
+  gamma, tau, GAE lambda, the noise scales, clip ranges, loss coefficients and reward
+  scale: :data:`HYPERPARAMETER_LEAVES`) are taken from a state built from the new config
+  (:func:`apply_hyperparameters`); the others (epochs, sizes per update, the evaluation
+  and checkpoint cadence, sinks) come with the run rebuilt from the new config.
 
 Restoring into a fresh state is :func:`restore`; with an unchanged config the state then
 continues bitwise as if it had never stopped.
@@ -42,6 +42,7 @@ import numpy as np
 
 from jaxspreeze import algos, checkpoint, distributed
 from jaxspreeze import config as config_lib
+from jaxspreeze.algos import members
 from jaxspreeze.algos.base import AlgoSpec
 from jaxspreeze.config import RunConfig, fields_of
 from jaxspreeze.errors import ConfigError
@@ -55,7 +56,9 @@ from jaxspreeze.types import Placement
 KINDS = {kind: fields_of(kind) for kind in ("shape", "start", "off_policy", "autotune", "location")}
 ALGO_SHAPE = {spec.name: fields_of("shape", spec.config_cls) for spec in algos.all_specs()}
 # the names of the agent-state leaves that hold a hyperparameter (set from the config)
-HYPERPARAMETER_LEAVES = frozenset({"learning_rate", "lr", "gamma", "tau", "gae_lambda"})
+HYPERPARAMETER_LEAVES = (
+    frozenset({"learning_rate", "lr", "gamma", "tau", "gae_lambda"}) | members.ADDED_LEAVES
+)
 
 
 @dataclass(frozen=True)
@@ -225,7 +228,7 @@ def apply_hyperparameters(state: TrainState, fresh: TrainState) -> TrainState:
     """``state`` with every hyperparameter leaf of its agent taken from ``fresh``.
 
     ``fresh`` is a state built from the new config (e.g. the restore template): its
-    learning rates, gamma, tau and GAE lambda are the new config's values, on the right
+    hyperparameter leaves (:data:`HYPERPARAMETER_LEAVES`) hold the new config's values, on the right
     devices. Everything else (parameters, optimiser moments and step counts, the buffer,
     keys) stays as restored.
     """

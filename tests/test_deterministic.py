@@ -77,7 +77,8 @@ def test_delayed_polyak_moves_the_target_on_every_delay_th_update():
 
 
 def test_delayed_sides_carry_update_counters_and_plain_ones_do_not():
-    """TD3's state is DDPG's (same leaves at the same paths) plus one counter per side."""
+    """TD3's state is DDPG's (same leaves at the same paths) plus one counter per side and
+    the critic's target policy smoothing leaves."""
     run = RunConfig(grad_steps=4, batch_size=8)
     plain = ddpg.make(ddpg.DDPGConfig(hidden=(8,)), PROBE, run).init(jax.random.key(0))
     delayed = td3.make(td3.TD3Config(hidden=(8,)), PROBE, run).init(jax.random.key(0))
@@ -87,7 +88,9 @@ def test_delayed_sides_carry_update_counters_and_plain_ones_do_not():
         jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(tree)
     }
     extra = paths(delayed) - paths(plain)
-    assert extra == {".actor.steps", ".critic.steps"}
+    assert extra == {
+        ".actor.steps", ".critic.steps", ".critic.target_noise", ".critic.target_noise_clip"
+    }  # fmt: skip
     assert int(delayed.actor.steps) == int(delayed.critic.steps) == 0
 
 
@@ -97,10 +100,9 @@ def test_ddpg_is_td3_machinery_without_its_additions():
     cfg = ddpg.DDPGConfig(hidden=(16,), gamma=0.5, tau=0.1)
     run = RunConfig(grad_steps=4, batch_size=16)
     plain = ddpg.make(cfg, PROBE, run)
-    td3_like = deterministic.Variant(
-        "td3-as-ddpg", num_qs=1, smoothing=deterministic.Smoothing(0.0, 0.0), policy_delay=1
-    )
-    general = deterministic.make(cfg, PROBE, run, td3_like)
+    td3_like = deterministic.Variant("td3-as-ddpg", num_qs=1, smoothing=True, policy_delay=1)
+    no_noise = td3.TD3Config(**dataclasses.asdict(cfg), target_noise=0.0, target_noise_clip=0.0)
+    general = deterministic.make(no_noise, PROBE, run, td3_like)
     assert general.actor_steps_per_iteration == plain.actor_steps_per_iteration == 4
     n = 64
     k = jax.random.split(jax.random.key(0), 4)

@@ -181,7 +181,8 @@ def test_reward_scaling_scales_the_rewards_of_the_advantages():
         value_net = networks.ValueNet((8,))
         learner = ppo.Learner(learner_algo, ppo_policy.for_env(spec, (8,)), value_net, None, (3,), 8, 1)
         params = value_net.init(jax.random.key(0), jnp.zeros((1, 3)))
-        got[scaling] = learner.advantages(params, 0.99, 0.95, stats, traj)
+        view = ppo.CriticView(params, 0.99, 0.95, jnp.float32(scaling))  # the critic's leaves
+        got[scaling] = learner.advantages(view, stats, traj)
         want = ppo_losses.advantages(value_net, params, 0.99, 0.95, traj._replace(reward=traj.reward * scaling))
         for g, w in zip(got[scaling], want, strict=True):
             np.testing.assert_array_equal(g, w)

@@ -23,6 +23,7 @@ import pytest
 from test_checkpoint import bitwise_equal, host_leaves
 
 from jaxspreeze import algos, checkpoint, cli, envs, resume
+from jaxspreeze.algos import members
 from jaxspreeze.algos.base import AgentState
 from jaxspreeze.algos.sac import SACConfig
 from jaxspreeze.config import RunConfig, resolve
@@ -87,11 +88,22 @@ def snapshot(run_dir: Path) -> dict[str, bytes]:
 
 # ------------------------------------------------------------------------------ units
 HPARAMS = {
-    "sac": {"actor_lr": 0.02, "critic_lr": 0.03, "alpha_lr": 0.04, "gamma": 0.9, "tau": 0.1},
-    "td3": {"actor_lr": 0.02, "critic_lr": 0.03, "gamma": 0.9, "tau": 0.1},
-    "ddpg": {"actor_lr": 0.02, "critic_lr": 0.03, "gamma": 0.9, "tau": 0.1},
-    "ppo": {"lr": 0.02, "gamma": 0.9, "gae_lambda": 0.5, "anneal_lr": False},
-}
+    "sac": {
+        "actor_lr": 0.02, "critic_lr": 0.03, "alpha_lr": 0.04, "gamma": 0.9, "tau": 0.1,
+        "target_entropy_scale": 0.5,
+    },
+    "td3": {
+        "actor_lr": 0.02, "critic_lr": 0.03, "gamma": 0.9, "tau": 0.1,
+        "exploration_noise": 0.3, "target_noise": 0.1, "target_noise_clip": 0.3,
+    },
+    "ddpg": {
+        "actor_lr": 0.02, "critic_lr": 0.03, "gamma": 0.9, "tau": 0.1, "exploration_noise": 0.3
+    },
+    "ppo": {
+        "lr": 0.02, "gamma": 0.9, "gae_lambda": 0.5, "anneal_lr": False,
+        "clip_eps": 0.1, "ent_coef": 0.01, "vf_coef": 0.25, "reward_scaling": 0.5,
+    },
+}  # fmt: skip
 
 
 def initial_state(cfg: RunConfig) -> TrainState:
@@ -103,8 +115,9 @@ def initial_state(cfg: RunConfig) -> TrainState:
 
 @pytest.mark.parametrize("algo", list(HPARAMS))
 def test_apply_hyperparameters_takes_every_state_hyperparameter_from_the_new_config(algo):
-    """Learning rates (inside the optimiser states), gamma, tau, lambda come from the new
-    config; parameters and optimiser moments stay as restored."""
+    """Learning rates (inside the optimiser states), gamma, tau, lambda, noise scales, clip
+    ranges, loss coefficients and the reward scale come from the new config; parameters
+    and optimiser moments stay as restored."""
     env = "gymnax/CartPole-v1" if algo == "ppo" else "gymnax/Pendulum-v1"
     base = resolve(RunConfig(algo=algo, env=env).replace(**{algo: {"hidden": (4,)}}))
     new = base.replace(**{algo: {"hidden": (4,), **HPARAMS[algo]}})
@@ -127,7 +140,7 @@ def test_apply_hyperparameters_takes_every_state_hyperparameter_from_the_new_con
     lrs = [k for k in HPARAMS[algo] if k.endswith("lr")]
     opt_lrs = [p for p in replaced if "learning_rate" in p]
     assert len(opt_lrs) >= len(lrs) - (algo == "ppo"), replaced  # PPO: one tx, two states
-    for name in ("gamma", "tau", "gae_lambda"):
+    for name in ("gamma", "tau", "gae_lambda", *members.ADDED_LEAVES):
         if name in HPARAMS[algo]:
             assert any(p.endswith(f".{name}") for p in replaced), (name, replaced)
     actor_lr = optax.tree_utils.tree_get(out.agent.actor.opt_state, "learning_rate")
@@ -267,7 +280,10 @@ def test_a_changed_learning_rate_applies_from_the_first_resumed_update(
         return optax.tree_utils.tree_set(opt_state, learning_rate=full(lr, old))
 
     actor, critic = state.agent
-    actor = actor._replace(opt_state=set_lr(actor.opt_state, new["actor_lr"]))
+    actor = actor._replace(
+        opt_state=set_lr(actor.opt_state, new["actor_lr"]),
+        target_entropy_scale=full(0.5, actor.target_entropy_scale),  # a leaf of the state too
+    )
     critic = critic._replace(
         opt_state=set_lr(critic.opt_state, new["critic_lr"]),
         gamma=full(new["gamma"], critic.gamma),

@@ -46,10 +46,11 @@ class DeterministicConfig:
 
 
 class Smoothing(NamedTuple):
-    """Target policy smoothing: the noise's std and clip (fractions of the half-width)."""
+    """Target policy smoothing: the noise's std and clip (fractions of the half-width),
+    read from the critic side's leaves (``target_noise``, ``target_noise_clip``)."""
 
-    std: float
-    clip: float
+    std: jax.Array
+    clip: jax.Array
 
 
 @dataclass(frozen=True)
@@ -59,19 +60,22 @@ class Variant:
     name: str
     num_qs: int = 1
     """Critics in the ensemble; the Bellman target takes their smallest (2: clipped double-Q)."""
-    smoothing: Smoothing | None = None
-    """Clipped noise on the target action (None: the target actor's action as it is)."""
+    smoothing: bool = False
+    """Clipped noise on the target action, of the std and clip the critic side holds
+    (``target_noise``, ``target_noise_clip``; False: the target actor's action as it is)."""
     policy_delay: int | None = None
     """Critic updates per actor and target update, counted in the state (None: every step)."""
 
 
 class DDPGActor(NamedTuple):
-    """Actor side: policy, its target (for the critic's targets) and optimiser state."""
+    """Actor side: policy, its target (for the critic's targets) and optimiser state; tau
+    and the exploration noise's std are leaves."""
 
     params: PyTree
     target_params: PyTree
     opt_state: PyTree
     tau: jax.Array
+    exploration_noise: jax.Array
 
 
 class DDPGCritic(NamedTuple):
@@ -91,11 +95,13 @@ class TD3Actor(NamedTuple):
     target_params: PyTree
     opt_state: PyTree
     tau: jax.Array
+    exploration_noise: jax.Array
     steps: jax.Array  # actor updates so far
 
 
 class TD3Critic(NamedTuple):
-    """A delayed critic side (TD3): DDPG's, with the count of critic updates so far."""
+    """A delayed critic side (TD3): DDPG's, with the count of critic updates so far and
+    the target policy smoothing's std and clip as leaves."""
 
     params: PyTree
     target_params: PyTree
@@ -103,6 +109,8 @@ class TD3Critic(NamedTuple):
     gamma: jax.Array
     tau: jax.Array
     steps: jax.Array  # critic updates so far
+    target_noise: jax.Array
+    target_noise_clip: jax.Array
 
 
 # a side's state: DDPG's, or TD3's with its update counter
@@ -110,12 +118,16 @@ Actor = DDPGActor | TD3Actor
 Critic = DDPGCritic | TD3Critic
 
 
-# the fields a population may vary per member (DDPG, TD3): each is a leaf of the state
-# (tau of both sides' targets)
+# the fields a population may vary per member (DDPG): each is a leaf of the state (tau of
+# both sides' targets)
 MEMBER_FIELDS = {
     **members.ACTOR_CRITIC_LR,
     "tau": members.all_of(members.leaf("actor", "tau"), members.leaf("critic", "tau")),
+    **members.leaves("actor", "exploration_noise"),
 }
+# TD3's: DDPG's and the target policy smoothing's leaves on the critic side
+SMOOTHING_FIELDS = members.leaves("critic", "target_noise", "target_noise_clip")
+TD3_MEMBER_FIELDS = {**MEMBER_FIELDS, **SMOOTHING_FIELDS}
 
 
 def check_config(
@@ -132,6 +144,11 @@ def check_config(
         value = getattr(cfg, name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
             raise ConfigError(f"{prefix}{name}", f"must be >= 0, got {value!r}")
+
+
+def smoothing_of(c: Any) -> Smoothing:
+    """The target policy smoothing a critic side holds (TD3's, FastTD3's)."""
+    return Smoothing(c.target_noise, c.target_noise_clip)
 
 
 def smoothed(action: jax.Array, key: jax.Array, smoothing: Smoothing) -> jax.Array:
@@ -164,27 +181,30 @@ def make(cfg: DeterministicConfig, spec: EnvSpec, run: Any, variant: Variant) ->
 
     def init(key: jax.Array) -> base.AgentState:
         actor_params, critic_params = off_policy.init_params(key, actor, critic, spec)
-        tau, gamma = jnp.asarray(cfg.tau, jnp.float32), jnp.asarray(cfg.gamma, jnp.float32)
-        a = DDPGActor(actor_params, actor_params, actor_tx.init(actor_params), tau)
+        f32 = lambda name: jnp.asarray(getattr(cfg, name), jnp.float32)
+        tau, gamma, noise = f32("tau"), f32("gamma"), f32("exploration_noise")
+        a = DDPGActor(actor_params, actor_params, actor_tx.init(actor_params), tau, noise)
         c = DDPGCritic(critic_params, critic_params, critic_tx.init(critic_params), gamma, tau)
         if delay is None:
             return base.AgentState(a, c)
         zero = jnp.zeros((), jnp.int32)  # TD3: DDPG's sides with their update counters
+        smoothing = {name: f32(name) for name in ("target_noise", "target_noise_clip")}
         return base.AgentState(
-            TD3Actor(**a._asdict(), steps=zero), TD3Critic(**c._asdict(), steps=zero)
+            TD3Actor(**a._asdict(), steps=zero),
+            TD3Critic(**c._asdict(), steps=zero, **smoothing),
         )
 
     def act(state: Actor, obs: jax.Array, key: jax.Array, deterministic: bool) -> jax.Array:
         action = actor.apply(state.params, obs)
-        std = 0.0 if deterministic else cfg.exploration_noise
+        std = 0.0 if deterministic else state.exploration_noise
         return common.explore(action, key, std, scale, bias)
 
     def update_critic(c: Critic, target_actor: PyTree, batch: Transition, key: jax.Array):
         # the target actor's action at the next state (smoothed: TD3), then the smallest
         # target critic's value there; bootstrap unless terminated
         action = actor.apply(target_actor, batch.next_obs)
-        if variant.smoothing is not None:
-            action = smoothed(action, key, variant.smoothing)
+        if variant.smoothing:
+            action = smoothed(action, key, smoothing_of(c))
         next_q = critic.apply(c.target_params, batch.next_obs, action * scale + bias).min(0)
         target = off_policy.bellman_target(batch, c.gamma, next_q)
         params, opt_state, metrics = off_policy.fit_q(

@@ -85,9 +85,8 @@ def _init(cfg: FastSACConfig, spec: EnvSpec, nets: Any, txs: Any, key: jax.Array
     actor, critic = nets
     actor_tx, critic_tx, alpha_tx = txs
     actor_params, critic_params = off_policy.init_params(key, actor, critic, spec)
-    log_alpha = jnp.log(jnp.asarray(cfg.init_alpha, jnp.float32))
-    a = sac.SACActor(actor_params, actor_tx.init(actor_params), log_alpha, alpha_tx.init(log_alpha))
-    c = fasttd3.FastTD3Critic(
+    a = sac.init_actor(cfg, actor_params, actor_tx, alpha_tx)
+    c = fasttd3.RecipeCritic(
         critic_params,
         critic_params,
         critic_tx.init(critic_params),
@@ -107,12 +106,11 @@ def make(cfg: FastSACConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
     actor_tx = common.adamw(cfg.actor_lr, cfg.weight_decay)
     critic_tx = common.adamw(cfg.critic_lr, cfg.weight_decay)
     alpha_tx = common.adam(cfg.alpha_lr)
-    target_entropy = -cfg.target_entropy_scale * spec.action_dim
     atoms = fasttd3.support(v_min, v_max, cfg.num_atoms)
     policy = functools.partial(sac.sample, actor, scale=scale, bias=bias)
     init = functools.partial(_init, cfg, spec, (actor, critic), (actor_tx, critic_tx, alpha_tx))
 
-    def update_critic(c: fasttd3.FastTD3Critic, view: sac.ActorView, data: Any, key: jax.Array):
+    def update_critic(c: fasttd3.RecipeCritic, view: sac.ActorView, data: Any, key: jax.Array):
         # the n-step batch (a plain batch and gamma (1 - terminated) when n_step is 1)
         batch, discount = fasttd3.critic_batch(data, c.gamma, cfg.n_step)
         # the target critics' lower-mean distribution at a sampled next action; the soft
@@ -138,7 +136,7 @@ def make(cfg: FastSACConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
             probs = jax.nn.softmax(critic.apply(critic_params, o, action), axis=-1)
             return fasttd3.mean_value(probs, atoms).min(0)
 
-        return sac.actor_step(actor_tx, alpha_tx, a, policy, q_fn, obs, key, target_entropy)
+        return sac.actor_step(actor_tx, alpha_tx, a, policy, q_fn, obs, key, spec.action_dim)
 
     return off_policy.replay_algorithm(
         "fastsac",

@@ -45,7 +45,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxspreeze import networks, replay
-from jaxspreeze.algos import base, common, deterministic, off_policy
+from jaxspreeze.algos import base, common, deterministic, members, off_policy
 from jaxspreeze.errors import ConfigError
 from jaxspreeze.types import EnvSpec, PyTree, Transition
 
@@ -132,7 +132,8 @@ class FastTD3Config(RecipeConfig):
 
 
 class FastTD3Actor(NamedTuple):
-    """Actor side: policy, its target, optimiser state, the count and the noise seed."""
+    """Actor side: policy, its target, optimiser state, the count and the noise seed; the
+    per-env noise scales' bounds are leaves."""
 
     params: PyTree
     target_params: PyTree
@@ -140,10 +141,13 @@ class FastTD3Actor(NamedTuple):
     tau: jax.Array
     steps: jax.Array  # actor updates so far
     noise_seed: jax.Array  # uint32: the per-env exploration noise scales' seed
+    noise_min: jax.Array
+    noise_max: jax.Array
 
 
-class FastTD3Critic(NamedTuple):
-    """Critic side: the two categorical critics, their target, optimiser state and counter."""
+class RecipeCritic(NamedTuple):
+    """Critic side: the two categorical critics, their target, optimiser state and counter
+    (FastSAC's)."""
 
     params: PyTree
     target_params: PyTree
@@ -151,6 +155,11 @@ class FastTD3Critic(NamedTuple):
     gamma: jax.Array
     tau: jax.Array
     steps: jax.Array  # critic updates so far
+
+
+# FastTD3's critic side: TD3's leaves (the recipe's and the target policy smoothing's std
+# and clip) around the two categorical critics
+FastTD3Critic = deterministic.TD3Critic
 
 
 # --- the categorical critic's maths ------------------------------------------------------
@@ -272,7 +281,7 @@ def critic_network(cfg: RecipeConfig, spec: EnvSpec) -> networks.DistributionalQ
     )
 
 
-def noise_scales(seed: jax.Array, num_envs: int, low: float, high: float) -> jax.Array:
+def noise_scales(seed: jax.Array, num_envs: int, low: jax.Array, high: jax.Array) -> jax.Array:
     """Each env's exploration noise std ``[num_envs, 1]``, uniform in ``[low, high]``.
 
     A pure function of ``seed``: the same envs get the same scales at every step.
@@ -425,11 +434,17 @@ def _init(
     k_actor, k_critic = jax.random.split(k_params)
     actor_params = actor.init(k_actor, obs)
     critic_params = critic.init(k_critic, obs, act)
-    tau, gamma = jnp.asarray(cfg.tau, jnp.float32), jnp.asarray(cfg.gamma, jnp.float32)
-    zero = jnp.zeros((), jnp.int32)
+    f32 = lambda name: jnp.asarray(getattr(cfg, name), jnp.float32)
+    tau, zero = f32("tau"), jnp.zeros((), jnp.int32)
     seed = jax.random.bits(k_noise, (), jnp.uint32)
-    a = FastTD3Actor(actor_params, actor_params, actor_tx.init(actor_params), tau, zero, seed)
-    c = FastTD3Critic(critic_params, critic_params, critic_tx.init(critic_params), gamma, tau, zero)
+    a = FastTD3Actor(
+        actor_params, actor_params, actor_tx.init(actor_params), tau, zero, seed,
+        f32("noise_min"), f32("noise_max"),
+    )  # fmt: skip
+    c = FastTD3Critic(
+        critic_params, critic_params, critic_tx.init(critic_params), f32("gamma"), tau, zero,
+        f32("target_noise"), f32("target_noise_clip"),
+    )  # fmt: skip
     return base.AgentState(a, c)
 
 
@@ -441,7 +456,6 @@ def make(cfg: FastTD3Config, spec: EnvSpec, run: Any) -> base.Algorithm:
     scale, bias = networks.action_scale(spec.action_low, spec.action_high)
     actor_tx = common.adamw(cfg.actor_lr, cfg.weight_decay)
     critic_tx = common.adamw(cfg.critic_lr, cfg.weight_decay)
-    smoothing = deterministic.Smoothing(cfg.target_noise, cfg.target_noise_clip)
     atoms = support(v_min, v_max, cfg.num_atoms)
 
     init = functools.partial(_init, cfg, spec, actor, critic, actor_tx, critic_tx)
@@ -450,7 +464,7 @@ def make(cfg: FastTD3Config, spec: EnvSpec, run: Any) -> base.Algorithm:
         action = actor.apply(state.params, obs)
         if deterministic:
             return common.explore(action, key, 0.0, scale, bias)
-        std = noise_scales(state.noise_seed, action.shape[0], cfg.noise_min, cfg.noise_max)
+        std = noise_scales(state.noise_seed, action.shape[0], state.noise_min, state.noise_max)
         return common.explore(action, key, std, scale, bias)
 
     def update_critic(c: FastTD3Critic, target_actor: PyTree, data: Transition, key):
@@ -458,7 +472,8 @@ def make(cfg: FastTD3Config, spec: EnvSpec, run: Any) -> base.Algorithm:
         batch, discount = critic_batch(data, c.gamma, cfg.n_step)
         # the smoothed target action, the target critics' distributions there, the lower-mean
         # one per sample, shifted by the reward and discount and projected onto the atoms
-        action = deterministic.smoothed(actor.apply(target_actor, batch.next_obs), key, smoothing)
+        action = actor.apply(target_actor, batch.next_obs)
+        action = deterministic.smoothed(action, key, deterministic.smoothing_of(c))
         next_logits = critic.apply(c.target_params, batch.next_obs, action * scale + bias)
         next_probs = lower_mean(jax.nn.softmax(next_logits, axis=-1), atoms)
         target, outside = categorical_target(
@@ -514,6 +529,16 @@ def make(cfg: FastTD3Config, spec: EnvSpec, run: Any) -> base.Algorithm:
     )
 
 
+# the fields a population may vary per member: each is a leaf of the state (tau of both
+# sides' targets, the per-env noise scales' bounds on the actor side, the smoothing's on
+# the critic side)
+MEMBER_FIELDS = {
+    **members.ACTOR_CRITIC_LR,
+    "tau": deterministic.MEMBER_FIELDS["tau"],
+    **members.leaves("actor", "noise_min", "noise_max"),
+    **deterministic.SMOOTHING_FIELDS,
+}
+
 SPEC = base.AlgoSpec(
     name="fasttd3",
     config_cls=FastTD3Config,
@@ -525,5 +550,5 @@ SPEC = base.AlgoSpec(
     grad_step_multiple=grad_step_multiple,
     label="FastTD3",
     accelerator_defaults=ACCELERATOR_DEFAULTS,
-    member_fields=deterministic.MEMBER_FIELDS,
+    member_fields=MEMBER_FIELDS,
 )

@@ -2,8 +2,9 @@
 
 A member field is a float field of an algorithm's config whose value lives in a leaf of
 the training state (a learning rate in its optimiser state, gamma and tau in the critic's
-leaves, the initial temperature in ``log_alpha``), so members that differ only in it run
-the same program. Each algorithm's :class:`~jaxspreeze.algos.base.AlgoSpec` lists its
+leaves, the initial temperature in ``log_alpha``, the noise scales, clip ranges and loss
+coefficients in float32 scalar leaves of the side whose update reads them), so members
+that differ only in it run the same program. Each algorithm's :class:`~jaxspreeze.algos.base.AlgoSpec` lists its
 member fields and how a value is written into a fresh ``AgentState``
 (``setter(agent, value) -> agent``, one slot, ``value`` a float32 scalar).
 """
@@ -66,6 +67,37 @@ def all_of(*setters: Setter) -> Setter:
     return setter
 
 
+# the hyperparameter leaves added to the states after runs were saved without them (each
+# named as its config field): a checkpoint or a policy file that lacks one takes it from a
+# fresh state of the run's own config (the value the run trained with: a constant of its
+# program then)
+ADDED_LEAVES = frozenset(
+    {
+        "target_entropy_scale",  # SAC, FastSAC: actor side
+        "exploration_noise",  # DDPG, TD3: actor side
+        "noise_min",  # FastTD3: actor side
+        "noise_max",
+        "target_noise",  # TD3, FastTD3: critic side
+        "target_noise_clip",
+        "clip_eps",  # PPO: actor side
+        "ent_coef",
+        "vf_coef",  # PPO: critic side
+        "reward_scaling",
+    }
+)
+
+
+def is_added(path: str) -> bool:
+    """Whether a leaf's path (``jax.tree_util.keystr``: ``.agent.actor.clip_eps``, or a
+    policy file's key) ends in one of :data:`ADDED_LEAVES`."""
+    return path.rsplit(".", 1)[-1].strip("[]'\"") in ADDED_LEAVES
+
+
+def leaves(side: str, *names: str) -> dict[str, Setter]:
+    """Member fields each held in the leaf of its own name on ``side``."""
+    return {name: leaf(side, name) for name in names}
+
+
 # what every algorithm with an actor and a critic optimiser shares
 ACTOR_CRITIC_LR = {
     "actor_lr": learning_rate("actor"),
@@ -76,4 +108,5 @@ ACTOR_CRITIC_LR = {
 TEMPERATURE = {
     "alpha_lr": learning_rate("actor", "alpha_opt_state"),
     "init_alpha": log_leaf("actor", "log_alpha"),
+    "target_entropy_scale": leaf("actor", "target_entropy_scale"),
 }

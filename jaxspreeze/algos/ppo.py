@@ -75,22 +75,28 @@ class PPOConfig:
 
 
 class PPOActor(NamedTuple):
-    """Actor side: policy, optimiser, base learning rate and observation statistics."""
+    """Actor side: policy, optimiser, base learning rate and observation statistics; the
+    clip range and the entropy coefficient are leaves."""
 
     params: PyTree
     opt_state: PyTree
     lr: jax.Array
     obs_stats: common.RunningStats
+    clip_eps: jax.Array
+    ent_coef: jax.Array
 
 
 class PPOCritic(NamedTuple):
-    """Critic side: value function, optimiser; lr, gamma and lambda are leaves."""
+    """Critic side: value function, optimiser; lr, gamma, lambda, the value-loss
+    coefficient and the reward scale are leaves."""
 
     params: PyTree
     opt_state: PyTree
     lr: jax.Array
     gamma: jax.Array
     gae_lambda: jax.Array
+    vf_coef: jax.Array
+    reward_scaling: jax.Array
 
 
 class CriticView(NamedTuple):
@@ -99,6 +105,7 @@ class CriticView(NamedTuple):
     params: PyTree
     gamma: jax.Array
     gae_lambda: jax.Array
+    reward_scaling: jax.Array
 
 
 class PolicyBatch(NamedTuple):
@@ -210,15 +217,17 @@ class Learner:
         obs = jnp.zeros((1, *self.obs_shape))
         actor_params = self.policy.net.init(k_actor, obs)
         critic_params = self.value_net.init(k_critic, obs)
-        lr = jnp.asarray(cfg.lr, jnp.float32)
+        f32 = lambda name: jnp.asarray(getattr(cfg, name), jnp.float32)
+        lr, stats = f32("lr"), common.stats_init(self.obs_shape)
         return base.AgentState(
-            PPOActor(actor_params, tx.init(actor_params), lr, common.stats_init(self.obs_shape)),
+            PPOActor(
+                actor_params, tx.init(actor_params), lr, stats, f32("clip_eps"), f32("ent_coef")
+            ),
             PPOCritic(
                 critic_params,
                 tx.init(critic_params),
                 lr,
-                jnp.asarray(cfg.gamma, jnp.float32),
-                jnp.asarray(cfg.gae_lambda, jnp.float32),
+                *(f32(name) for name in ("gamma", "gae_lambda", "vf_coef", "reward_scaling")),
             ),
         )
 
@@ -245,13 +254,19 @@ class Learner:
         frac = 1.0 - common.opt_step_count(opt_state) / self.total_updates
         return common.set_learning_rate(opt_state, lr * jnp.maximum(frac, 0.0))
 
-    def advantages(self, params, gamma, lam, stats, traj: Transition):
-        """GAE(lambda) ``(advantages, returns)`` ``[T, N]`` of a rollout under V(params)."""
+    def advantages(self, view: CriticView, stats, traj: Transition):
+        """GAE(lambda) ``(advantages, returns)`` ``[T, N]`` of a rollout under V(params),
+        with the view's gamma, lambda and reward scale."""
         obs, next_obs = self.norm(stats, traj.obs), self.norm(stats, traj.next_obs)
-        traj = traj._replace(obs=obs, next_obs=next_obs)
-        if self.cfg.reward_scaling != 1.0:  # 1.0: the program as without the field
-            traj = traj._replace(reward=traj.reward * self.cfg.reward_scaling)
-        return ppo_losses.advantages(self.value_net, params, gamma, lam, traj)
+        # at a scale of 1 the rewards themselves, not their product with the leaf: XLA
+        # fuses a product into GAE's sums otherwise than the rewards (a changed rounding
+        # of the default run; a select keeps the program's numbers as they were)
+        scale = view.reward_scaling
+        reward = jnp.where(scale == 1.0, traj.reward, traj.reward * scale)
+        traj = traj._replace(obs=obs, next_obs=next_obs, reward=reward)
+        return ppo_losses.advantages(
+            self.value_net, view.params, view.gamma, view.gae_lambda, traj
+        )
 
     # ---------------------------------------------------------------- critic: value fn
     def update_critic(self, c: PPOCritic, batch: ValueBatch):
@@ -259,7 +274,7 @@ class Learner:
 
         def loss_fn(params):
             v = self.value_net.apply(params, batch.obs)
-            return ppo_losses.value_loss(v, batch.returns, self.cfg.vf_coef), v
+            return ppo_losses.value_loss(v, batch.returns, c.vf_coef), v
 
         opt_state = self.annealed(c.opt_state, c.lr)
         params, opt_state, loss, v, gnorm = common.gradient_step(
@@ -277,7 +292,7 @@ class Learner:
         """Minibatch epochs of the value function towards the rollout's GAE returns."""
         # returns from the critic's own params at the start of the phase
         traj, _ = _rollout(data)
-        _, returns = self.advantages(c.params, c.gamma, c.gae_lambda, stats, traj)
+        _, returns = self.advantages(critic_view(c), stats, traj)
         data = ValueBatch(_flat(self.norm(stats, traj.obs)), _flat(returns))
         return minibatch_epochs(self.update_critic, c, data, key, self.cfg.epochs, self.batch_size)
 
@@ -294,7 +309,7 @@ class Learner:
                 params, batch.obs, batch.action, batch.noise
             )
             return ppo_losses.policy_loss(
-                logp, batch.old_logp, adv, entropy, cfg.clip_eps, cfg.ent_coef
+                logp, batch.old_logp, adv, entropy, a.clip_eps, a.ent_coef
             )
 
         opt_state = self.annealed(a.opt_state, a.lr)
@@ -319,7 +334,7 @@ class Learner:
         # log-probs from the params (and observation statistics) that acted: this actor
         # on the device path, the workers' own numbers for a behaviour rollout
         traj, behaviour_logp = _rollout(data)
-        adv, _ = self.advantages(view.params, view.gamma, view.gae_lambda, a.obs_stats, traj)
+        adv, _ = self.advantages(view, a.obs_stats, traj)
         obs = _flat(self.norm(a.obs_stats, traj.obs))
         action = _flat(traj.action)
         if behaviour_logp is None:
@@ -334,6 +349,11 @@ class Learner:
         if self.cfg.normalize_obs:  # the next rollout (and the critic's view) use the new stats
             a = a._replace(obs_stats=common.stats_update(a.obs_stats, _flat(traj.obs)))
         return a, metrics
+
+
+def critic_view(c: PPOCritic) -> CriticView:
+    """The critic side's parameters and what the advantages need of its leaves."""
+    return CriticView(c.params, c.gamma, c.gae_lambda, c.reward_scaling)
 
 
 def make(cfg: PPOConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
@@ -356,7 +376,7 @@ def make(cfg: PPOConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
         init=learner.init,
         act=learner.act,
         actor_view=lambda a: a.obs_stats,
-        critic_view=lambda c: CriticView(c.params, c.gamma, c.gae_lambda),
+        critic_view=critic_view,
         critic_phase=learner.critic_phase,
         actor_phase=learner.actor_phase,
         actor_steps_per_iteration=updates_per_phase,
@@ -383,7 +403,9 @@ DEFAULTS = {
 }
 
 # the fields a population may vary per member: each is a leaf of the state (the learning
-# rate both sides' leaves and optimiser states hold; anneal_lr reads the leaves)
+# rate both sides' leaves and optimiser states hold; anneal_lr reads the leaves; the clip
+# range and entropy coefficient on the actor side, the value-loss coefficient and reward
+# scale on the critic side)
 MEMBER_FIELDS = {
     "lr": members.all_of(
         *(members.leaf(side, "lr") for side in ("actor", "critic")),
@@ -391,6 +413,8 @@ MEMBER_FIELDS = {
     ),
     "gamma": members.leaf("critic", "gamma"),
     "gae_lambda": members.leaf("critic", "gae_lambda"),
+    **members.leaves("actor", "clip_eps", "ent_coef"),
+    **members.leaves("critic", "vf_coef", "reward_scaling"),
 }
 
 SPEC = base.AlgoSpec(

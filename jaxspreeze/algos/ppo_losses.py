@@ -35,13 +35,14 @@ def policy_loss(
     old_logp: jax.Array,
     advantage: jax.Array,
     entropy: jax.Array,
-    clip_eps: float,
-    ent_coef: float,
+    clip_eps: jax.Array | float,
+    ent_coef: jax.Array | float,
 ) -> tuple[jax.Array, PolicyLossInfo]:
     """``-mean(min(r A, clip(r, 1 - eps, 1 + eps) A)) - ent_coef * mean(entropy)`` over ``[B]``.
 
     ``r = exp(logp - old_logp)`` is the probability ratio of the policy being updated to
-    the one that acted; ``clip_eps`` and ``ent_coef`` are Python floats.
+    the one that acted; ``clip_eps`` and ``ent_coef`` are float32 scalars (the actor
+    side's leaves) or Python floats.
     """
     log_ratio = logp - old_logp
     ratio = jnp.exp(log_ratio)
@@ -53,8 +54,9 @@ def policy_loss(
     return loss, PolicyLossInfo(entropy.mean(), kl, clip_frac)
 
 
-def value_loss(value: jax.Array, returns: jax.Array, vf_coef: float) -> jax.Array:
-    """``vf_coef * 0.5 * mean((V - returns)^2)`` over ``[B]`` (``vf_coef`` a Python float)."""
+def value_loss(value: jax.Array, returns: jax.Array, vf_coef: jax.Array | float) -> jax.Array:
+    """``vf_coef * 0.5 * mean((V - returns)^2)`` over ``[B]`` (``vf_coef`` a float32 scalar,
+    the critic side's leaf, or a Python float)."""
     return vf_coef * 0.5 * ((value - returns) ** 2).mean()
 
 

@@ -43,12 +43,14 @@ class SACConfig:
 
 
 class SACActor(NamedTuple):
-    """Actor side: policy and entropy temperature, with their optimiser states."""
+    """Actor side: policy and entropy temperature, with their optimiser states; the target
+    entropy's scale is a leaf (``target_entropy = -scale * action_dim``)."""
 
     params: PyTree
     opt_state: PyTree
     log_alpha: jax.Array
     alpha_opt_state: PyTree
+    target_entropy_scale: jax.Array
 
 
 class SACCritic(NamedTuple):
@@ -87,7 +89,7 @@ def update_temperature(
     log_alpha: jax.Array,
     opt_state: PyTree,
     logp: jax.Array,
-    target_entropy: float,
+    target_entropy: jax.Array,
 ) -> tuple[jax.Array, PyTree]:
     """One step of automatic entropy tuning on ``logp [B]``: ``(log_alpha, opt_state)``.
 
@@ -137,14 +139,16 @@ def actor_step(
     q_fn: Callable[[jax.Array, jax.Array], jax.Array],
     obs: jax.Array,
     key: jax.Array,
-    target_entropy: float,
+    action_dim: int,
 ) -> tuple[SACActor, base.Metrics]:
     """One SAC actor step and one temperature step: ``(actor, metrics)``.
 
     The actor minimises ``alpha * logp - q_fn(obs, action)`` at sampled actions
     (``sample_fn(params, obs, key) -> (action, logp)``; ``q_fn -> [B]``, e.g. the smaller
-    of twin critics), then :func:`update_temperature` moves alpha.
+    of twin critics), then :func:`update_temperature` moves alpha towards the target
+    entropy ``-a.target_entropy_scale * action_dim``.
     """
+    target_entropy = -a.target_entropy_scale * action_dim
     alpha = jnp.exp(a.log_alpha)
 
     def loss_fn(params):
@@ -158,7 +162,9 @@ def actor_step(
         alpha_tx, a.log_alpha, a.alpha_opt_state, logp, target_entropy
     )
     finite = common.all_finite(loss, gnorm, log_alpha)
-    a = SACActor(params, opt_state, log_alpha, alpha_opt_state)
+    a = a._replace(
+        params=params, opt_state=opt_state, log_alpha=log_alpha, alpha_opt_state=alpha_opt_state
+    )
     return a, {
         "actor_loss": loss,
         "entropy": -logp.mean(),
@@ -166,6 +172,14 @@ def actor_step(
         "actor_grad_norm": gnorm,
         "finite": finite.astype(jnp.float32),
     }
+
+
+def init_actor(cfg: Any, params: PyTree, actor_tx: Any, alpha_tx: Any) -> SACActor:
+    """A fresh actor side (SAC, FastSAC): the policy, the first temperature ``init_alpha``,
+    their optimiser states and the target entropy's scale."""
+    log_alpha = jnp.log(jnp.asarray(cfg.init_alpha, jnp.float32))
+    scale = jnp.asarray(cfg.target_entropy_scale, jnp.float32)
+    return SACActor(params, actor_tx.init(params), log_alpha, alpha_tx.init(log_alpha), scale)
 
 
 def make(cfg: SACConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
@@ -177,16 +191,12 @@ def make(cfg: SACConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
     actor_tx = common.adam(cfg.actor_lr)
     critic_tx = common.adam(cfg.critic_lr)
     alpha_tx = common.adam(cfg.alpha_lr)
-    target_entropy = -cfg.target_entropy_scale * spec.action_dim
     policy = functools.partial(sample, actor, scale=scale, bias=bias)
 
     def init(key: jax.Array) -> base.AgentState:
         actor_params, critic_params = off_policy.init_params(key, actor, critic, spec)
-        log_alpha = jnp.log(jnp.asarray(cfg.init_alpha, jnp.float32))
         return base.AgentState(
-            SACActor(
-                actor_params, actor_tx.init(actor_params), log_alpha, alpha_tx.init(log_alpha)
-            ),
+            init_actor(cfg, actor_params, actor_tx, alpha_tx),
             SACCritic(
                 critic_params,
                 critic_params,
@@ -212,7 +222,7 @@ def make(cfg: SACConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
 
     def update_actor(a: SACActor, critic_params: PyTree, obs: jax.Array, key: jax.Array):
         q_fn = lambda o, action: critic.apply(critic_params, o, action).min(0)
-        return actor_step(actor_tx, alpha_tx, a, policy, q_fn, obs, key, target_entropy)
+        return actor_step(actor_tx, alpha_tx, a, policy, q_fn, obs, key, spec.action_dim)
 
     return off_policy.replay_algorithm(
         "sac",

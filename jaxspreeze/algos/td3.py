@@ -60,10 +60,7 @@ def grad_step_multiple(cfg: TD3Config) -> int:
 
 def make(cfg: TD3Config, spec: EnvSpec, run: Any) -> base.Algorithm:
     """Bind TD3 to its config, env spec and the run's per-iteration update sizes."""
-    smoothing = deterministic.Smoothing(cfg.target_noise, cfg.target_noise_clip)
-    variant = deterministic.Variant(
-        "td3", num_qs=2, smoothing=smoothing, policy_delay=cfg.policy_delay
-    )
+    variant = deterministic.Variant("td3", num_qs=2, smoothing=True, policy_delay=cfg.policy_delay)
     return deterministic.make(cfg, spec, run, variant)
 
 
@@ -74,5 +71,5 @@ SPEC = off_policy.spec(
     validate,
     make,
     grad_step_multiple=grad_step_multiple,
-    member_fields=deterministic.MEMBER_FIELDS,
+    member_fields=deterministic.TD3_MEMBER_FIELDS,
 )

@@ -1,7 +1,7 @@
 """``jaxspreeze sweep [train flags] --grid FIELD=V1,V2,... --sample FIELD=LAW:LO:HI --members N``.
 
 A population of members that differ in the chosen algorithm's member fields (learning
-rates, gamma, tau, ...: docs/sweeps.md), trained in one program: the train command's
+rates, gamma, tau, noise scales, clip ranges, loss coefficients, ...: docs/sweeps.md), trained in one program: the train command's
 flags plus ``--grid`` (repeatable; the product of all grids), ``--sample`` (repeatable;
 ``log-uniform:LO:HI`` or ``uniform:LO:HI``, ``--members`` draws per grid point, from
 ``--seed``). A TOML preset may hold a ``[sweep]`` table (``grid = {"sac.actor_lr" =
@@ -35,7 +35,8 @@ Repeated = Annotated[tuple[str, ...], tyro.conf.UseAppendAction, tyro.conf.arg(m
 
 DESCRIPTION = (
     "Train a population in one program: members that differ in the algorithm's member fields "
-    "(learning rates, gamma, tau, ...), each with --num-seeds seeds. The train command's flags "
+    "(learning rates, gamma, tau, noise scales, clip ranges, loss coefficients, ...), each with "
+    "--num-seeds seeds. The train command's flags "
     "plus --grid/--sample/--members (docs/sweeps.md); per member: metrics columns, a row of "
     "summary.json's members table and policy-<m>.msgpack."
 )
