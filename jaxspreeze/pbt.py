@@ -39,6 +39,8 @@ SALT = 104_729  # the PBT draws' seed is (seed, SALT, interval index)
 FACTORS = (0.8, 1.25)
 RANGES = {"gamma": (0.0, 1.0), "tau": (0.0, 1.0), "gae_lambda": (0.0, 1.0)}
 KEPT = ("init_alpha",)  # start values: copied with the state, never perturbed
+# pairs perturbed apart that must stay ordered (low <= high): FastTD3's noise bounds
+ORDERED = (("noise_min", "noise_max"),)
 
 
 def interval(cfg: Any, chunk_steps: int) -> int:
@@ -87,6 +89,9 @@ def choose(
             factors[name] = FACTORS[int(rng.integers(len(FACTORS)))]
             lo, hi = RANGES.get(name, (-math.inf, math.inf))
             new[name] = float(np.float32(min(max(value * factors[name], lo), hi)))
+        for low, high in ORDERED:
+            if low in new and high in new and new[low] > new[high]:
+                new[low] = new[high]  # the bounds met: every env explores at one scale
         events.append(
             {"env_steps": env_steps, "interval": index, "member": loser, "copied": winner,
              "old": values[loser], "new": new, "factors": factors,

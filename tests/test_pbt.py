@@ -68,6 +68,19 @@ def test_choose_ranks_and_draws_from_the_seed():
     assert pbt.choose(cfg, values, [float("nan")] * 4, 2, 2000) == []  # nothing to rank
 
 
+def test_perturbed_noise_bounds_stay_ordered():
+    """FastTD3's noise_min and noise_max are perturbed apart; a draw that would put the low
+    bound over the high one meets it instead (every env then explores at one scale)."""
+    cfg = _cfg("/tmp", "x", population=("actor_lr=0.001",) * 4)
+    values = [{"noise_min": 0.2, "noise_max": 0.2} for _ in range(4)]
+    seen = set()
+    for index in range(20):
+        for e in pbt.choose(cfg, values, [1.0, 2.0, 3.0, 4.0], index, 1000 * index):
+            assert e["new"]["noise_min"] <= e["new"]["noise_max"]
+            seen.add((e["factors"]["noise_min"], e["factors"]["noise_max"]))
+    assert (1.25, 0.8) in seen  # the draw that would have inverted them happened
+
+
 def test_exploit_copies_the_agent_state_and_explore_sets_the_values(runs):
     _, a, _ = runs
     cfg = from_dict(json.loads((a.run_dir / "config.json").read_text()))
