@@ -80,10 +80,23 @@ def save_policy_file(path: str | Path, policy: Policy, seed_index: int = 0) -> P
     return path
 
 
+def best_slot(run_dir: str | Path, cfg: RunConfig) -> int:
+    """The slot a run acts with by default: 0, or for a population (``jaxspreeze sweep``)
+    the first seed of the best member its ``summary.json`` names (0 before it is written)."""
+    if cfg.members <= 1:
+        return 0
+    try:
+        best = json.loads((Path(run_dir) / "summary.json").read_text()).get("best_member")
+    except (OSError, ValueError):
+        return 0
+    return int(best) * cfg.num_seeds if isinstance(best, int) else 0
+
+
 def load_policy(path: str | Path) -> Policy:
     """Read a policy: a finished run directory (its ``config.json`` and ``policy.msgpack``),
     a run's policy file (``config.json`` read beside it) or a file :func:`save_policy_file`
-    wrote (self-contained)."""
+    wrote (self-contained). A population's ``policy.msgpack`` holds every member's seeds and
+    acts with the best member's first seed (:func:`best_slot`)."""
     path = Path(path)
     file = path / POLICY_FILE if path.is_dir() else path
     if not file.exists():
@@ -110,6 +123,7 @@ def load_policy(path: str | Path) -> Policy:
             seed_index, state = int(state["seed_index"]), state["actor"]
         else:
             cfg = config_lib.load(config_file)
+            seed_index = best_slot(file.parent, cfg)
         saved = RunPlan.saved(cfg)  # the saved run's plan: its algorithm bound to its env
     except ConfigError as e:
         raise ValueError(f"{config_file}: {str(e).split(': ', 1)[1]}") from None

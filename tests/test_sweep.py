@@ -247,6 +247,10 @@ def test_every_member_is_a_run_you_can_use(pop):
         mine = jax.tree.map(lambda x, m=m: x[2 * m], result.state.agent.actor.params)
         for a, b in zip(_leaves(agent.policy.seed(0).params), _leaves(mine), strict=True):
             np.testing.assert_array_equal(a, b)
+    # the run itself acts with the best member's first seed (its policy.msgpack holds all)
+    best = summary["best_member"]
+    assert jaxspreeze.load(result.run_dir).seed_index == 2 * best
+    assert jaxspreeze.load(result.run_dir, seed_index=1).seed_index == 1
 
 
 def test_a_population_resumes_bitwise(pop, tmp_path):
@@ -268,6 +272,9 @@ def test_eval_and_render_pick_a_member(pop, run_main):
 
     _, result = pop
     assert member_slot(str(result.run_dir), 1, 1) == 3  # member 1's second seed
+    best = json.loads((result.run_dir / "summary.json").read_text())["best_member"]
+    assert member_slot(str(result.run_dir), None, 1) == 2 * best + 1  # no --member: the best
+    assert member_slot(str(result.run_dir / "policy-1.msgpack"), None, 1) == 1  # its own seeds
     out = run_main("eval", str(result.run_dir), "--member", "1", "--episodes", "2")
     assert out.returncode == 0 and "member 1" in out.stdout
     assert out.stdout.count(" seed ") == 2, out.stdout
@@ -323,3 +330,14 @@ def test_split_and_data_parallel_populations(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"split": True, "data_member": True}
+
+
+def test_a_population_run_acts_with_its_best_member_by_default(tmp_path):
+    from jaxspreeze.config import RunConfig
+    from jaxspreeze.policy import best_slot
+
+    cfg = RunConfig(num_seeds=2, population=("actor_lr=0.001",) * 3)
+    assert best_slot(tmp_path, cfg) == 0  # no summary yet
+    (tmp_path / "summary.json").write_text(json.dumps({"best_member": 2}))
+    assert best_slot(tmp_path, cfg) == 4  # member 2's first seed
+    assert best_slot(tmp_path, RunConfig(num_seeds=2)) == 0  # a plain run: slot 0

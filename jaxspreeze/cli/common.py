@@ -90,5 +90,20 @@ def member_slots(run_dir: str, member: int) -> range:
 
 
 def member_slot(run_dir: str, member: int | None, seed_index: int) -> int:
-    """The slot of ``member``'s seed ``seed_index`` (``seed_index`` itself without one)."""
-    return seed_index if member is None else member_slots(run_dir, member)[0] + seed_index
+    """The slot of ``member``'s seed ``seed_index``; without a member, ``seed_index`` itself,
+    or in a population's run the best member's (``summary.json``'s ``best_member``)."""
+    if member is None:
+        from pathlib import Path
+
+        from jaxspreeze import config, policy
+
+        path = Path(run_dir)
+        if not path.is_dir() and path.name != policy.POLICY_FILE:
+            return seed_index  # a standalone policy file (policy-<m>.msgpack): its own seeds
+        run = path if path.is_dir() else path.parent
+        try:
+            cfg = config.load(run / "config.json")
+        except (OSError, ValueError):
+            return seed_index
+        return policy.best_slot(run, cfg) + seed_index
+    return member_slots(run_dir, member)[0] + seed_index
