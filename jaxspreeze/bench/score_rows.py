@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from jaxspreeze.bench import score_goal
+
 Record = dict[str, Any]
 CACHES = ("cold", "warm")
 
@@ -72,8 +74,22 @@ def _median(values: Sequence[float | None], unreached: bool = False) -> float | 
     return None if math.isinf(m) else m
 
 
+def _hit(row: Record) -> dict[str, Any] | None:
+    """The run's first evaluation at the threshold when it has both walls, else None."""
+    hit = first_reaching(row["curve"], row["threshold"])
+    if hit is None or hit.get("command_s") is None or hit.get("wall_s") is None:
+        return None
+    return hit if hit["env_steps"] > 0 else None
+
+
 def summarise(runs: Sequence[Record]) -> list[Record]:
     """One line per (row, side): medians over seeds, cold and warm apart.
+
+    Besides the report's columns, per cache, over the runs that reached the threshold:
+    ``<cache>_before_s`` (process start to the end of compilation: the command's wall
+    minus the wall after compilation at that evaluation) and ``<cache>_s_per_step``
+    (seconds per env step after compilation), which :mod:`~jaxspreeze.bench.score_goal`
+    splits a gap with.
 
     ``runs`` are the runs' entries (``task``, ``side``, ``seed``, ``cache``, ``row`` or
     ``error``), in any order; lines come in the order their (row, side) first appears.
@@ -95,6 +111,7 @@ def summarise(runs: Sequence[Record]) -> list[Record]:
             "failed": [
                 f"seed {r['seed']} {r['cache']}: {r['error']}" for r in rs if r.get("error")
             ],
+            "sources": sorted({r["source"] for r in rs if r.get("source") is not None}),
             "reached": sum(r["reached"] for r in rows),
             "of": len(rows),
             "env_steps_to_threshold": _median(
@@ -115,6 +132,9 @@ def summarise(runs: Sequence[Record]) -> list[Record]:
             )
             line[f"{c}_compile_s"] = _median([r.get("compile_s") for r in by_cache[c]])
             line[f"{c}_runs"] = len(by_cache[c])
+            hits = [h for h in (_hit(r) for r in by_cache[c]) if h is not None]
+            line[f"{c}_before_s"] = _median([h["command_s"] - h["wall_s"] for h in hits])
+            line[f"{c}_s_per_step"] = _median([h["wall_s"] / h["env_steps"] for h in hits])
         if rows:
             first = rows[0]
             line.update(
@@ -150,17 +170,31 @@ COLUMNS = (
 )
 
 
+def _from(line: Record) -> str:
+    """`` (run 2)``: where a merged report's line comes from (nothing in a run's own)."""
+    return f" (run {', '.join(str(i + 1) for i in line['sources'])})" if line.get("sources") else ""
+
+
 def markdown(doc: Record) -> str:
     """The report: the command, the machine, the medians' table, skipped sides, notes."""
     lines = ["# Time to score", ""]
-    lines.append(
-        f"- {doc.get('date', '')}: `{doc.get('command', '')}`"
-        + (f" ({doc['note']})" if doc.get("note") else "")
-    )
+    sources = doc.get("sources")
+    if sources:
+        lines += [f"{doc.get('date', '')}: `{doc.get('command', '')}`, merging the runs:", ""]
+    for i, src in enumerate(sources or [doc]):
+        lines.append(
+            (f"{i + 1}. " if sources else "- ")
+            + f"{src.get('date', '')}: `{src.get('command', '')}`"
+            + (f" ({src['note']})" if src.get("note") else "")
+            + (f" [{src['dir']}]" if src.get("dir") else "")
+        )
     lines += [
         "",
         f"Machine: {doc.get('hardware', '')}. Scale: {doc.get('scale')}. Seeds: "
-        f"{doc.get('seeds')}. Sides and rows interleaved seed by seed (order in the JSON's `runs`).",
+        f"{doc.get('seeds')}. Sides and rows interleaved seed by seed (order in the JSON's "
+        + (
+            "`runs`; a side's `(run N)` is the run above it comes from)." if sources else "`runs`)."
+        ),
         "",
         "Medians over seeds; a seed that never reached the threshold counts as never "
         "(a median is shown when at least half reached it).",
@@ -171,7 +205,7 @@ def markdown(doc: Record) -> str:
     for s in doc.get("summary", []):
         name = f"{s['task']} ({s.get('env', '')}, thr. {_fmt(s.get('threshold'), 'g')})"
         lines.append(
-            f"| {name} | {s['side']} | {s['reached']}/{s['of']} | "
+            f"| {name} | {s['side']}{_from(s)} | {s['reached']}/{s['of']} | "
             f"{_fmt(s['env_steps_to_threshold'])} | "
             f"{_fmt(s['cold_command_to_threshold_s'], '.1f')} | "
             f"{_fmt(s['warm_command_to_threshold_s'], '.1f')} | "
@@ -180,6 +214,7 @@ def markdown(doc: Record) -> str:
             f"{_fmt(s['cold_compile_s'], '.0f')} / "
             f"{_fmt(s['warm_compile_s'], '.0f')} |"
         )
+    lines += score_goal.markdown(doc.get("summary", []))
     if doc.get("skipped"):
         lines += ["", "Skipped sides:"]
         lines += [f"- {k['side']} on {k['task']}: {k['why']}" for k in doc["skipped"]]

@@ -21,7 +21,9 @@ class ScoreTask:
     ``env`` may differ from the preset's own (the preset's sizes on another env, e.g.
     ``ppo_cartpole`` on Acrobot); ``cpu`` are preset changes for ``--scale cpu`` (a budget
     a 2-core machine runs in minutes); ``label`` names the row when ``algo-<task>`` would
-    be ambiguous (gymnax's and gymnasium's Pendulum-v1).
+    be ambiguous (gymnax's and gymnasium's Pendulum-v1); ``versus`` are the rows it is
+    meant to beat where no peer runs it (the fast recipes: SAC/TD3's rows of the same env;
+    :mod:`jaxspreeze.bench.score_goal`).
     """
 
     algo: str
@@ -32,6 +34,7 @@ class ScoreTask:
     eval_episodes: int = 8
     label: str = ""
     cpu: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    versus: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -94,6 +97,15 @@ _FAST_ENVS = {  # env: (preset name, eval_every, eval_episodes), as SAC's row of
     "gymnasium/HalfCheetah-v5": ("halfcheetah", 5_000, 5),
 }
 
+
+def _beside(env: str) -> tuple[str, ...]:
+    """SAC's and TD3's rows of ``env`` (those the table has), the fast recipes' ``versus``."""
+    tail = env.split("/")[-1]
+    if env.partition("/")[0] in ("gymnax", "gymnasium"):
+        return (f"sac-{tail}", f"td3-{tail}")
+    return (f"sac-{tail}",)  # brax and Playground rows: SAC (and PPO) only
+
+
 ROWS: dict[str, ScoreTask] = {
     t.name: t
     for t in (
@@ -119,7 +131,7 @@ ROWS: dict[str, ScoreTask] = {
         # the fast recipes (FastTD3, FastSAC; no peer runs them): beside SAC/TD3's rows of
         # the same env, evaluated as often, presets fast<algo>_<name>
         *(
-            _task(algo, env, f"{algo}_{name}", every, eval_episodes=episodes)
+            _task(algo, env, f"{algo}_{name}", every, eval_episodes=episodes, versus=_beside(env))
             for env, (name, every, episodes) in _FAST_ENVS.items()
             for algo in ("fasttd3", "fastsac")
         ),

@@ -211,6 +211,7 @@ FLAGS: dict[str, dict[str, Kind]] = {
         "--total-steps": "int?",
         "--run-timeout-s": "float?",
         "--note": "str",
+        "--merge": "*",
     },
     "launch": {
         "--processes": "int",

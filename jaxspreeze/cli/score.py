@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 import tyro
 
 from jaxspreeze.cli.args import parse
-from jaxspreeze.cli.common import at_least_one, fail
+from jaxspreeze.cli.common import at_least_one, fail, flag
 
 DESCRIPTION = (
     "Time to score: for each row (an env, an algorithm, a preset and a return threshold) "
@@ -50,6 +50,14 @@ class ScoreArgs:
     """Stop a side's run after this many seconds (reported as failed)."""
     note: str = ""
     """A note for the report (e.g. 'CPU shared')."""
+    merge: Annotated[tuple[str, ...], tyro.conf.arg(metavar="DIR [DIR ...]")] = ()
+    """Run nothing: merge these folders' score.json (earlier `jaxspreeze score` runs, a
+    row and side from one of them only) into one report in --out."""
+
+
+RUN_OPTIONS = ("rows", "list_rows", "seeds", "sides", "scale", "no_warm", "total_steps",
+               "run_timeout_s")  # fmt: skip
+_FLAGS = {"list_rows": "--list"}
 
 
 def main(argv: Sequence[str]) -> int:
@@ -57,6 +65,8 @@ def main(argv: Sequence[str]) -> int:
     args = parse(ScoreArgs, argv, "jaxspreeze score", markers=FLAGS, description=DESCRIPTION)
     if code := at_least_one(seeds=args.seeds, total_steps=args.total_steps):
         return code
+    if args.merge:
+        return _merge(args, argv)
     from jaxspreeze.bench import score_run, score_tasks
 
     tasks = score_tasks.select(args.rows)
@@ -92,3 +102,26 @@ def main(argv: Sequence[str]) -> int:
     print((Path(args.out) / "score.md").read_text().split("\nColumns:")[0])
     print(f"wrote {args.out}/score.json, score.md and {len(doc['plots'])} plot(s)")
     return 1 if any(r.get("error") for r in doc["runs"]) else 0
+
+
+def _merge(args: ScoreArgs, argv: Sequence[str]) -> int:
+    """``--merge DIR ...``: one report from earlier runs (refuses the options of a run)."""
+    defaults = ScoreArgs()
+    given = [n for n in RUN_OPTIONS if getattr(args, n) != getattr(defaults, n)]
+    if given:
+        return fail(f"--merge runs nothing: leave out {_FLAGS.get(given[0], flag(given[0]))} (it takes --out and --note)")
+    from jaxspreeze.bench import score_merge
+
+    out = Path(args.out)
+    if out.resolve() in {Path(d).resolve() for d in args.merge}:
+        return fail(f"--out: {out} is one of the merged folders; give a new folder")
+    try:
+        doc = score_merge.merge(
+            [Path(d) for d in args.merge], shlex.join(["jaxspreeze", "score", *argv]), args.note
+        )
+    except ValueError as e:
+        return fail(f"--merge: {e}")
+    score_merge.write(doc, out)
+    print((out / "score.md").read_text().split("\nColumns:")[0])
+    print(f"wrote {out}/score.json, score.md and {len(doc['plots'])} plot(s)")
+    return 0
