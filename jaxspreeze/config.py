@@ -39,6 +39,8 @@ from jaxspreeze.algos.base import (
     AlgoSpec,
     check_positive,
     defaults_on,
+    family_of,
+    filled,
     kinds,
 )
 from jaxspreeze.errors import ConfigError, UnknownEnvError
@@ -243,24 +245,35 @@ def fields_of(kind: str, cls: type | None = None, *, on_policy: bool = False) ->
 
 
 def is_resolved(cfg: RunConfig) -> bool:
-    """True when no run-level size (nor eval_every) waits for :func:`resolve`."""
-    return all(getattr(cfg, name) is not None for name in (*RUN_SIZES, "eval_every"))
+    """True when no run-level size (nor eval_every, nor a family-dependent field of the
+    run's algorithm) waits for :func:`resolve`."""
+    if any(getattr(cfg, name) is None for name in (*RUN_SIZES, "eval_every")):
+        return False
+    spec = algos.get(cfg.algo) if cfg.algo in algos.NAMES else None
+    section = getattr(cfg, cfg.algo, None) if spec else None
+    return spec is None or all(getattr(section, n) is not None for n in spec.field_defaults)
 
 
 def resolve(cfg: RunConfig, spec: AlgoSpec | None = None) -> RunConfig:
     """``cfg`` with every unset run-level size from its algorithm's defaults (on a GPU or
-    TPU, JAX's default backend here, its ``accelerator_defaults``).
+    TPU, JAX's default backend here, its ``accelerator_defaults``), and the unset fields of
+    its algorithm's section, for the env's family (``AlgoSpec.family_defaults``: e.g.
+    PPO's sizes, learning rate, epochs and policy on brax).
 
-    Sizes the user set are kept; ``eval_every`` unset becomes ``total_steps // 10``
+    Sizes and fields the user set are kept; ``eval_every`` unset becomes ``total_steps // 10``
     (about ten evaluations). Idempotent: a resolved config comes back unchanged (the same
     object). ``spec``: the algorithm's registry entry, when the caller holds it;
     ConfigError("algo") for an unknown algorithm.
     """
+    spec = spec or algos.get(cfg.algo)
     if is_resolved(cfg):
         return cfg
-    spec = spec or algos.get(cfg.algo)
-    defaults = defaults_on(spec, jax.default_backend())
+    family = family_of(cfg.env)
+    defaults = defaults_on(spec, jax.default_backend(), family)
     changes: dict[str, Any] = {n: defaults[n] for n in RUN_SIZES if getattr(cfg, n) is None}
+    section = getattr(cfg, spec.name)
+    if filled(spec, section, family) is not section:
+        changes[spec.name] = filled(spec, section, family)
     total = defaults["total_steps"] if cfg.total_steps is None else cfg.total_steps
     if cfg.eval_every is None and isinstance(total, int) and not isinstance(total, bool):
         changes["eval_every"] = max(total // EVALUATIONS, 0)

@@ -48,6 +48,32 @@ def test_policy_loss_gradient_stops_where_the_clip_binds():
     np.testing.assert_allclose(grad(LOGP), expected, rtol=1e-5, atol=1e-7)
 
 
+def test_a_runaway_log_ratio_gives_a_finite_loss_and_no_gradient():
+    """A saturated tanh action's log-probability can move by millions in one step (its
+    density far in the tail of a narrow Gaussian): exp of that is inf, and inf * A < 0 made
+    the loss -inf and the parameters NaN (PPO on brax/inverted_pendulum with the tanh
+    policy). The tanh policy's log-ratio bound keeps the loss finite, the sample gives no
+    gradient, the other samples keep theirs; without a bound (the other policies) the
+    loss is the formula's, bit for bit."""
+    bound = ppo_policy.MAX_LOG_RATIO
+    assert ppo_policy.TanhGaussian.max_log_ratio == bound
+    assert ppo_policy.ClippedGaussian.max_log_ratio is None is ppo_policy.Categorical.max_log_ratio
+    logp = LOGP.at[1].set(OLD_LOGP[1] + 1e6)  # A = -1: the unclipped, unbounded term
+    loss, info = ppo_losses.policy_loss(logp, OLD_LOGP, ADV, ENTROPY, 0.2, 0.0, bound)
+    assert np.isfinite(float(loss)) and np.isfinite(float(info.approx_kl))
+    assert not np.isfinite(float(ppo_losses.policy_loss(logp, OLD_LOGP, ADV, ENTROPY, 0.2, 0.0)[0]))
+    grad = jax.grad(
+        lambda lp: ppo_losses.policy_loss(lp, OLD_LOGP, ADV, ENTROPY, 0.2, 0.0, bound)[0]
+    )
+    g = np.asarray(grad(logp))
+    assert np.all(np.isfinite(g)) and g[1] == 0.0
+    np.testing.assert_allclose(g[0], -RATIO[0] * 1.0 / 3.0, rtol=1e-5)
+    ratio = jnp.exp(LOGP - OLD_LOGP)
+    surrogate = jnp.minimum(ratio * ADV, jnp.clip(ratio, 0.8, 1.2) * ADV).mean()
+    unbounded = ppo_losses.policy_loss(LOGP, OLD_LOGP, ADV, ENTROPY, 0.2, 0.1)[0]
+    assert float(unbounded) == float(-surrogate - 0.1 * ENTROPY.mean())
+
+
 def test_value_loss_and_advantage_normalisation():
     """``vf_coef * 0.5 * mean((V - R)^2)``; normalised advantages have mean 0 and std 1."""
     v, returns = jnp.array([1.0, 2.0, 3.0]), jnp.array([0.0, 2.0, 5.0])

@@ -41,14 +41,18 @@ def test_tanh_log_prob_against_a_hand_computation():
     by_hand = (
         -0.5 * ((u - 0.3) / 0.5) ** 2 - math.log(0.5) - 0.5 * math.log(2 * math.pi)
     ) - math.log(1 - 0.36)
-    got = ppo_policy.tanh_gaussian_log_prob(jnp.array([[0.3]]), jnp.array([[0.5]]), jnp.array([[0.6]]))
+    got = ppo_policy.tanh_gaussian_log_prob(
+        jnp.array([[0.3]]), jnp.array([[0.5]]), jnp.array([[0.6]])
+    )
     np.testing.assert_allclose(got, [by_hand], rtol=1e-6)
     assert abs(by_hand - _np_tanh_logp([0.3], [0.5], [0.6])) < 1e-12
     mean, std, t = np.array([[0.3, -1.0]]), np.array([[0.5, 2.0]]), np.array([[0.6, -0.999]])
     got = ppo_policy.tanh_gaussian_log_prob(*(jnp.asarray(x, jnp.float32) for x in (mean, std, t)))
     np.testing.assert_allclose(got, [_np_tanh_logp(mean, std, t)], rtol=1e-4)
     # a state-independent std [A] broadcasts like a state-dependent one [B, A]
-    flat = ppo_policy.tanh_gaussian_log_prob(jnp.asarray(mean), jnp.array([0.5, 2.0]), jnp.asarray(t))
+    flat = ppo_policy.tanh_gaussian_log_prob(
+        jnp.asarray(mean), jnp.array([0.5, 2.0]), jnp.asarray(t)
+    )
     np.testing.assert_allclose(flat, got, rtol=1e-6)
     edge = ppo_policy.tanh_gaussian_log_prob(jnp.zeros((1, 1)), jnp.ones((1, 1)), jnp.ones((1, 1)))
     u_edge = math.atanh(np.float32(ppo_policy.TANH_BOUND))
@@ -74,11 +78,18 @@ def test_tanh_density_matches_sampling():
     fine = np.linspace(-0.98, 0.98, 28 * 200 + 1)
     dens = np.exp(
         ppo_policy.tanh_gaussian_log_prob(
-            jnp.full((fine.size, 1), mean), jnp.full((fine.size, 1), std), jnp.asarray(fine)[:, None]
+            jnp.full((fine.size, 1), mean),
+            jnp.full((fine.size, 1), std),
+            jnp.asarray(fine)[:, None],
         )
     )
     dens = np.asarray(dens, np.float64)
-    mass = np.array([np.trapezoid(dens[i * 200 : i * 200 + 201], fine[i * 200 : i * 200 + 201]) for i in range(28)])
+    mass = np.array(
+        [
+            np.trapezoid(dens[i * 200 : i * 200 + 201], fine[i * 200 : i * 200 + 201])
+            for i in range(28)
+        ]
+    )
     np.testing.assert_allclose(counts / n, mass, rtol=0.05, atol=2e-4)
     inside = np.mean(np.abs(t) < 0.98)
     assert np.trapezoid(dens, fine) == pytest.approx(inside, abs=2e-3)
@@ -117,18 +128,25 @@ def test_tanh_actions_stay_in_bounds_and_deterministic_is_tanh_of_the_mean(tanh_
         for a in (det, pol.sample(p, obs, jax.random.key(3), False)):
             assert a.shape == (64, 2)
             assert (np.asarray(a) >= low).all() and (np.asarray(a) <= high).all()
-            logp, ent = pol.log_prob_entropy(p, obs, a, jax.random.normal(jax.random.key(4), a.shape))
+            logp, ent = pol.log_prob_entropy(
+                p, obs, a, jax.random.normal(jax.random.key(4), a.shape)
+            )
             assert np.isfinite(logp).all() and np.isfinite(ent).all()
-    assert (np.abs(np.asarray(pol.sample(wide, obs, jax.random.key(2), True)) - high).min() < 1e-3)
+    assert np.abs(np.asarray(pol.sample(wide, obs, jax.random.key(2), True)) - high).min() < 1e-3
 
 
 def test_the_policy_field_selects_the_parameterisation_and_is_checked():
-    """clipped (the default) keeps the state-independent Gaussian, tanh the squashed one;
-    discrete actions stay categorical; bad values are ConfigErrors naming the field; the
-    new fields that change the parameters are shape fields."""
+    """clipped (the default outside brax) keeps the state-independent Gaussian, tanh (brax's
+    default) the squashed one; discrete actions stay categorical; bad values are
+    ConfigErrors naming the field; the new fields that change the parameters are shape
+    fields."""
     pendulum = EnvSpec("pendulum", (3,), False, 1, (-2.0,), (2.0,))
     cartpole = EnvSpec("cartpole", (4,), True, 2, (), ())
-    assert ppo.PPOConfig().policy == "clipped" and ppo.PPOConfig().reward_scaling == 1.0
+    assert ppo.PPOConfig().policy is None and ppo.PPOConfig().reward_scaling == 1.0
+    assert (
+        ppo.FIELD_DEFAULTS["policy"] == "clipped"
+        and ppo.FAMILY_DEFAULTS["brax"]["policy"] == "tanh"
+    )
     assert isinstance(ppo_policy.for_env(pendulum, (8,)), ppo_policy.ClippedGaussian)
     assert isinstance(ppo_policy.for_env(pendulum, (8,), "tanh"), ppo_policy.TanhGaussian)
     assert isinstance(ppo_policy.for_env(cartpole, (8,), "tanh"), ppo_policy.Categorical)
@@ -155,6 +173,8 @@ PRESETS = Path(__file__).resolve().parent.parent / "experiments" / "presets"
         ("ppo_brax_halfcheetah", "tanh"),  # clipped: 33 at 200k env steps, tanh: 3,151
         ("ppo_reacher", "clipped"),  # tanh: -78 at 300k env steps, clipped: -33
         ("ppo_cheetah_run", "clipped"),  # tanh: 7 at 49k env steps, clipped: 28
+        ("ppo_inverted_pendulum", "clipped"),  # the preset's measured choice (tanh: a tie)
+        ("ppo_cartpole_balance", "clipped"),
     ],
 )
 def test_the_brax_presets_pick_the_policy_that_learned(preset, policy):
@@ -179,11 +199,15 @@ def test_reward_scaling_scales_the_rewards_of_the_advantages():
     for scaling in (1.0, 0.1):
         learner_algo = ppo.PPOConfig(hidden=(8,), reward_scaling=scaling)
         value_net = networks.ValueNet((8,))
-        learner = ppo.Learner(learner_algo, ppo_policy.for_env(spec, (8,)), value_net, None, (3,), 8, 1)
+        learner = ppo.Learner(
+            learner_algo, ppo_policy.for_env(spec, (8,)), value_net, None, (3,), 8, 1
+        )
         params = value_net.init(jax.random.key(0), jnp.zeros((1, 3)))
         view = ppo.CriticView(params, 0.99, 0.95, jnp.float32(scaling))  # the critic's leaves
         got[scaling] = learner.advantages(view, stats, traj)
-        want = ppo_losses.advantages(value_net, params, 0.99, 0.95, traj._replace(reward=traj.reward * scaling))
+        want = ppo_losses.advantages(
+            value_net, params, 0.99, 0.95, traj._replace(reward=traj.reward * scaling)
+        )
         for g, w in zip(got[scaling], want, strict=True):
             np.testing.assert_array_equal(g, w)
     assert not np.allclose(got[1.0][0], got[0.1][0])

@@ -8,6 +8,7 @@ each side sees the other's parameters from the end of the previous iteration).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -169,6 +170,11 @@ class AlgoSpec:
       member (``jaxspreeze sweep``), each with the setter that writes a member's value into
       a fresh one-slot ``AgentState`` (``algos/members.py``); every other field changes
       the program or the shapes.
+    - ``field_defaults``: the fields of its own config whose default depends on the env's
+      family (declared ``None``: "the family's"), with their value where no family says
+      otherwise; ``family_defaults``: per env family (``brax``, ``playground``, ...), what
+      differs there, run-level sizes and those fields (:func:`defaults_on`,
+      :func:`fields_on`). ``config.resolve`` fills what the user left unset.
     """
 
     name: str
@@ -184,6 +190,8 @@ class AlgoSpec:
     member_fields: Mapping[str, Callable[[AgentState, jax.Array], AgentState]] = field(
         default_factory=dict
     )
+    field_defaults: Mapping[str, Any] = field(default_factory=dict)
+    family_defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         missing = set(RUN_SIZES) - set(self.defaults)
@@ -200,13 +208,58 @@ class AlgoSpec:
         on_accelerator = MappingProxyType({**self.defaults, **self.accelerator_defaults})
         object.__setattr__(self, "accelerator_defaults", on_accelerator)
         object.__setattr__(self, "member_fields", MappingProxyType(dict(self.member_fields)))
+        own = {f.name: f.default for f in dataclasses.fields(self.config_cls)}
+        not_none = [n for n in self.field_defaults if own.get(n, 0) is not None]
+        if not_none:
+            raise ValueError(f"{self.name}: field_defaults names {not_none}, not None fields")
+        for family, values in self.family_defaults.items():
+            unknown = set(values) - set(RUN_SIZES) - set(self.field_defaults)
+            if unknown:
+                raise ValueError(
+                    f"{self.name}: family_defaults[{family!r}] names {sorted(unknown)}"
+                )
+        object.__setattr__(self, "field_defaults", MappingProxyType(dict(self.field_defaults)))
+        object.__setattr__(
+            self,
+            "family_defaults",
+            MappingProxyType(
+                {k: MappingProxyType(dict(v)) for k, v in self.family_defaults.items()}
+            ),
+        )
         if not self.label:
             object.__setattr__(self, "label", self.name.upper())
 
 
-def defaults_on(spec: AlgoSpec, backend: str) -> Mapping[str, int]:
-    """``spec``'s run-level sizes on JAX's ``backend`` (``cpu``, ``gpu``, ``tpu``, ...)."""
-    return spec.defaults if backend == "cpu" else spec.accelerator_defaults
+def defaults_on(spec: AlgoSpec, backend: str, family: str = "") -> Mapping[str, int]:
+    """``spec``'s run-level sizes on JAX's ``backend`` (``cpu``, ``gpu``, ``tpu``, ...)
+    for an env of ``family``: its family's sizes over its defaults; on an accelerator, the
+    sizes its ``accelerator_defaults`` change win over the family's."""
+    own = {k: v for k, v in spec.family_defaults.get(family, {}).items() if k in RUN_SIZES}
+    if backend == "cpu":
+        return {**spec.defaults, **own} if own else spec.defaults
+    changed = {k for k in RUN_SIZES if spec.accelerator_defaults[k] != spec.defaults[k]}
+    own = {k: v for k, v in own.items() if k not in changed}
+    return {**spec.accelerator_defaults, **own} if own else spec.accelerator_defaults
+
+
+def fields_on(spec: AlgoSpec, family: str = "") -> dict[str, Any]:
+    """The values of ``spec``'s family-dependent config fields (``field_defaults``) for an
+    env of ``family``."""
+    own = spec.family_defaults.get(family, {})
+    return {k: own.get(k, v) for k, v in spec.field_defaults.items()}
+
+
+def family_of(env: str) -> str:
+    """An env id's family: ``brax/halfcheetah`` -> ``brax`` (a bare name: '')."""
+    head, slash, _ = env.partition("/")
+    return head if slash else ""
+
+
+def filled(spec: AlgoSpec, cfg: Any, family: str = "") -> Any:
+    """``cfg`` (``spec``'s section) with its unset family-dependent fields filled for an
+    env of ``family`` (the same object when none is unset)."""
+    unset = {k: v for k, v in fields_on(spec, family).items() if getattr(cfg, k) is None}
+    return dataclasses.replace(cfg, **unset) if unset else cfg
 
 
 def replay_phase(

@@ -37,14 +37,23 @@ def policy_loss(
     entropy: jax.Array,
     clip_eps: jax.Array | float,
     ent_coef: jax.Array | float,
+    max_log_ratio: float | None = None,
 ) -> tuple[jax.Array, PolicyLossInfo]:
     """``-mean(min(r A, clip(r, 1 - eps, 1 + eps) A)) - ent_coef * mean(entropy)`` over ``[B]``.
 
     ``r = exp(logp - old_logp)`` is the probability ratio of the policy being updated to
     the one that acted; ``clip_eps`` and ``ent_coef`` are float32 scalars (the actor
     side's leaves) or Python floats.
+
+    ``max_log_ratio`` (the tanh policy's, ``ppo_policy.MAX_LOG_RATIO``; None: none) clips the
+    log-ratio, so a sample whose probability changed by more (a tanh policy's saturated
+    action: its density far in the tail of a narrow Gaussian, where a small step of the
+    mean moves the log-probability by millions) gives a finite loss and no gradient,
+    instead of an infinite ratio and NaN parameters.
     """
     log_ratio = logp - old_logp
+    if max_log_ratio is not None:
+        log_ratio = jnp.clip(log_ratio, -max_log_ratio, max_log_ratio)
     ratio = jnp.exp(log_ratio)
     clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
     surrogate = jnp.minimum(ratio * advantage, clipped * advantage).mean()

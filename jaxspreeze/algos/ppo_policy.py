@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -57,6 +58,11 @@ def gaussian_entropy(log_std: jax.Array, batch_shape: tuple[int, ...]) -> jax.Ar
 # the squashed actions' bound when their log-probability is computed: atanh(1 - 1e-6) =
 # 7.25, so a stored action on (or rounded onto) a bound has a finite pre-squash value
 TANH_BOUND = 1.0 - 1e-6
+
+# PPO's bound on the tanh policy's log-ratio (a ratio of 5e8): a saturated action's
+# log-probability sits far in the tail of a narrow Gaussian, where a small step of the
+# mean moves it by millions (ppo_losses.policy_loss); the other policies have none
+MAX_LOG_RATIO = 20.0
 
 
 def tanh_log_det(u: jax.Array) -> jax.Array:
@@ -107,6 +113,7 @@ class Categorical:
     """Discrete actions: a softmax over the logits of a ``CategoricalActor``."""
 
     net: networks.CategoricalActor
+    max_log_ratio: ClassVar[float | None] = None
 
     def sample(
         self, params: PyTree, obs: jax.Array, key: jax.Array, deterministic: bool
@@ -137,6 +144,7 @@ class ClippedGaussian:
     """
 
     net: networks.GaussianActor
+    max_log_ratio: ClassVar[float | None] = None
     scale: jax.Array
     bias: jax.Array
 
@@ -182,6 +190,8 @@ class TanhGaussian:
     scale: jax.Array
     bias: jax.Array
     min_std: float
+    # PPO's log-ratio bound for this policy (saturated actions: ppo_losses.policy_loss)
+    max_log_ratio: ClassVar[float | None] = MAX_LOG_RATIO
 
     def mean_std(self, params: PyTree, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
         """Pre-squash mean ``[B, A]`` and std ``[B, A]`` (state-dependent) or ``[A]``."""

@@ -113,7 +113,7 @@ RUN_FLAGS: dict[str, Kind] = {
     "--ppo.normalize-advantages": "0",
     "--ppo.no-normalize-advantages": "0",
     "--ppo.hidden": "*",
-    "--ppo.policy": ("clipped", "tanh"),
+    "--ppo.policy": ("None", "clipped", "tanh"),
     "--ppo.tanh-std": ("state", "scalar"),
     "--ppo.min-std": "float",
     "--ppo.reward-scaling": "float",
