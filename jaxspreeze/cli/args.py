@@ -165,6 +165,16 @@ def _field(name: str, hint: Any, doc: str | None, value: Any) -> tuple[str, Any,
     return name, hint, dataclasses.field(default_factory=lambda: value, metadata=metadata)
 
 
+def _folded(section_cls: Any, value: Any) -> Any:
+    """``value`` (a config section, e.g. ``PPOConfig``) as an instance of a copy of its
+    class whose fields carry their help folded on one line, as the top-level flags' do
+    (tyro would keep the source's line breaks)."""
+    fields = [_field(*f, getattr(value, f[0])) for f in _fields(type(value))]
+    copy = dataclasses.make_dataclass(type(value).__name__, fields, frozen=True)
+    copy.__doc__ = type(value).__doc__
+    return copy()
+
+
 def parse_grouped(
     cls: type[T],
     argv: Sequence[str],
@@ -203,16 +213,21 @@ def parse_grouped(
             about = tyro.conf.arg(name=group.title, help=group.about)
             hint = Annotated[box, about, tyro.conf.OmitArgPrefixes]
             boxes.append((f"box{i}", hint, dataclasses.field(default_factory=box)))
+    folded = {name: _folded(hint, values[name]) for name, hint, _ in sections}
     view = dataclasses.make_dataclass(
         f"{cls.__name__}View",
         [
             *(_field(*f, values[f[0]]) for f in top),
             *boxes,
-            *(_field(*f, values[f[0]]) for f in sections),
+            *(_field(name, type(folded[name]), doc, folded[name]) for name, _, doc in sections),
         ],
     )
     parsed = parse(view, argv, prog, description=description)
-    found = {name: getattr(parsed, name) for name, _, _ in top + sections}
+    found = {name: getattr(parsed, name) for name, _, _ in top}
+    for name, _, _ in sections:  # back to the section's own class
+        section = getattr(parsed, name)
+        own = {f.name: getattr(section, f.name) for f in dataclasses.fields(section)}
+        found[name] = type(values[name])(**own)
     for name, _, _ in boxes:
         box_values = getattr(parsed, name)
         found |= {f.name: getattr(box_values, f.name) for f in dataclasses.fields(box_values)}
