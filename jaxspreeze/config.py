@@ -257,8 +257,8 @@ def is_resolved(cfg: RunConfig) -> bool:
 def resolve(cfg: RunConfig, spec: AlgoSpec | None = None) -> RunConfig:
     """``cfg`` with every unset run-level size from its algorithm's defaults (on a GPU or
     TPU, JAX's default backend here, its ``accelerator_defaults``), and the unset fields of
-    its algorithm's section, for the env's family (``AlgoSpec.family_defaults``: e.g.
-    PPO's sizes, learning rate, epochs and policy on brax).
+    its algorithm's section for the env's family (``AlgoSpec.family_defaults``: PPO's
+    policy on brax).
 
     Sizes and fields the user set are kept; ``eval_every`` unset becomes ``total_steps // 10``
     (about ten evaluations). Idempotent: a resolved config comes back unchanged (the same
@@ -268,12 +268,11 @@ def resolve(cfg: RunConfig, spec: AlgoSpec | None = None) -> RunConfig:
     spec = spec or algos.get(cfg.algo)
     if is_resolved(cfg):
         return cfg
-    family = family_of(cfg.env)
-    defaults = defaults_on(spec, jax.default_backend(), family)
+    defaults = defaults_on(spec, jax.default_backend())
     changes: dict[str, Any] = {n: defaults[n] for n in RUN_SIZES if getattr(cfg, n) is None}
     section = getattr(cfg, spec.name)
-    if filled(spec, section, family) is not section:
-        changes[spec.name] = filled(spec, section, family)
+    if (own := filled(spec, section, family_of(cfg.env))) is not section:
+        changes[spec.name] = own
     total = defaults["total_steps"] if cfg.total_steps is None else cfg.total_steps
     if cfg.eval_every is None and isinstance(total, int) and not isinstance(total, bool):
         changes["eval_every"] = max(total // EVALUATIONS, 0)

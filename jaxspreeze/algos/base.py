@@ -172,9 +172,9 @@ class AlgoSpec:
       the program or the shapes.
     - ``field_defaults``: the fields of its own config whose default depends on the env's
       family (declared ``None``: "the family's"), with their value where no family says
-      otherwise; ``family_defaults``: per env family (``brax``, ``playground``, ...), what
-      differs there, run-level sizes and those fields (:func:`defaults_on`,
-      :func:`fields_on`). ``config.resolve`` fills what the user left unset.
+      otherwise; ``family_defaults``: per env family (``brax``, ``playground``, ...), the
+      values of those fields that differ there (:func:`fields_on`). ``config.resolve``
+      fills what the user left unset.
     """
 
     name: str
@@ -213,7 +213,7 @@ class AlgoSpec:
         if not_none:
             raise ValueError(f"{self.name}: field_defaults names {not_none}, not None fields")
         for family, values in self.family_defaults.items():
-            unknown = set(values) - set(RUN_SIZES) - set(self.field_defaults)
+            unknown = set(values) - set(self.field_defaults)
             if unknown:
                 raise ValueError(
                     f"{self.name}: family_defaults[{family!r}] names {sorted(unknown)}"
@@ -230,16 +230,9 @@ class AlgoSpec:
             object.__setattr__(self, "label", self.name.upper())
 
 
-def defaults_on(spec: AlgoSpec, backend: str, family: str = "") -> Mapping[str, int]:
-    """``spec``'s run-level sizes on JAX's ``backend`` (``cpu``, ``gpu``, ``tpu``, ...)
-    for an env of ``family``: its family's sizes over its defaults; on an accelerator, the
-    sizes its ``accelerator_defaults`` change win over the family's."""
-    own = {k: v for k, v in spec.family_defaults.get(family, {}).items() if k in RUN_SIZES}
-    if backend == "cpu":
-        return {**spec.defaults, **own} if own else spec.defaults
-    changed = {k for k in RUN_SIZES if spec.accelerator_defaults[k] != spec.defaults[k]}
-    own = {k: v for k, v in own.items() if k not in changed}
-    return {**spec.accelerator_defaults, **own} if own else spec.accelerator_defaults
+def defaults_on(spec: AlgoSpec, backend: str) -> Mapping[str, int]:
+    """``spec``'s run-level sizes on JAX's ``backend`` (``cpu``, ``gpu``, ``tpu``, ...)."""
+    return spec.defaults if backend == "cpu" else spec.accelerator_defaults
 
 
 def fields_on(spec: AlgoSpec, family: str = "") -> dict[str, Any]:

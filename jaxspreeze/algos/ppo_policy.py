@@ -144,9 +144,9 @@ class ClippedGaussian:
     """
 
     net: networks.GaussianActor
-    max_log_ratio: ClassVar[float | None] = None
     scale: jax.Array
     bias: jax.Array
+    max_log_ratio: ClassVar[float | None] = None
 
     def mean_log_std(self, params: PyTree, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
         """Mean ``[B, A]`` and (bounded) log std ``[A]``, in ``[-1, 1]`` action units."""

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 import tyro
 
 from jaxspreeze.cli.args import parse
-from jaxspreeze.cli.common import at_least_one, fail, flag
+from jaxspreeze.cli.common import at_least_one, fail
 
 DESCRIPTION = (
     "Time to score: for each row (an env, an algorithm, a preset and a return threshold) "
@@ -55,9 +55,17 @@ class ScoreArgs:
     row and side from one of them only) into one report in --out."""
 
 
-RUN_OPTIONS = ("rows", "list_rows", "seeds", "sides", "scale", "no_warm", "total_steps",
-               "run_timeout_s")  # fmt: skip
-_FLAGS = {"list_rows": "--list"}
+# the options of a run, which --merge refuses (by their flags)
+RUN_OPTIONS = {
+    "rows": "--rows",
+    "list_rows": "--list",
+    "seeds": "--seeds",
+    "sides": "--sides",
+    "scale": "--scale",
+    "no_warm": "--no-warm",
+    "total_steps": "--total-steps",
+    "run_timeout_s": "--run-timeout-s",
+}
 
 
 def main(argv: Sequence[str]) -> int:
@@ -107,9 +115,9 @@ def main(argv: Sequence[str]) -> int:
 def _merge(args: ScoreArgs, argv: Sequence[str]) -> int:
     """``--merge DIR ...``: one report from earlier runs (refuses the options of a run)."""
     defaults = ScoreArgs()
-    given = [n for n in RUN_OPTIONS if getattr(args, n) != getattr(defaults, n)]
+    given = [f for n, f in RUN_OPTIONS.items() if getattr(args, n) != getattr(defaults, n)]
     if given:
-        return fail(f"--merge runs nothing: leave out {_FLAGS.get(given[0], flag(given[0]))} (it takes --out and --note)")
+        return fail(f"--merge runs nothing: leave out {given[0]} (it takes --out and --note)")
     from jaxspreeze.bench import score_merge
 
     out = Path(args.out)
