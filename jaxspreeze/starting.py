@@ -164,22 +164,28 @@ def start(setup: Setup, say: Callable[[str], None], stop: GracefulStop | None) -
     resumes.jsonl). Returns the state (ready on the devices), the first chunk to run, the
     env steps per seed so far, the seconds spent compiling and the records kept.
 
-    Process 0's evaluation is compiled ahead of time on a thread beside the init, the
-    chunk's compile and the warm-up, and awaited before the first chunk: ``compile_s``
-    counts the chunk's compile and that wait; the first evaluation compiles nothing.
+    Where the schedule can (:meth:`~jaxspreeze.schedules.base.Schedule.init_compiled`),
+    the chunk and the warm-up compile on threads for the init's shapes while the init
+    compiles and runs; process 0's evaluation compiles on a thread beside them all, and is
+    awaited before the first chunk. ``compile_s`` counts the chunk's compile (with the
+    init it overlaps) and that wait; the first evaluation compiles nothing.
     """
     cfg, schedule, point, run = setup.cfg, setup.schedule, setup.point, setup.run
     check = stop.check if stop is not None else (lambda: None)
     main = distributed.is_main()
     evaluating = evaluate_ahead(schedule, setup.abstract) if main and setup.abstract else None
-    state = schedule.init()
-    if cfg.population:  # each member's values into its slots (a resume's template too)
-        agent = population.apply_members(jax.device_get(state.agent), cfg, setup.plan.algo_spec)
-        state = schedule.place(state._replace(agent=jax.device_get(agent)))
-    if main and evaluating is None:
-        evaluating = evaluate_ahead(schedule, state)
-    t_compile = time.perf_counter()
-    schedule.compile(state)
+    if setup.abstract is not None and not cfg.population:
+        t_compile = time.perf_counter()
+        state = schedule.init_compiled()
+    else:  # a population's members go into the state before its chunk compiles
+        state = schedule.init()
+        if cfg.population:  # each member's values into its slots (a resume's template too)
+            agent = population.apply_members(jax.device_get(state.agent), cfg, setup.plan.algo_spec)
+            state = schedule.place(state._replace(agent=jax.device_get(agent)))
+        if main and evaluating is None:
+            evaluating = evaluate_ahead(schedule, state)
+        t_compile = time.perf_counter()
+        schedule.compile(state)
     compile_s = time.perf_counter() - t_compile
     check()
     if point is None:

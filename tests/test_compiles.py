@@ -101,7 +101,9 @@ def test_the_memory_estimate_never_traces_the_env(tiny_cfg, monkeypatch):
     with CompileLog() as log:
         est = memory.check_memory(plan(cfg, on_devices=False), devices.single(), state=abstract)
     assert calls == {"step": 0, "reset": 1} and log.spans == []  # nothing traced
-    assert est == memory.estimate_memory(plan(cfg, on_devices=False))  # the same figures as tracing its own
+    assert est == memory.estimate_memory(
+        plan(cfg, on_devices=False)
+    )  # the same figures as tracing its own
     assert calls["step"] == 0
 
 
@@ -149,3 +151,90 @@ def test_a_failed_warmup_compile_is_raised_by_compile(tiny_cfg, monkeypatch):
     schedule = schedules.make(plan(resolve(tiny_cfg), devices.single()))
     with pytest.raises(RuntimeError, match="warm-up compile failed"):
         _compile_threads(schedule, monkeypatch, fail_warmup=True)
+
+
+def _compile_thread(schedule, monkeypatch, fail: bool = False) -> dict[str, str]:
+    """Record the thread ``schedule.compile`` runs on (raising when ``fail``)."""
+    import threading
+
+    seen: dict[str, str] = {}
+    real = schedule.compile
+
+    def recorded(state):
+        seen["compile"] = threading.current_thread().name
+        if fail:
+            raise RuntimeError("chunk compile failed")
+        return real(state)
+
+    monkeypatch.setattr(schedule, "compile", recorded)
+    return seen
+
+
+@pytest.mark.parametrize("dispatched", [False, True], ids=["fused", "split"])
+def test_the_chunk_compiles_beside_the_init(tiny_cfg, monkeypatch, dispatched):
+    """``init_compiled()`` compiles the chunk and the warm-up on a thread, for the
+    init's shapes, while the init runs: the programs are those of the state's own arrays
+    (running them compiles nothing more) and the run is bitwise the one compiled after
+    its init."""
+    import threading
+
+    import numpy as np
+
+    from jaxspreeze import devices, schedules
+    from jaxspreeze.config import resolve
+
+    def run(ahead: bool):
+        schedule = schedules.make(plan(resolve(tiny_cfg), devices.single()), dispatched=dispatched)
+        seen = _compile_thread(schedule, monkeypatch)
+        state = schedule.init_compiled() if ahead else schedule.init()
+        if not ahead:
+            schedule.compile(state)
+        with CompileLog() as log:
+            state = jax.block_until_ready(schedule.warmup(state))
+            state, _ = jax.block_until_ready(schedule.chunk(state))
+        return seen["compile"], log.spans, state
+
+    thread, spans, ahead = run(True)
+    assert thread != threading.current_thread().name and spans == []
+    thread, _, after = run(False)
+    assert thread == threading.current_thread().name
+    as_data = lambda x: (
+        jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x
+    )
+    for a, b in zip(
+        jax.tree.leaves(jax.tree.map(as_data, ahead)),
+        jax.tree.leaves(jax.tree.map(as_data, after)),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_failed_compile_beside_the_init_is_raised(tiny_cfg, monkeypatch):
+    from jaxspreeze import devices, schedules
+    from jaxspreeze.config import resolve
+
+    schedule = schedules.make(plan(resolve(tiny_cfg), devices.single()))
+    _compile_thread(schedule, monkeypatch, fail=True)
+    with pytest.raises(RuntimeError, match="chunk compile failed"):
+        schedule.init_compiled()
+
+
+def test_a_failed_init_waits_for_the_compile_beside_it(tiny_cfg, monkeypatch):
+    """The init's error is the one raised, once no thread is left compiling."""
+    import threading
+
+    from jaxspreeze import devices, schedules
+    from jaxspreeze.config import resolve
+
+    schedule = schedules.make(plan(resolve(tiny_cfg), devices.single()))
+    compiled = threading.Event()
+    real = schedule.compile
+    monkeypatch.setattr(schedule, "compile", lambda s: (real(s), compiled.set()))
+
+    def broken_init(seed=None):
+        raise ValueError("init failed")
+
+    monkeypatch.setattr(schedule, "init", broken_init)
+    with pytest.raises(ValueError, match="init failed"):
+        schedule.init_compiled()
+    assert compiled.is_set()

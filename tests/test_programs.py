@@ -81,6 +81,25 @@ def test_the_split_pieces_are_kept_and_compute_the_same(tiny_cfg, tmp_path, cach
         np.testing.assert_array_equal(a, b)
 
 
+def test_a_program_compiled_beside_the_init_is_the_one_the_state_finds(
+    tiny_cfg, tmp_path, cache_on
+):
+    """The chunk and warm-up compiled ahead for the init's shapes (weak types and
+    placements kept) are keyed as the state's own arrays key them: a schedule compiling
+    for a state loads them."""
+    directory, unique = tmp_path / "programs", str(tmp_path)
+    first = _schedule(tiny_cfg, directory, unique)
+    first.init_compiled()
+    assert sorted(first.programs.compiled) == ["fused_chunk", "init", "warmup"]
+    second = _schedule(tiny_cfg, directory, unique)
+    second.compile(second.init())
+    assert sorted(second.programs.loaded) == ["fused_chunk", "init", "warmup"]
+    assert second.programs.compiled == []
+    third = _schedule(tiny_cfg, directory, unique)  # its init is kept: no compile ahead
+    third.init_compiled()
+    assert sorted(third.programs.loaded) == ["fused_chunk", "init", "warmup"]
+
+
 def test_another_config_names_other_programs(tiny_cfg, tmp_path, cache_on):
     """A field that leaves every argument's shape as it was (the batch size) still names
     other programs: the config is part of the key; the run's name and sinks are not."""

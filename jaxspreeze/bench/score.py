@@ -63,6 +63,7 @@ from jaxspreeze.config import RunConfig
 from jaxspreeze.envs import make_env
 from jaxspreeze.evaluate import make_seed_evaluate
 from jaxspreeze.plan import RunPlan, plan
+from jaxspreeze.schedules.base import abstract_on, compile_beside
 
 EPISODE_LENGTH = 1000  # jaxspreeze's time limit on brax and Playground envs
 
@@ -103,13 +104,15 @@ def run_jaxspreeze(
     enable_compile_cache(cfg.compile_cache)
     placement = devices.single()
     schedule = schedules.make(planned.placed(placement))
-    state = schedule.init()
     t0 = time.perf_counter()
-    schedule.compile(state)
+    # as the trainer starts: the chunk compiles beside the init, the evaluation beside both
+    abstract = schedule.init_abstract()
     env = make_env(cfg.env, cfg.eval_episodes)
     keys = jax.random.split(jax.random.key(cfg.seed + 10_000), cfg.num_seeds)
     evaluate = make_seed_evaluate(schedule.algo.act, env, jax.device_put(keys, placement.eval))
-    jax.block_until_ready(evaluate(state.agent.actor))  # compiles it
+    evaluating = compile_beside(evaluate.compile, abstract_on(abstract.agent.actor, placement.eval))
+    state = schedule.init_compiled()
+    evaluating.result()
     compile_s = time.perf_counter() - t0
 
     t_start = time.perf_counter()

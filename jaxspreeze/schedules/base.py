@@ -61,6 +61,19 @@ def abstract_on(tree: PyTree, device: jax.Device) -> PyTree:
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
 
 
+def typed_on(tree: PyTree, device: jax.Device) -> PyTree:
+    """Abstract arrays typed exactly as ``tree``'s leaves (weak types kept), committed to
+    ``device``: what ``jax.device_put(tree, device)`` of arrays of those types would be,
+    so a program lowered for them is the one lowered for the arrays."""
+    sharding = jax.sharding.SingleDeviceSharding(device)
+    return jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(
+            x.shape, x.dtype, sharding=sharding, weak_type=bool(getattr(x, "weak_type", False))
+        ),
+        tree,
+    )
+
+
 @dataclass(eq=False)
 class Schedule(ABC):
     """The jitted pieces of training for one run plan (its config and placement).
@@ -149,8 +162,45 @@ class Schedule(ABC):
 
     def place(self, state: TrainState) -> TrainState:
         """Commit each part of ``state`` to its device."""
+        return self._placed(state, jax.device_put)
+
+    def placed_abstract(self, abstract: TrainState) -> TrainState:
+        """:meth:`place` of a state shaped like ``abstract`` (e.g. :meth:`init_abstract`),
+        as abstract arrays: what :meth:`compile` needs, nothing allocated."""
+        return self._placed(abstract, typed_on)
+
+    def init_compiled(self) -> TrainState:
+        """:meth:`init`, and :meth:`compile` for its state.
+
+        When the init compiles from its trace (no kept program), the compile starts first,
+        on a thread, for the trace's shapes where the schedule can (:meth:`compile_ahead`):
+        the init then compiles and runs beside it (XLA compiles without the GIL). The
+        programs are the same. (A kept init's outputs do not say their weak types, so
+        after one the compile waits for the state.)
+        """
+        abstract = self.init_abstract()  # the trace's shapes, or the kept program's
+        compiling = self.compile_ahead(abstract) if self._init_program is None else None
+        try:
+            state = self.init()
+        except BaseException:
+            if compiling is not None:
+                wait([compiling])  # no thread left compiling; the init's error is raised
+            raise
+        if compiling is None:
+            self.compile(state)
+        else:
+            compiling.result()  # the compile's error, if any, is raised here
+        return state
+
+    def compile_ahead(self, abstract: TrainState) -> Future | None:
+        """Start :meth:`compile` for a state shaped like ``abstract`` on a thread; the
+        future gives its end. None when this schedule compiles from the state itself
+        (its arrays, not only their shapes)."""
+        del abstract
+        return None
+
+    def _placed(self, state: TrainState, put: Callable[[PyTree, Any], PyTree]) -> TrainState:
         p = self.placement
-        put = jax.device_put
         return TrainState(
             AgentState(put(state.agent.actor, p.actor), put(state.agent.critic, p.critic)),
             put(state.env, p.actor),
@@ -217,6 +267,14 @@ class DeviceSchedule(Schedule):
             wait([warmup])  # no thread left compiling; the chunk's error is the one raised
             raise
         warmup.result()  # the warm-up's error, if any, is raised here
+
+    def compile_ahead(self, abstract: TrainState) -> Future | None:
+        """:meth:`compile` on a thread for the placed ``abstract`` state: the programs are
+        those of the state's arrays (same shapes, types and devices). A data-parallel
+        schedule lays its state over a mesh and compiles from the state (None)."""
+        if self.placement.data_parallel:
+            return None
+        return compile_beside(self.compile, self.placed_abstract(abstract))
 
     @abstractmethod
     def _compile_chunk(self, state: TrainState) -> None:
