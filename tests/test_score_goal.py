@@ -127,14 +127,38 @@ def test_merge_makes_one_report_from_several_runs(tmp_path, capsys):
     assert "wrote" in capsys.readouterr().out
 
 
+def test_merge_takes_a_row_side_from_the_last_run_given(tmp_path):
+    """A rerun of a row's side (e.g. beside its peer) replaces the earlier one whole, and
+    the report says so; the earlier run's other rows stay."""
+    task, other = "sac-Pendulum-v1", "td3-Pendulum-v1"
+    a = _score_dir(tmp_path, "a", _seeds(task, "jaxspreeze", before=5.0, per_step=0.001,
+                   returns=[-150]) + _seeds(other, "jaxspreeze", before=5.0, per_step=0.001,
+                   returns=[-150]))  # fmt: skip
+    b = _score_dir(tmp_path, "b", _seeds(task, "jaxspreeze", before=7.0, per_step=0.001,
+                   returns=[-150]) + _seeds(task, "rejax", before=10.0, per_step=0.001,
+                   returns=[-150]))  # fmt: skip
+    out = tmp_path / "merged"
+    assert main(["score", "--merge", str(a), str(b), "--out", str(out)]) == 0
+    doc = json.loads((out / "score.json").read_text())
+    held = {(r["task"], r["side"]): set() for r in doc["runs"]}
+    for r in doc["runs"]:
+        held[(r["task"], r["side"])].add(r["source"])
+    assert held == {(task, "jaxspreeze"): {1}, (task, "rejax"): {1}, (other, "jaxspreeze"): {0}}
+    assert doc["replaced"] == [{"task": task, "side": "jaxspreeze", "source": 0, "by": 1}]
+    (line,) = [s for s in doc["summary"] if s["task"] == task and s["side"] == "jaxspreeze"]
+    assert line["cold_before_s"] == pytest.approx(7.0)
+    md = (out / "score.md").read_text()
+    assert f"- jaxspreeze on {task}: run 1's by run 2's" in md
+
+
 def test_merge_refusals(tmp_path, capsys):
     task = "sac-Pendulum-v1"
     runs = _seeds(task, "jaxspreeze", before=5.0, per_step=0.001, returns=[-150])
-    a, b = _score_dir(tmp_path, "a", runs), _score_dir(tmp_path, "b", runs)
+    a = _score_dir(tmp_path, "a", runs)
     out = str(tmp_path / "out")
-    assert main(["score", "--merge", str(a), str(b), "--out", out]) == 2
+    assert main(["score", "--merge", str(a), str(a), "--out", out]) == 2
     err = capsys.readouterr().err
-    assert f"jaxspreeze on {task} is in both {a} and {b}" in err and "Traceback" not in err
+    assert "a folder is given twice" in err and "Traceback" not in err
     assert main(["score", "--merge", str(a), "--rows", task, "--out", out]) == 2
     assert "--merge runs nothing: leave out --rows" in capsys.readouterr().err
     assert main(["score", "--merge", str(a), "--list", "--out", out]) == 2

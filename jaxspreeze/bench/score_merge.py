@@ -4,9 +4,11 @@ A table of every row takes hours on a small machine, so it is often made a few r
 time; merging their ``score.json`` files gives the one table, its goal section and a plot
 per row, each run keeping the run it came from (``source``: its index in ``sources``,
 which hold each run's directory, date, command, note, machine and versions). A (row,
-side) may come from one run only: its seeds and caches were interleaved with the other
-sides of that run, and mixing two runs' seeds would hide which load they shared. Imports
-no JAX.
+side) comes from one run only: its seeds and caches were interleaved with the other
+sides of that run, and mixing two runs' seeds would hide which load they shared. Where
+several runs hold it, the last one given is taken whole (a rerun, e.g. beside a peer,
+replaces the earlier measure) and the report names what each replaced (``replaced``).
+Imports no JAX.
 """
 
 from __future__ import annotations
@@ -38,22 +40,28 @@ def read(folder: Path) -> Record:
 
 
 def merge(folders: Sequence[Path], command: str, note: str = "") -> Record:
-    """The merged report's doc (ValueError: a (row, side) in two runs, or mixed scales)."""
+    """The merged report's doc (ValueError: mixed scales, a folder given twice)."""
+    if len({Path(f).resolve() for f in folders}) < len(folders):
+        raise ValueError("a folder is given twice: give each run once")
     docs = [read(Path(f)) for f in folders]
     scales = {d.get("scale") for d in docs}
     if len(scales) > 1:
         raise ValueError(f"the runs' scales differ ({', '.join(map(str, sorted(scales)))})")
-    owner: dict[tuple[str, str], int] = {}
-    runs: list[Record] = []
+    holders: dict[tuple[str, str], list[int]] = {}
     for i, doc in enumerate(docs):
-        for key in {(r["task"], r["side"]) for r in doc["runs"]}:
-            if key in owner and owner[key] != i:
-                raise ValueError(
-                    f"{key[1]} on {key[0]} is in both {folders[owner[key]]} and {folders[i]}: "
-                    "merge one of them"
-                )
-            owner[key] = i
-        runs += [{**r, "source": i} for r in doc["runs"]]
+        for key in dict.fromkeys((r["task"], r["side"]) for r in doc["runs"]):
+            holders.setdefault(key, []).append(i)
+    runs = [
+        {**r, "source": i}
+        for i, doc in enumerate(docs)
+        for r in doc["runs"]
+        if holders[(r["task"], r["side"])][-1] == i
+    ]
+    replaced = [
+        {"task": task, "side": side, "source": i, "by": held[-1]}
+        for (task, side), held in holders.items()
+        for i in held[:-1]
+    ]
     rows = list(dict.fromkeys(t for d in docs for t in d.get("rows", [])))
     sides: dict[str, list[str]] = {}
     for d in docs:
@@ -79,6 +87,7 @@ def merge(folders: Sequence[Path], command: str, note: str = "") -> Record:
         "sides": sides,
         "skipped": [k for d in docs for k in d.get("skipped", [])],
         "runs": runs,
+        "replaced": sorted(replaced, key=lambda r: (r["source"], r["task"], r["side"])),
         "summary": [],
         "plots": [],
     }

@@ -188,6 +188,12 @@ def markdown(doc: Record) -> str:
             + (f" ({src['note']})" if src.get("note") else "")
             + (f" [{src['dir']}]" if src.get("dir") else "")
         )
+    if doc.get("replaced"):
+        lines += ["", "Replaced by a later run given (which is taken whole, seeds and caches):"]
+        lines += [
+            f"- {r['side']} on {r['task']}: run {r['source'] + 1}'s by run {r['by'] + 1}'s"
+            for r in doc["replaced"]
+        ]
     lines += [
         "",
         f"Machine: {doc.get('hardware', '')}. Scale: {doc.get('scale')}. Seeds: "

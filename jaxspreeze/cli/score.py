@@ -51,8 +51,8 @@ class ScoreArgs:
     note: str = ""
     """A note for the report (e.g. 'CPU shared')."""
     merge: Annotated[tuple[str, ...], tyro.conf.arg(metavar="DIR [DIR ...]")] = ()
-    """Run nothing: merge these folders' score.json (earlier `jaxspreeze score` runs, a
-    row and side from one of them only) into one report in --out."""
+    """Run nothing: merge these folders' score.json (earlier `jaxspreeze score` runs)
+    into one report in --out; a row's side held by several is taken from the last given."""
 
 
 # the options of a run, which --merge refuses (by their flags)
