@@ -90,3 +90,33 @@ def test_every_family_is_one_registered_module():
         assert family.PREFIX == prefix
         assert all(callable(getattr(family, f)) for f in ("names", "check", "make"))
     assert "gymnax/CartPole-v1" in available_envs() and "brax/reacher" in available_envs()
+
+
+def test_gymnax_starts_without_seaborn_and_its_render_still_has_it():
+    """gymnax's import pulls seaborn (scipy.stats: about a second) for Pong's render only:
+    the adapter defers it, so a gymnax run's start does without it, Pong's palette still
+    works when used, and a later ``import seaborn`` is the real module."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import sys
+        from jaxspreeze.envs import make_env
+        make_env("gymnax/CartPole-v1", 2)
+        print("after make:", "seaborn" in sys.modules, "scipy.stats" in sys.modules)
+        from gymnax.environments.misc import pong
+        print("palette:", len(pong.sns.color_palette("cubehelix", 3)))
+        import seaborn
+        print("real:", type(seaborn).__name__, hasattr(seaborn, "color_palette"))
+        """
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+        env={**__import__("os").environ, "JAX_PLATFORMS": "cpu"},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert "after make: False False" in lines
+    assert "palette: 3" in lines and "real: module True" in lines

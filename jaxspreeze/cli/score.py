@@ -30,8 +30,7 @@ class ScoreArgs:
     """The options of ``jaxspreeze score``."""
 
     rows: Annotated[tuple[str, ...], tyro.conf.arg(metavar="ROW [ROW ...]")] = ()
-    """Rows whose name contains any of these (a whole row name: that row only; default:
-    every row; see --list)."""
+    """Rows whose name holds any of these (a whole name: that row only); all by default."""
     list_rows: Annotated[bool, tyro.conf.arg(name="list")] = False
     """List the rows with their sides (and which are not installed) and exit."""
     seeds: int = 3
@@ -51,8 +50,7 @@ class ScoreArgs:
     note: str = ""
     """A note for the report (e.g. 'CPU shared')."""
     merge: Annotated[tuple[str, ...], tyro.conf.arg(metavar="DIR [DIR ...]")] = ()
-    """Run nothing: merge these folders' score.json (earlier `jaxspreeze score` runs)
-    into one report in --out; a row's side held by several is taken from the last given."""
+    """Run nothing: merge earlier runs' folders into one report (a row's side: the last's)."""
 
 
 # the options of a run, which --merge refuses (by their flags)

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib
+import importlib.util
+import sys
+import types
+from collections.abc import Iterator
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -14,12 +21,47 @@ from jaxspreeze.types import EnvSpec
 PREFIX = "gymnax"
 
 
+class _Deferred(types.ModuleType):
+    """A stand-in for a module that imports the real one at its first attribute read."""
+
+    def __getattr__(self, attr: str) -> Any:
+        if sys.modules.get(self.__name__) is self:
+            del sys.modules[self.__name__]
+        return getattr(importlib.import_module(self.__name__), attr)
+
+
+@contextlib.contextmanager
+def _deferred(name: str) -> Iterator[None]:
+    """While open, ``import name`` gives a stand-in that imports the module when first
+    used; the stand-in leaves ``sys.modules`` on exit (a later import is the real one)."""
+    spec = None if name in sys.modules else importlib.util.find_spec(name)
+    if spec is None:  # imported already, or not installed: nothing to defer
+        yield
+        return
+    stand_in = _Deferred(name)
+    stand_in.__spec__ = spec
+    sys.modules[name] = stand_in
+    try:
+        yield
+    finally:
+        if sys.modules.get(name) is stand_in:
+            del sys.modules[name]
+
+
+def _gymnax() -> Any:
+    """gymnax, imported on first need with seaborn deferred: gymnax's Pong imports it
+    (and with it scipy.stats, about a second of every gymnax run's start) for a colour
+    palette of its render only; seaborn then loads if that render runs."""
+    if "gymnax" not in sys.modules:
+        with _deferred("seaborn"):
+            import gymnax  # noqa: F401
+    return sys.modules["gymnax"]
+
+
 @functools.cache
 def names() -> tuple[str, ...]:
     """The task names gymnax registers (without the family prefix)."""
-    import gymnax  # lazy: only when a gymnax env is named
-
-    return tuple(gymnax.registered_envs)
+    return tuple(_gymnax().registered_envs)
 
 
 def check(env_name: str) -> None:
@@ -33,7 +75,7 @@ def check(env_name: str) -> None:
 
 def make(env_name: str) -> EnvParts:
     """The spec and per-env functions of ``gymnax/<env_name>``."""
-    import gymnax  # lazy: only when a gymnax env is built
+    gymnax = _gymnax()  # only when a gymnax env is built
     from gymnax.environments import spaces
 
     env, params = gymnax.make(env_name)
