@@ -92,10 +92,10 @@ def test_every_family_is_one_registered_module():
     assert "gymnax/CartPole-v1" in available_envs() and "brax/reacher" in available_envs()
 
 
-def test_gymnax_starts_without_seaborn_and_its_render_still_has_it():
-    """gymnax's import pulls seaborn (scipy.stats: about a second) for Pong's render only:
-    the adapter defers it, so a gymnax run's start does without it, Pong's palette still
-    works when used, and a later ``import seaborn`` is the real module."""
+def test_gymnax_starts_without_its_render_only_imports():
+    """gymnax's import pulls seaborn (scipy.stats) and pyplot for its renders only: the
+    adapter defers them, so a gymnax run's start does without them, Pong's palette and
+    figure still work when used, and a later import is the real module."""
     import subprocess
     import sys
     import textwrap
@@ -105,11 +105,13 @@ def test_gymnax_starts_without_seaborn_and_its_render_still_has_it():
         import sys
         from jaxspreeze.envs import make_env
         make_env("gymnax/CartPole-v1", 2)
-        print("after make:", "seaborn" in sys.modules, "scipy.stats" in sys.modules)
+        print("after make:", *(m in sys.modules for m in ("seaborn", "scipy.stats",
+              "matplotlib.pyplot")))
         from gymnax.environments.misc import pong
         print("palette:", len(pong.sns.color_palette("cubehelix", 3)))
-        import seaborn
-        print("real:", type(seaborn).__name__, hasattr(seaborn, "color_palette"))
+        print("figure:", type(pong.plt.figure()).__name__)
+        import seaborn, matplotlib.pyplot
+        print("real:", type(seaborn).__name__, type(matplotlib.pyplot).__name__)
         """
     )
     out = subprocess.run(
@@ -118,5 +120,5 @@ def test_gymnax_starts_without_seaborn_and_its_render_still_has_it():
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.splitlines()
-    assert "after make: False False" in lines
-    assert "palette: 3" in lines and "real: module True" in lines
+    assert "after make: False False False" in lines
+    assert "palette: 3" in lines and "figure: Figure" in lines and "real: module module" in lines

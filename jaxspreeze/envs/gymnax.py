@@ -48,12 +48,19 @@ def _deferred(name: str) -> Iterator[None]:
             del sys.modules[name]
 
 
+# what gymnax's modules import for their renders alone (Pong's colour palette: seaborn,
+# and with it scipy.stats; several envs' figures: pyplot): about 1.5 s of a gymnax run's
+# start on a 2-core CPU. jaxspreeze draws its own figures without pyplot.
+RENDER_ONLY = ("seaborn", "matplotlib.pyplot")
+
+
 def _gymnax() -> Any:
-    """gymnax, imported on first need with seaborn deferred: gymnax's Pong imports it
-    (and with it scipy.stats, about a second of every gymnax run's start) for a colour
-    palette of its render only; seaborn then loads if that render runs."""
+    """gymnax, imported on first need with :data:`RENDER_ONLY` deferred: each loads when
+    a gymnax render first uses it."""
     if "gymnax" not in sys.modules:
-        with _deferred("seaborn"):
+        with contextlib.ExitStack() as deferring:
+            for name in RENDER_ONLY:
+                deferring.enter_context(_deferred(name))
             import gymnax  # noqa: F401
     return sys.modules["gymnax"]
 
