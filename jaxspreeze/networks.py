@@ -64,35 +64,16 @@ class _ContinuousActor(nn.Module):
     obs_cols: Columns | None = None  # the observation columns it reads
 
 
-def clamped_log_std(raw: jax.Array) -> jax.Array:
-    """The std head squashed into ``[LOG_STD_MIN, LOG_STD_MAX]`` (CleanRL's; a head near 0
-    gives a std near ``exp(-1.5) = 0.22``)."""
-    return LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (jnp.tanh(raw) + 1)
-
-
-def softplus_log_std(raw: jax.Array) -> jax.Array:
-    """``log(softplus(raw) + SOFTPLUS_MIN_STD)`` (brax's SAC; a head near 0 gives a std
-    near ``softplus(0) = 0.69``)."""
-    return jnp.log(jax.nn.softplus(raw) + SOFTPLUS_MIN_STD)
-
-
-SOFTPLUS_MIN_STD = 1e-3  # brax's NormalTanhDistribution's min_std
-# how a squashed Gaussian's std comes from its head (SAC's ``std`` field)
-LOG_STD_FORMS = {"clamped": clamped_log_std, "softplus": softplus_log_std}
-
-
 class TanhGaussianActor(_ContinuousActor):
-    """SAC's actor: a Gaussian squashed by tanh, then scaled to the action bounds; the std
-    from its head by ``std`` (a key of :data:`LOG_STD_FORMS`)."""
-
-    std: str = "clamped"
+    """SAC's actor: a Gaussian squashed by tanh, then scaled to the action bounds."""
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
         """``obs [B, ...] -> (mean [B, A], log_std [B, A])`` before squashing."""
         h = MLP(self.hidden)(_flat(obs, self.obs_cols))
         mean = nn.Dense(self.action_dim)(h)
-        log_std = LOG_STD_FORMS[self.std](nn.Dense(self.action_dim)(h))
+        log_std = nn.Dense(self.action_dim)(h)
+        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (jnp.tanh(log_std) + 1)
         return mean, log_std
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 from jaxspreeze import replay
@@ -67,42 +66,3 @@ def test_actor_raises_q_and_alpha_tracks_entropy():
     assert after > max(before, 0.95)  # pushed to the top of the action range
     # squashed against the bound, the entropy falls below its target (-action_dim): alpha rises
     assert float(m["entropy"]) < -1.0 and float(m["alpha"]) > 1.0
-
-
-def test_the_std_forms_read_the_same_head():
-    """``std``: clamped (CleanRL's) and softplus (brax's) are two readings of the same
-    head, so the parameters are the same tree; softplus starts wider (0.69 vs 0.22)."""
-    from jaxspreeze import networks
-
-    obs = jax.random.normal(jax.random.key(1), (5, 3))
-    clamped = networks.TanhGaussianActor((8,), 2)
-    softplus = networks.TanhGaussianActor((8,), 2, std="softplus")
-    params = clamped.init(jax.random.key(0), obs)
-    assert jax.tree.structure(softplus.init(jax.random.key(0), obs)) == jax.tree.structure(params)
-    mean_c, log_std_c = clamped.apply(params, obs)
-    mean_s, log_std_s = softplus.apply(params, obs)
-    np.testing.assert_array_equal(mean_c, mean_s)
-    lo, hi = networks.LOG_STD_MIN, networks.LOG_STD_MAX
-    raw = np.arctanh((np.asarray(log_std_c, np.float64) - lo) / (0.5 * (hi - lo)) - 1)
-    expected = np.log(np.log1p(np.exp(raw)) + 1e-3)  # log(softplus(raw) + min_std)
-    np.testing.assert_allclose(log_std_s, expected, rtol=1e-4, atol=1e-4)
-    zero = jnp.zeros(2)
-    assert float(jnp.exp(networks.clamped_log_std(zero))[0]) == pytest.approx(np.exp(-1.5))
-    assert float(jnp.exp(networks.softplus_log_std(zero))[0]) == pytest.approx(np.log(2) + 1e-3)
-
-
-def jaxspreeze_load_std(run_dir):
-    import jaxspreeze
-
-    return jaxspreeze.load(run_dir).cfg.sac.std
-
-
-def test_sac_with_the_softplus_std_trains(tiny_config):
-    """``--sac.std softplus`` runs end to end and acts otherwise than the default."""
-    from jaxspreeze.trainer import train
-
-    default = train(tiny_config(sac={"hidden": (32, 32)}, run_name="clamped"), quiet=True)
-    soft = train(tiny_config(sac={"hidden": (32, 32), "std": "softplus"}, run_name="softplus"))
-    assert np.isfinite(soft.summary["final_eval_return"])
-    assert soft.summary["final_eval_return"] != default.summary["final_eval_return"]
-    assert jaxspreeze_load_std(soft.run_dir) == "softplus"  # saved, and loaded back

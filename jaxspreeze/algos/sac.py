@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -13,7 +13,6 @@ import optax
 
 from jaxspreeze import networks
 from jaxspreeze.algos import base, common, members, off_policy
-from jaxspreeze.errors import ConfigError
 from jaxspreeze.types import EnvSpec, PyTree, Transition
 
 
@@ -34,13 +33,7 @@ class SACConfig:
     init_alpha: float = 1.0
     """Initial entropy temperature."""
     target_entropy_scale: float = 1.0
-    """Target entropy is ``-scale * action_dim`` (brax's SAC: 0.5)."""
-    std: Literal["clamped", "softplus"] = field(
-        default="clamped", metadata=base.kinds("shape", absent="clamped")
-    )
-    """The policy's std from its head: clamped = exp of the head squashed into [-5, 2]
-    (CleanRL's, starting near 0.22); softplus = softplus(head) + 0.001 (brax's, starting
-    near 0.69: more exploration at first)."""
+    """Target entropy is ``-scale * action_dim``."""
     hidden: tuple[int, ...] = field(default=(128, 128), metadata=base.kinds("shape"))
     """Hidden layer widths of the actor and the critic (2x128 keeps the default run short
     on a CPU; the benchmarks use 2x256)."""
@@ -89,9 +82,6 @@ def validate(cfg: SACConfig, prefix: str, run: Any) -> None:
     base.check_positive(cfg, prefix, ("actor_lr", "critic_lr", "alpha_lr", "init_alpha"))
     base.check_unit(cfg, prefix, ("gamma", "tau"))
     base.check_hidden(cfg, prefix)
-    if cfg.std not in networks.LOG_STD_FORMS:
-        choices = ", ".join(networks.LOG_STD_FORMS)
-        raise ConfigError(f"{prefix}std", f"choose one of {choices}, got {cfg.std!r}")
 
 
 def update_temperature(
@@ -195,7 +185,7 @@ def init_actor(cfg: Any, params: PyTree, actor_tx: Any, alpha_tx: Any) -> SACAct
 def make(cfg: SACConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
     """Bind SAC to its config, env spec and the run's per-iteration update sizes."""
     grad_steps = run.grad_steps
-    actor = networks.TanhGaussianActor(cfg.hidden, spec.action_dim, spec.actor_obs, cfg.std)
+    actor = networks.TanhGaussianActor(cfg.hidden, spec.action_dim, spec.actor_obs)
     critic = networks.QEnsemble(cfg.hidden, num_qs=2, obs_cols=spec.critic_obs)
     scale, bias = networks.action_scale(spec.action_low, spec.action_high)
     actor_tx = common.adam(cfg.actor_lr)

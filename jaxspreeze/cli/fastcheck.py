@@ -76,7 +76,6 @@ RUN_FLAGS: dict[str, Kind] = {
     "--sac.tau": "float",
     "--sac.init-alpha": "float",
     "--sac.target-entropy-scale": "float",
-    "--sac.std": ("clamped", "softplus"),
     "--sac.hidden": "*",
     "--sac.normalize-obs": "0",
     "--sac.no-normalize-obs": "0",
