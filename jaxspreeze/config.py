@@ -182,8 +182,15 @@ class _RunFields:
         return self.members * self.num_seeds
 
     def replace(self, **changes: Any) -> RunConfig:
-        """A copy with ``changes`` applied (nested: ``{"sac": {"gamma": 0.9}}``)."""
-        return from_dict({**to_dict(self), **changes}, base=None)
+        """A copy with ``changes`` applied (nested: ``sac={"gamma": 0.9}`` changes that
+        field of this config's section and keeps its others)."""
+        data = to_dict(self)
+        for name, value in changes.items():
+            current = data.get(name.replace("-", "_"))
+            if isinstance(value, dict) and isinstance(current, dict):
+                value = {**current, **value}
+            data[name] = value
+        return from_dict(data, base=None)
 
 
 def _group(values: dict[str, int]) -> str:

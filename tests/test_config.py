@@ -202,9 +202,14 @@ def test_memory_estimate_matches_allocation():
     assert est["actor_params"] == nbytes(state.agent.actor)
     assert est["critic_params"] == nbytes(state.agent.critic)
     assert est["total"] == sum(v for k, v in est.items() if k != "total")
-    assert est["obs_buffer"] == 0 and estimate_memory(plan(cfg, on_devices=False), split=True)["obs_buffer"] > 0
+    assert (
+        est["obs_buffer"] == 0
+        and estimate_memory(plan(cfg, on_devices=False), split=True)["obs_buffer"] > 0
+    )
     assert est["replay_buffer"] == buffer_nbytes(plan(cfg, on_devices=False))
-    assert buffer_nbytes(plan(RunConfig(algo="ppo", buffer_size=3000), on_devices=False)) == 0  # no replay buffer
+    assert (
+        buffer_nbytes(plan(RunConfig(algo="ppo", buffer_size=3000), on_devices=False)) == 0
+    )  # no replay buffer
     assert format_memory(est).startswith("memory estimate ")
 
 
@@ -326,7 +331,10 @@ def test_ppo_defaults_pass_validation_on_discrete_and_continuous_envs():
     for env in ("gymnax/CartPole-v1", "gymnax/Acrobot-v1", "gymnax/Pendulum-v1"):
         plan(RunConfig(algo="ppo", env=env), on_devices=False)
     with pytest.raises(ConfigError) as e:
-        plan(RunConfig(algo="ppo", env="gymnax/CartPole-v1", num_envs=8, rollout_steps=1), on_devices=False)
+        plan(
+            RunConfig(algo="ppo", env="gymnax/CartPole-v1", num_envs=8, rollout_steps=1),
+            on_devices=False,
+        )
     assert e.value.field == "batch_size" and "must divide the rollout" in str(e.value)
 
 
@@ -335,3 +343,13 @@ def test_cli_refuses_a_bad_section_of_an_algorithm_not_in_use(capsys):
     assert cli.main(["train", "--td3.gamma", "1.5"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("jaxspreeze: error: --td3.gamma:"), err
+
+
+def test_replace_changes_a_section_field_and_keeps_the_others():
+    """``cfg.replace(sac={"gamma": 0.9})`` on a preset keeps the preset's other SAC
+    fields (its hidden sizes): a section's change is merged, not a fresh section."""
+    cfg = RunConfig(algo="sac").replace(sac={"hidden": (64, 64), "alpha_lr": 3e-4})
+    changed = cfg.replace(sac={"gamma": 0.9}, total_steps=123)
+    assert changed.sac.hidden == (64, 64) and changed.sac.alpha_lr == 3e-4
+    assert changed.sac.gamma == 0.9 and changed.total_steps == 123
+    assert cfg.replace(**{"sac": {"target-entropy-scale": 0.5}}).sac.hidden == (64, 64)
