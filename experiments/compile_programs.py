@@ -57,7 +57,7 @@ def measure(algo: str, env: str) -> dict:
         return compiled
 
     keys = jax.random.split(jax.random.key(0), cfg.num_seeds)
-    init = program("init", schedule._init, keys)
+    init = program("init", schedule._init(), keys)
     state = init(keys)
     if not schedule.algo.on_policy and schedule.plan.warmup_steps:
         program("warmup", jax.jit(jax.vmap(schedule.per_seed.warmup), donate_argnums=0), state)
