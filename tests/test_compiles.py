@@ -170,7 +170,9 @@ def _compile_thread(schedule, monkeypatch, fail: bool = False) -> dict[str, str]
     return seen
 
 
-@pytest.mark.parametrize("dispatched", [False, True], ids=["fused", "split"])
+@pytest.mark.parametrize(
+    "dispatched", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["fused", "split"]
+)
 def test_the_chunk_compiles_beside_the_init(tiny_cfg, monkeypatch, dispatched):
     """``init_compiled()`` compiles the chunk and the warm-up on a thread, for the
     init's shapes, while the init runs: the programs are those of the state's own arrays
