@@ -186,9 +186,9 @@ class _RunFields:
         field of this config's section and keeps its others)."""
         data = to_dict(self)
         for name, value in changes.items():
-            current = data.get(name.replace("-", "_"))
-            if isinstance(value, dict) and isinstance(current, dict):
-                value = {**current, **value}
+            name = name.replace("-", "_")
+            if isinstance(value, dict) and isinstance(data.get(name), dict):
+                value = {**data[name], **value}
             data[name] = value
         return from_dict(data, base=None)
 

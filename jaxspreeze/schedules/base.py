@@ -6,6 +6,7 @@ the subclasses differ in how one chunk of K iterations reaches the devices.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from abc import ABC, abstractmethod
@@ -55,21 +56,15 @@ def compile_beside(fn: Callable[..., None], *args: Any) -> Future:
     return future
 
 
-def abstract_on(tree: PyTree, device: jax.Device) -> PyTree:
-    """Abstract arrays shaped like ``tree``, committed to ``device`` (for AOT lowering)."""
-    sharding = jax.sharding.SingleDeviceSharding(device)
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
+def abstract_on(tree: PyTree, device: jax.Device, weak_types: bool = False) -> PyTree:
+    """Abstract arrays shaped like ``tree``, committed to ``device`` (for AOT lowering).
 
-
-def typed_on(tree: PyTree, device: jax.Device) -> PyTree:
-    """Abstract arrays typed exactly as ``tree``'s leaves (weak types kept), committed to
-    ``device``: what ``jax.device_put(tree, device)`` of arrays of those types would be,
-    so a program lowered for them is the one lowered for the arrays."""
+    ``weak_types``: typed exactly as the leaves (weak types kept), so a program lowered
+    for them is the one lowered for arrays of those types placed on ``device``."""
     sharding = jax.sharding.SingleDeviceSharding(device)
+    weak = lambda x: weak_types and bool(getattr(x, "weak_type", False))
     return jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(
-            x.shape, x.dtype, sharding=sharding, weak_type=bool(getattr(x, "weak_type", False))
-        ),
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding, weak_type=weak(x)),
         tree,
     )
 
@@ -167,7 +162,7 @@ class Schedule(ABC):
     def placed_abstract(self, abstract: TrainState) -> TrainState:
         """:meth:`place` of a state shaped like ``abstract`` (e.g. :meth:`init_abstract`),
         as abstract arrays: what :meth:`compile` needs, nothing allocated."""
-        return self._placed(abstract, typed_on)
+        return self._placed(abstract, functools.partial(abstract_on, weak_types=True))
 
     def init_compiled(self) -> TrainState:
         """:meth:`init`, and :meth:`compile` for its state.
