@@ -4,6 +4,7 @@
 
     agent = jaxspreeze.load("runs/sac-gymnax-Pendulum-v1-...")   # or a policy file
     action = agent.predict(obs)                   # numpy in, numpy out; one obs or a batch
+    action, state = agent.predict(obs, state, episode_start)   # a policy with memory
     agent.evaluate("gymnax/Pendulum-v1", episodes=10)   # any family, or a gymnasium env
     agent.save("pendulum.msgpack")                # one file: config and actor
 
@@ -12,6 +13,10 @@ The agent is the policy of one seed of a run (:mod:`jaxspreeze.policy`): its alg
 trained with inside it. Observations are what the run's env observes (``make_env(env, n,
 obs_keys)``; for asymmetric observation keys the whole row, the actor reads its columns);
 actions are in the env's units (discrete: an int index; continuous: inside the bounds).
+A policy with memory (a recurrent one: its algorithm's carry is not empty,
+:attr:`Agent.has_memory`) follows Stable-Baselines3's convention: ``predict`` takes the
+state it returned last and ``episode_start`` (a bool per row) and returns ``(action,
+state)``.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from jaxspreeze import hostenvs
 from jaxspreeze.envs import env_spec, is_host_env, make_env
 from jaxspreeze.evaluate import make_evaluate, make_host_evaluate
 from jaxspreeze.policy import Policy, load_policy, save_policy_file
-from jaxspreeze.types import DEFAULT_OBS_KEYS, EnvSpec
+from jaxspreeze.types import DEFAULT_OBS_KEYS, Carry, EnvSpec
 
 
 class Evaluation(NamedTuple):
@@ -70,22 +75,38 @@ class Agent:
         self.cfg = policy.cfg
         self.spec: EnvSpec = env_spec(policy.cfg.env, policy.cfg.obs_keys)
         self.actor = jax.tree.map(jnp.asarray, policy.seed(seed_index))
-        self._act = jax.jit(policy.algo.act, static_argnums=3)
+        self._act = jax.jit(policy.algo.act, static_argnums=4)
+        self._start = jax.jit(policy.algo.start_rows)
         self._key = jax.random.key(0)
+        self.has_memory = policy.algo.has_memory  # predict takes and returns its state
 
     def __repr__(self) -> str:
         return f"Agent({self.cfg.algo} on {self.cfg.env}, seed {self.seed_index})"
 
     # ------------------------------------------------------------------------- acting
     def predict(
-        self, obs: Any, deterministic: bool = True, key: jax.Array | int | None = None
-    ) -> np.ndarray:
+        self,
+        obs: Any,
+        state: Carry | None = None,
+        episode_start: Any = None,
+        deterministic: bool = True,
+        key: jax.Array | int | None = None,
+    ) -> Any:
         """The action for one observation ``obs_shape`` or a batch ``[B, *obs_shape]``.
 
         numpy (or anything array-like) in, numpy out: ``[]`` / ``[B]`` int actions for a
         discrete env, ``[d]`` / ``[B, d]`` floats within the bounds for a continuous one.
         ``deterministic=False`` samples (``key``: a JAX key or an int seed; none given, the
         agent's own key advances on every call).
+
+        A policy without memory returns the action alone (``state`` and ``episode_start``
+        are unused). A policy with memory (:attr:`has_memory`) returns ``(action, state)``,
+        Stable-Baselines3's convention: pass the returned ``state`` back with the next
+        observation (None: every row starts an episode), and ``episode_start`` (a bool, or
+        one per row of a batch; None: no row starts one) where a row's observation is the
+        first of an episode (after a reset, a termination or a truncation), so its state
+        restarts. ``state`` is a PyTree of numpy arrays ``[B, ...]`` (``B = 1`` for one
+        observation).
         """
         x = np.asarray(obs, np.float32)
         shape = self.spec.obs_shape
@@ -104,8 +125,26 @@ class Agent:
                 self._key, key = jax.random.split(self._key)
         elif isinstance(key, int):
             key = jax.random.key(key)
-        action = np.asarray(self._act(self.actor, x, key, bool(deterministic)))
-        return action[0] if single else action
+        carry = self._carry(x.shape[0], state, episode_start)
+        action, carry = self._act(self.actor, carry, x, key, bool(deterministic))
+        action = np.asarray(action)
+        action = action[0] if single else action
+        return (action, jax.device_get(carry)) if self.has_memory else action
+
+    def _carry(self, batch: int, state: Carry | None, episode_start: Any) -> Carry:
+        """The carry to act with: ``state`` (or the initial one) reset where episodes start."""
+        if not self.has_memory or state is None:
+            return self.policy.algo.initial_carry(batch)
+        rows = {np.shape(leaf)[0] for leaf in jax.tree.leaves(state)}
+        if rows != {batch}:
+            raise ValueError(
+                f"state holds {sorted(rows)} rows for {batch} observation(s): pass the state "
+                "predict returned for the same batch (or None to start afresh)"
+            )
+        if episode_start is None:
+            return state
+        starts = np.broadcast_to(np.asarray(episode_start, bool).reshape(-1), (batch,))
+        return self._start(state, starts)
 
     # --------------------------------------------------------------------- evaluating
     def evaluate(
@@ -127,11 +166,9 @@ class Agent:
         self._check_spec(env_spec(env, keys))
         actor = jax.tree.map(lambda x: x[None], self.actor)
         if is_host_env(env):
-            res = make_host_evaluate(self.policy.algo.act, env, episodes, seed, max_steps)(actor)
+            res = make_host_evaluate(self.policy.algo, env, episodes, seed, max_steps)(actor)
         else:
-            fn = jax.vmap(
-                make_evaluate(self.policy.algo.act, make_env(env, episodes, keys), max_steps)
-            )
+            fn = jax.vmap(make_evaluate(self.policy.algo, make_env(env, episodes, keys), max_steps))
             res = jax.jit(fn)(actor, jax.random.key(seed)[None])
         mean, std, length = (float(np.asarray(x)[0]) for x in res)
         return Evaluation(mean, std, length, episodes)
@@ -152,9 +189,10 @@ class Agent:
         returns, lengths = [], []
         for j in range(episodes):
             obs, _ = env.reset(seed=seed + j)
-            ret, n = 0.0, 0
+            ret, n, state = 0.0, 0, None  # (a policy with memory starts each episode afresh)
             while n < steps:
-                action = self.predict(np.asarray(obs, np.float32).reshape(spec.obs_shape))
+                out = self.predict(np.asarray(obs, np.float32).reshape(spec.obs_shape), state)
+                action, state = out if self.has_memory else (out, None)
                 obs, reward, terminated, truncated, _ = env.step(to_env(action[None])[0])
                 ret, n = ret + float(reward), n + 1
                 if terminated or truncated:

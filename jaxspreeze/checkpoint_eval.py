@@ -57,7 +57,7 @@ def evaluate_checkpoint(
     actor = state.agent.actor
     loaded: list[str] = []  # the programs loaded from the run's kept ones
     if is_host_env(cfg.env):  # host envs: stepped on the host, seeded from ``seed``
-        result = make_host_evaluate(algo.act, cfg.env, episodes, seed)(actor)
+        result = make_host_evaluate(algo, cfg.env, episodes, seed)(actor)
     else:
         result, loaded = _evaluate_on_device(saved, actor, episodes, seed, cache_dir)
     return {
@@ -89,9 +89,7 @@ def _evaluate_on_device(
         programs = program_cache(cache_dir, schedule)
     device = schedule.placement.eval
     keys = jax.device_put(population.slot_keys(jax.random.key(seed), cfg), device)
-    evaluate = make_seed_evaluate(
-        schedule.algo.act, make_env(cfg.env, episodes, cfg.obs_keys), keys
-    )
+    evaluate = make_seed_evaluate(schedule.algo, make_env(cfg.env, episodes, cfg.obs_keys), keys)
     actor = jax.device_put(actor, device)
     evaluate.compile(abstract_on(actor, device), programs)
     return jax.device_get(evaluate(actor)), list(programs.loaded)

@@ -30,10 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import jax
-
-from jaxspreeze import algos, envs
-from jaxspreeze.algos.base import (
+from jaxspreeze import algos
+from jaxspreeze.algos.spec import (
     FIELD_KINDS,
     RUN_SIZES,
     AlgoSpec,
@@ -44,7 +42,12 @@ from jaxspreeze.algos.base import (
     kinds,
 )
 from jaxspreeze.errors import ConfigError, UnknownEnvError
-from jaxspreeze.types import ObsKeys
+
+if typing.TYPE_CHECKING:
+    from jaxspreeze.types import ObsKeys
+
+# no JAX at import (the command line's early check reads RunConfig): JAX's default backend
+# (resolve) and the env registry (check_fields) are imported where they are used
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -168,6 +171,8 @@ class _RunFields:
     @property
     def obs_keys(self) -> ObsKeys:
         """The dict-observation keys the actor and the critic read ('' : the default)."""
+        from jaxspreeze.types import ObsKeys
+
         return ObsKeys(self.actor_obs_key, self.critic_obs_key)
 
     @property
@@ -275,6 +280,8 @@ def resolve(cfg: RunConfig, spec: AlgoSpec | None = None) -> RunConfig:
     spec = spec or algos.get(cfg.algo)
     if is_resolved(cfg):
         return cfg
+    import jax  # lazy: RunConfig and its checks import no JAX
+
     defaults = defaults_on(spec, jax.default_backend())
     changes: dict[str, Any] = {n: defaults[n] for n in RUN_SIZES if getattr(cfg, n) is None}
     section = getattr(cfg, spec.name)
@@ -510,6 +517,8 @@ def check_fields(cfg: RunConfig) -> None:
         raise ConfigError(
             "compile_cache", f"{cfg.compile_cache!r} is a file; give a directory, '' or 'off'"
         )
+    from jaxspreeze import envs  # lazy: the env registry imports JAX
+
     try:
         envs.check_env_name(cfg.env)
     except UnknownEnvError as e:

@@ -16,14 +16,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxspreeze.algos.base import Algorithm
 from jaxspreeze.envs import VecEnv
 from jaxspreeze.hostenvs import make_host_env
 from jaxspreeze.metrics import Note, Report, warn
 from jaxspreeze.programs import ProgramCache
-from jaxspreeze.types import PyTree
+from jaxspreeze.types import PyTree, reset_carry
 
 _STOP = object()
-ActFn = Callable[[PyTree, jax.Array, jax.Array, bool], jax.Array]
 
 
 class EvalResult(NamedTuple):
@@ -35,13 +35,16 @@ class EvalResult(NamedTuple):
 
 
 def make_evaluate(
-    act: ActFn, env: VecEnv, max_steps: int | None = None
+    algo: Algorithm, env: VecEnv, max_steps: int | None = None
 ) -> Callable[[PyTree, jax.Array], EvalResult]:
-    """``evaluate(actor, key)``: one deterministic episode in each of ``env.num_envs`` envs.
+    """``evaluate(actor, key)``: one deterministic episode of ``algo``'s policy in each of
+    ``env.num_envs`` envs.
 
     Each env's first finished episode counts; the scan runs ``max_steps`` (default: the
     env's time limit) so every episode ends. Envs are stepped without resets
     (:meth:`VecEnv.step_no_reset`): the program holds no initial-state draw in its step.
+    The policy's carry starts each episode at ``algo.initial_carry`` (one episode per env:
+    no episode starts later).
     """
     steps = max_steps or env.spec.max_episode_steps
 
@@ -49,20 +52,21 @@ def make_evaluate(
         k_reset, k_run = jax.random.split(key)
         obs, env_state = env.reset(k_reset)
         n = env.num_envs
-        init = (obs, env_state, jnp.zeros(n, bool), jnp.zeros(n), jnp.zeros(n, jnp.int32))
+        zeros = (jnp.zeros(n, bool), jnp.zeros(n), jnp.zeros(n, jnp.int32))
+        init = (obs, env_state, algo.initial_carry(n), *zeros)
 
         def step(carry, key):
-            obs, env_state, finished, ret, length = carry
+            obs, env_state, policy, finished, ret, length = carry
             k_act, k_env = jax.random.split(key)
-            action = act(actor, obs, k_act, True)
+            action, policy = algo.act(actor, policy, obs, k_act, True)
             obs, env_state, reward, term, trunc, _ = env.step_no_reset(k_env, env_state, action)
             live = ~finished
             ret = ret + jnp.where(live, reward, 0.0)
             length = length + live.astype(jnp.int32)
             finished = finished | term | trunc
-            return (obs, env_state, finished, ret, length), None
+            return (obs, env_state, policy, finished, ret, length), None
 
-        (_, _, _, ret, length), _ = jax.lax.scan(step, init, jax.random.split(k_run, steps))
+        (*_, ret, length), _ = jax.lax.scan(step, init, jax.random.split(k_run, steps))
         return EvalResult(ret.mean(), ret.std(), length.astype(jnp.float32).mean())
 
     return evaluate
@@ -77,8 +81,8 @@ class SeedEvaluate:
     that executable and never compile (the trainer does it beside the chunk's compile).
     """
 
-    def __init__(self, act: ActFn, env: VecEnv, keys: jax.Array):
-        self._fn = jax.vmap(make_evaluate(act, env))
+    def __init__(self, algo: Algorithm, env: VecEnv, keys: jax.Array):
+        self._fn = jax.vmap(make_evaluate(algo, env))
         self._jit = jax.jit(self._fn)
         self._keys = keys
         self._compiled: jax.stages.Compiled | None = None
@@ -102,13 +106,13 @@ class SeedEvaluate:
         return fn(actor, self._keys)
 
 
-def make_seed_evaluate(act: ActFn, env: VecEnv, keys: jax.Array) -> SeedEvaluate:
-    """``evaluate(actor)`` for every seed at once (:class:`SeedEvaluate`)."""
-    return SeedEvaluate(act, env, keys)
+def make_seed_evaluate(algo: Algorithm, env: VecEnv, keys: jax.Array) -> SeedEvaluate:
+    """``evaluate(actor)`` of ``algo``'s policy for every seed at once (:class:`SeedEvaluate`)."""
+    return SeedEvaluate(algo, env, keys)
 
 
 def make_host_evaluate(
-    act: ActFn, env_name: str, episodes: int, seed: int, max_steps: int | None = None
+    algo: Algorithm, env_name: str, episodes: int, seed: int, max_steps: int | None = None
 ) -> Callable[[PyTree], EvalResult]:
     """``evaluate(actor)`` on host envs (``gymnasium/...``, ``envpool/...``), every seed.
 
@@ -116,9 +120,12 @@ def make_host_evaluate(
     in each of ``episodes`` envs built for the call (env ``j`` reset with seed
     ``seed + 1000 i + j``: common random numbers across evaluations; envpool seeds its
     pool at creation with ``seed + 1000 i``) and closed after it; each env's first
-    finished episode counts. The policy is jitted once; it runs where ``actor`` lives.
+    finished episode counts. The policy is jitted once; it runs where ``actor`` lives. Its
+    carry starts at ``algo.initial_carry`` and is reset where an episode starts (a reset
+    row, or the row after an episode's end).
     """
-    policy = jax.jit(lambda actor, obs: act(actor, obs, jax.random.key(0), True))
+    policy = jax.jit(lambda actor, carry, obs: algo.act(actor, carry, obs, jax.random.key(0), True))
+    initial = jax.device_get(algo.initial_carry(episodes))
 
     def one_seed(actor: PyTree, s: int) -> tuple[float, float, float]:
         with make_host_env(env_name, episodes, seed=seed + 1000 * s) as env:
@@ -127,8 +134,12 @@ def make_host_evaluate(
             finished = np.zeros(episodes, bool)
             ret = np.zeros(episodes, np.float64)
             length = np.zeros(episodes, np.int64)
+            carry = initial
             for _ in range(steps + 1):  # (+1: a next-step reset row may come first)
-                out = env.step(np.asarray(policy(actor, obs)))
+                action, carry = policy(actor, carry, obs)
+                out = env.step(np.asarray(action))
+                starts = ~out.valid | out.terminated | out.truncated
+                carry = reset_carry(jax.device_get(carry), initial, starts)
                 live = ~finished & out.valid
                 ret += np.where(live, out.reward, 0.0)
                 length += live

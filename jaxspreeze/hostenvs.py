@@ -61,10 +61,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from jaxspreeze import envids
 from jaxspreeze.errors import ConfigError, UnknownEnvError
 from jaxspreeze.types import EnvSpec
 
-FAMILIES = ("gymnasium", "envpool")
+FAMILIES = envids.host_families()  # the host families of the table (gymnasium, envpool)
 USER = "user"  # the reserved prefix of the envs passed to jaxspreeze.train(cfg, env=...)
 USER_ENV_FILE = "user_env.json"  # a run directory's record of its user env
 ENVPOOL_INSTALL = 'pip install "jaxspreeze[envpool]"'

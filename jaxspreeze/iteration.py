@@ -57,7 +57,7 @@ class TrainState(NamedTuple):
     """Everything a run carries between chunks; each leaf is ``[S, ...]`` (seeds)."""
 
     agent: AgentState  # .actor on the actor device, .critic on the critic device
-    env: EnvCarry  # actor device
+    env: EnvCarry  # actor device; .policy: the policy's carry (a recurrent policy's memory)
     buffer: replay.ReplayState | None  # critic device (off-policy only)
     obs_buffer: replay.ReplayState | None  # actor device (off-policy, split only)
     key: jax.Array  # actor device
@@ -213,7 +213,7 @@ class Iteration:
         """A fresh state for one seed: agent, env, empty buffer(s), zero counters."""
         k_agent, k_env, key = jax.random.split(key, 3)
         agent = self.algo.init(k_agent)
-        env = env_init(self.env, self.shard_key(k_env))
+        env = env_init(self.env, self.shard_key(k_env), self.algo.initial_carry(self.env.num_envs))
         buffer = obs_buffer = None
         if not self.algo.on_policy:
             example = replay.example_transition(self.env.spec)
@@ -235,8 +235,9 @@ class Iteration:
         """Actor side: roll out the policy; returns the rollout and this iteration's keys."""
         key, k_roll, k_critic, k_actor = jax.random.split(key, 4)
         k_roll, k_critic, k_actor = map(self.shard_key, (k_roll, k_critic, k_actor))
-        policy = lambda obs, k: self.algo.act(actor, obs, k, False)
-        env, traj, eps = rollout(self.env, policy, env, k_roll, self.rollout_steps)
+        policy = lambda carry, obs, k: self.algo.act(actor, carry, obs, k, False)
+        initial = self.algo.initial_carry(self.env.num_envs)
+        env, traj, eps = rollout(self.env, policy, env, k_roll, self.rollout_steps, initial)
         env_steps = env_steps + self.steps_per_iteration
         metrics = {
             "episode_return_sum": jnp.where(eps.done, eps.returns, 0.0).sum(),
@@ -324,7 +325,9 @@ class Iteration:
         num_envs = self.env.num_envs
         steps = self.warmup_steps // num_envs
         key, k = jax.random.split(key)
-        env, traj, _ = rollout(self.env, random_policy(self.env), env, self.shard_key(k), steps)
+        initial = self.algo.initial_carry(num_envs)
+        policy = random_policy(self.env)
+        env, traj, _ = rollout(self.env, policy, env, self.shard_key(k), steps, initial)
         return env, key, env_steps + steps * num_envs * self.num_shards, traj
 
     def store(self, buffer: replay.ReplayState, traj: Transition) -> replay.ReplayState:

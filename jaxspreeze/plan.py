@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from jaxspreeze import algos, config, devices, envs, population
+from jaxspreeze import algos, config, devices, envs, networks, population
 from jaxspreeze.algos.base import RUN_SIZES, Algorithm, AlgoSpec, check_positive
 from jaxspreeze.config import RunConfig
 from jaxspreeze.errors import ConfigError
@@ -86,6 +86,7 @@ class RunPlan:
         spec = algos.get(cfg.algo)
         cfg = config.resolve(cfg, spec)
         env = envs.env_spec(cfg.env, cfg.obs_keys)
+        cfg = resolve_torso(cfg, spec, env)
         return cls(cfg, spec, env, schedule=_schedule_kind(cfg, spec, None))
 
     def make_algorithm(self) -> Algorithm:
@@ -131,6 +132,7 @@ def plan(cfg: RunConfig, placement: Placement | None = None, *, on_devices: bool
     cfg = config.resolve(cfg, spec)
     config.check_fields(cfg)
     env = _check_run(cfg, spec, given)
+    cfg = resolve_torso(cfg, spec, env)
     planned = RunPlan(cfg, spec, env, schedule=_schedule_kind(cfg, spec, None))
     if cfg.pbt:  # its interval: whole chunks of schedules.chunking's size
         n = max(planned.num_iterations, 1)
@@ -139,6 +141,18 @@ def plan(cfg: RunConfig, placement: Placement | None = None, *, on_devices: bool
     if placement is None and on_devices:
         placement = devices.resolve(cfg.placement)
     return planned if placement is None else planned.placed(placement)
+
+
+def resolve_torso(cfg: RunConfig, spec: AlgoSpec, env: EnvSpec) -> RunConfig:
+    """``cfg`` with its algorithm's ``torso = "auto"`` replaced by the torso ``auto``
+    picks for ``env``'s observation, like the sizes left unset: the run's saved config
+    names the networks it built, and a run saved before the field existed (``mlp``)
+    resumes beside a new one of the same env."""
+    section = getattr(cfg, spec.name)
+    if section.torso != "auto":
+        return cfg
+    torso = networks.choose_torso("auto", env.obs_shape)
+    return dataclasses.replace(cfg, **{spec.name: dataclasses.replace(section, torso=torso)})
 
 
 def steps_per_iteration(cfg: RunConfig) -> int:
@@ -190,6 +204,10 @@ def _check_run(cfg: RunConfig, spec: AlgoSpec, given: frozenset[str] = frozenset
     reason = spec.supports(env)
     if reason:
         raise ConfigError("algo", f"{cfg.algo} cannot train {cfg.env}: {reason}")
+    torso = getattr(cfg, spec.name).torso  # every algorithm's networks have a torso
+    reason = networks.torso_unfit(torso, env.obs_shape, (env.actor_obs, env.critic_obs))
+    if reason:
+        raise ConfigError(f"{spec.name}.torso", f"{cfg.env}: {reason}")
     return env
 
 

@@ -16,8 +16,8 @@ key holds:
   the env object's classes (their source files' contents, their packages' files by size
   and time);
 - the code: the contents of jaxspreeze's own source files, the versions of the
-  distributions that trace (jax, jaxlib, flax, optax, chex, numpy, brax, mujoco,
-  mujoco-mjx, playground, gymnax) and the size and modification time of every Python
+  distributions that trace (jax, jaxlib, flax, optax, chex, numpy, ml_dtypes and each env
+  family's: ``envids.FAMILIES``) and the size and modification time of every Python
   file of the packages that trace (an edited library, an editable install);
 - the machine: the backend, its version, the devices, ``XLA_FLAGS`` and JAX's settings
   (those not about caches, logs or dumps);
@@ -70,27 +70,15 @@ from typing import Any
 import jax
 from jax._src import config as jax_config
 
-from jaxspreeze import cachedir
+from jaxspreeze import cachedir, envids
 
 ENV_VAR = "JAXSPREEZE_PROGRAM_CACHE"  # "off": trace every program, keep none
 FORMAT = cachedir.FORMAT
 SUFFIX = cachedir.PROGRAM_SUFFIX
 _MARK = ".loading-"  # ".<entry>.loading-<pid>": a process is loading the entry
-# distributions whose code or build shapes a traced program
-DISTRIBUTIONS = (
-    "jax",
-    "jaxlib",
-    "flax",
-    "optax",
-    "chex",
-    "numpy",
-    "ml_dtypes",
-    "brax",
-    "mujoco",
-    "mujoco-mjx",
-    "playground",
-    "gymnax",
-)
+# the distributions whose code or build shapes a traced program: JAX's and each env
+# family's (envids.FAMILIES), read when a key is made
+distributions = envids.distributions
 # packages whose Python files are fingerprinted by size and time (besides the env's)
 TRACED_PACKAGES = ("jax", "flax", "optax", "chex")
 _UNKEYED_SETTINGS = ("cache", "log", "dump", "traceback", "pprint", "explain", "timeout")
@@ -168,7 +156,7 @@ def code_fingerprint() -> str:
         jax.process_index(),
         os.environ.get("XLA_FLAGS", ""),
     )
-    versions = {d: _version(d) for d in DISTRIBUTIONS}
+    versions = {d: _version(d) for d in distributions()}
     return _digest(FORMAT, _contents(own), versions, packages, settings, machine)
 
 

@@ -2,7 +2,8 @@
 
 :func:`render_run` loads a run's ``policy.msgpack``, rolls out one deterministic episode
 with the policy of one seed (0 by default) and writes a file (default
-``<run>/render.gif``). Who draws the frames, by family:
+``<run>/render.gif``). Who draws the frames, by family (the family table's ``renderer``,
+``envids.FAMILIES``, names one of :data:`RENDERERS`):
 
 - gymnax: drawn here from the env state (gymnax's own renderer needs gym), for the tasks
   of :data:`DRAWERS`;
@@ -32,7 +33,7 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NamedTuple
 
 import imageio.v3 as iio
 import jax
@@ -40,7 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 from PIL import Image, ImageDraw
 
-from jaxspreeze import hostenvs
+from jaxspreeze import envids, hostenvs
 from jaxspreeze.envs import env_spec, make_env
 from jaxspreeze.policy import Policy, load_policy
 
@@ -176,14 +177,14 @@ def rollout_episode(
         obs, env_state = env.reset(k_reset)
 
         def step(carry, k):
-            obs, env_state, done = carry
+            obs, env_state, policy_carry, done = carry
             k_act, k_env = jax.random.split(k)
-            action = act(actor, obs, k_act, True)
+            action, policy_carry = act(actor, policy_carry, obs, k_act, True)
             nxt, nxt_state, reward, term, trunc, _ = env.step(k_env, env_state, action)
             out = (env_state.inner, done[0], jnp.where(done, 0.0, reward)[0])
-            return (nxt, nxt_state, done | term | trunc), out
+            return (nxt, nxt_state, policy_carry, done | term | trunc), out
 
-        init = (obs, env_state, jnp.zeros(1, bool))
+        init = (obs, env_state, policy.algo.initial_carry(1), jnp.zeros(1, bool))
         _, (inner, done, reward) = jax.lax.scan(step, init, jax.random.split(k_run, steps))
         return inner, done, reward
 
@@ -269,9 +270,9 @@ def gymnasium_frames(
     env, bare = _gymnasium_env(name)
     try:
         to_env = hostenvs._Actions(spec, env.action_space)
-        act = jax.jit(policy.algo.act, static_argnums=3)
+        act = jax.jit(policy.algo.act, static_argnums=4)
         actor = jax.tree.map(jnp.asarray, policy.seed(seed_index))
-        key = jax.random.key(0)
+        key, carry = jax.random.key(0), policy.algo.initial_carry(1)
         obs, _ = env.reset(seed=0)
         try:
             first = env.render()
@@ -285,7 +286,8 @@ def gymnasium_frames(
         frames = [_frame_of(env, bare, 0, own)]
         for t in range(max_steps or spec.max_episode_steps):
             x = np.asarray(obs, np.float32).reshape(spec.obs_shape)[None]
-            action = to_env(np.asarray(act(actor, x, key, True)))[0]
+            action, carry = act(actor, carry, x, key, True)
+            action = to_env(np.asarray(action))[0]
             obs, _, terminated, truncated, _ = env.step(action)
             frames.append(_frame_of(env, bare, t + 1, own))
             if terminated or truncated:
@@ -315,16 +317,15 @@ def envpool_frames(
         pool = envpool.make(task, env_type="gymnasium", num_envs=1, seed=0, render_mode="rgb_array")
         try:
             to_env = hostenvs._Actions(spec, pool.action_space)
-            act = jax.jit(policy.algo.act, static_argnums=3)
+            act = jax.jit(policy.algo.act, static_argnums=4)
             actor = jax.tree.map(jnp.asarray, policy.seed(seed_index))
-            key = jax.random.key(0)
+            key, carry = jax.random.key(0), policy.algo.initial_carry(1)
             obs, _ = pool.reset()
             frames = [_pool_frame(pool, name)]
             for _ in range(max_steps or spec.max_episode_steps):
                 x = np.asarray(obs, np.float32).reshape(1, *spec.obs_shape)
-                obs, _, terminated, truncated, _ = pool.step(
-                    to_env(np.asarray(act(actor, x, key, True)))
-                )
+                action, carry = act(actor, carry, x, key, True)
+                obs, _, terminated, truncated, _ = pool.step(to_env(np.asarray(action)))
                 frames.append(_pool_frame(pool, name))
                 if terminated[0] or truncated[0]:
                     break
@@ -409,21 +410,35 @@ def _quiet_tqdm():
             os.environ["TQDM_DISABLE"] = before
 
 
-def mujoco_frames(policy: Policy, seed_index: int = 0, max_steps: int | None = None) -> list[Frame]:
-    """The frames of one deterministic episode of a brax or Playground run, drawn by
-    MuJoCo's renderer (brax: ``brax.io.image.render_array``; Playground: ``env.render``)."""
-    family = policy.cfg.env.partition("/")[0]
+def _mujoco_episode(
+    policy: Policy, seed_index: int, max_steps: int | None
+) -> tuple[Any, list[Any]]:
+    """The library env of a brax or Playground run and the states of one deterministic
+    episode, for MuJoCo's renderer (which needs an offline OpenGL backend)."""
     mujoco_gl()  # raises with the reason when no offline backend works
     lib_env = make_env(policy.cfg.env, 1, policy.cfg.obs_keys).render_state
     inner, length, _ = rollout_episode(policy, seed_index, max_steps)
-    states = [jax.tree.map(lambda x: x[t, 0], inner.state) for t in range(max(length, 1))]
-    if family == "brax":
-        from brax.io import image  # lazy: brax imports in about 3 s
+    return lib_env, [jax.tree.map(lambda x: x[t, 0], inner.state) for t in range(max(length, 1))]
 
-        frames = image.render_array(lib_env.sys, [s.pipeline_state for s in states], HEIGHT, WIDTH)
-    else:
-        with _quiet_tqdm():  # Playground draws a progress bar per frame
-            frames = lib_env.render(states, height=HEIGHT, width=WIDTH)
+
+def brax_frames(policy: Policy, seed_index: int = 0, max_steps: int | None = None) -> list[Frame]:
+    """The frames of one deterministic episode of a brax run, drawn by MuJoCo's renderer
+    through ``brax.io.image.render_array``."""
+    from brax.io import image  # lazy: brax imports in about 3 s
+
+    lib_env, states = _mujoco_episode(policy, seed_index, max_steps)
+    frames = image.render_array(lib_env.sys, [s.pipeline_state for s in states], HEIGHT, WIDTH)
+    return [np.asarray(f, np.uint8)[..., :3] for f in frames]
+
+
+def playground_frames(
+    policy: Policy, seed_index: int = 0, max_steps: int | None = None
+) -> list[Frame]:
+    """The frames of one deterministic episode of a Playground run, drawn by MuJoCo's
+    renderer through the env's own ``render``."""
+    lib_env, states = _mujoco_episode(policy, seed_index, max_steps)
+    with _quiet_tqdm():  # Playground draws a progress bar per frame
+        frames = lib_env.render(states, height=HEIGHT, width=WIDTH)
     return [np.asarray(f, np.uint8)[..., :3] for f in frames]
 
 
@@ -447,8 +462,37 @@ def brax_html(policy: Policy, seed_index: int = 0, max_steps: int | None = None)
     return html.render(brax_env.sys.tree_replace({"opt.timestep": brax_env.dt}), frames)
 
 
-# the families whose frames come from MuJoCo's renderer
-MUJOCO_FAMILIES = ("brax", "playground")
+class Renderer(NamedTuple):
+    """How a family's episodes are drawn (the family table's ``renderer`` names one of
+    :data:`RENDERERS`): ``frames(policy, seed_index, max_steps)``; ``mujoco``: drawn by
+    MuJoCo's renderer (an offline OpenGL backend is needed, and named); ``html``: a
+    viewer written for ``--out FILE.html`` (with ``html_note`` said), or None."""
+
+    frames: Callable[[Policy, int, int | None], list[Frame]]
+    mujoco: bool = False
+    html: Callable[[Policy, int, int | None], str] | None = None
+    html_note: str = ""
+
+
+RENDERERS: dict[str, Renderer] = {
+    "drawings": Renderer(gif_frames),
+    "brax": Renderer(brax_frames, mujoco=True, html=brax_html, html_note=BRAX_HTML_NOTE),
+    "playground": Renderer(playground_frames, mujoco=True),
+    "gymnasium": Renderer(gymnasium_frames),
+    "envpool": Renderer(envpool_frames),
+}
+
+
+def renderer_of(env: str) -> Renderer:
+    """The renderer of the env id ``env``'s family (``envids.FAMILIES``; a user's env,
+    ``user/<ClassName>``, draws itself like a gymnasium env); ValueError for none."""
+    entry = envids.family_of(env)
+    if entry is None and hostenvs.is_host_env(env):
+        return RENDERERS["gymnasium"]
+    if entry is None or entry.renderer not in RENDERERS:
+        known = ", ".join(f"{n}/" for n, f in envids.FAMILIES.items() if f.renderer in RENDERERS)
+        raise ValueError(f"no renderer for {env!r}; runs of {known} are rendered")
+    return RENDERERS[entry.renderer]
 
 
 def render_run(
@@ -471,39 +515,37 @@ def render_run(
     hostenvs.load_user_env(where)
     if env is not None:
         hostenvs.register_user_env(env)
-    family = _saved_env(where).partition("/")[0]
+    env_name = _saved_env(where)
     policy = None
-    if not family:  # a standalone policy file: its config is inside it
+    if not env_name:  # a standalone policy file: its config is inside it
         policy = load_policy(run_dir)
-        family = policy.cfg.env.partition("/")[0]
+        env_name = policy.cfg.env
+    family, renderer = env_name.partition("/")[0], renderer_of(env_name)
     if out is None:
-        html = family == "brax" and not _gl_works()
+        html = renderer.html is not None and not _gl_works()
         out = Path(run_dir) / ("render.html" if html else "render.gif")
     out = Path(out)
-    html = family == "brax" and out.suffix.lower() in (".html", ".htm")
+    html = renderer.html is not None and out.suffix.lower() in (".html", ".htm")
     if not html and out.suffix.lower() != ".gif":
-        also = " or an HTML viewer (.html)" if family == "brax" else ""
+        also = " or an HTML viewer (.html)" if renderer.html is not None else ""
         raise ValueError(f"a {family} run renders to a GIF (.gif){also}; got --out {out}")
-    if family in MUJOCO_FAMILIES and not html:
+    if renderer.mujoco and not html:
         mujoco_gl()  # no offline OpenGL backend: refused before the policy loads
     policy = policy or load_policy(run_dir)
     if not 0 <= seed_index < policy.cfg.slots:
         raise ValueError(
             f"seed index {seed_index} out of range: the run has {policy.cfg.slots} seed(s)"
         )
-    if html:
+    if html and renderer.html is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(brax_html(policy, seed_index, max_steps))
-        say(BRAX_HTML_NOTE)
+        out.write_text(renderer.html(policy, seed_index, max_steps))
+        if renderer.html_note:
+            say(renderer.html_note)
         return out
-    if family in MUJOCO_FAMILIES:
-        frames = mujoco_frames(policy, seed_index, max_steps)
+    frames = renderer.frames(policy, seed_index, max_steps)
+    if renderer.mujoco:
         backend = mujoco_gl()
         say(f"drawn by MuJoCo's renderer through {backend.upper()} (MUJOCO_GL={backend})")
-    elif hostenvs.is_host_env(policy.cfg.env):
-        frames = gymnasium_frames(policy, seed_index, max_steps)
-    else:
-        frames = gif_frames(policy, seed_index, max_steps)
     return write_gif(frames, out, fps)
 
 

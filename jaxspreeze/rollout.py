@@ -1,4 +1,9 @@
-"""Collect experience: ``lax.scan`` over T steps of the vmapped env and a policy."""
+"""Collect experience: ``lax.scan`` over T steps of the vmapped env and a policy.
+
+The policy may keep a state between steps (its *carry*, :attr:`EnvCarry.policy`: leaves
+``[N, ...]``, ``()`` for a feed-forward policy): the rollout hands it to the policy at
+each step and resets an env's row to ``initial`` where its episode ended (a termination
+or a truncation: the env's next observation starts a new episode)."""
 
 from __future__ import annotations
 
@@ -8,9 +13,10 @@ from typing import NamedTuple
 import jax
 
 from jaxspreeze.envs.base import EnvState, VecEnv
-from jaxspreeze.types import Transition
+from jaxspreeze.types import Carry, Transition, reset_carry
 
-Policy = Callable[[jax.Array, jax.Array], jax.Array]  # (obs [N, ...], key) -> action [N, ...]
+# (carry, obs [N, ...], key) -> (action [N, ...], carry)
+Policy = Callable[[Carry, jax.Array, jax.Array], tuple[jax.Array, Carry]]
 
 
 class EnvCarry(NamedTuple):
@@ -18,6 +24,7 @@ class EnvCarry(NamedTuple):
 
     obs: jax.Array  # [N, *obs_shape]
     env_state: EnvState
+    policy: Carry = ()  # the policy's carry for the next step (leaves [N, ...])
 
 
 class Episodes(NamedTuple):
@@ -28,31 +35,41 @@ class Episodes(NamedTuple):
     lengths: jax.Array
 
 
-def env_init(env: VecEnv, key: jax.Array) -> EnvCarry:
-    """Reset ``env`` and wrap it as a rollout carry."""
-    return EnvCarry(*env.reset(key))
+def env_init(env: VecEnv, key: jax.Array, policy: Carry = ()) -> EnvCarry:
+    """Reset ``env`` and wrap it as a rollout carry, with the policy's initial carry."""
+    return EnvCarry(*env.reset(key), policy)
 
 
 def rollout(
-    env: VecEnv, policy: Policy, carry: EnvCarry, key: jax.Array, num_steps: int
+    env: VecEnv,
+    policy: Policy,
+    carry: EnvCarry,
+    key: jax.Array,
+    num_steps: int,
+    initial: Carry = (),
 ) -> tuple[EnvCarry, Transition, Episodes]:
-    """Run ``num_steps`` steps of ``policy`` in all envs; the transition is ``[T, N, ...]``."""
+    """Run ``num_steps`` steps of ``policy`` in all envs; the transition is ``[T, N, ...]``.
+
+    ``initial``: the policy's initial carry for ``N`` envs, which a row of the carry is
+    reset to where an episode ends (``()``: a policy without memory)."""
 
     def step(carry: EnvCarry, key: jax.Array):
         k_act, k_env = jax.random.split(key)
-        action = policy(carry.obs, k_act)
+        action, policy_carry = policy(carry.policy, carry.obs, k_act)
         obs, env_state, reward, terminated, truncated, final_obs = env.step(
             k_env, carry.env_state, action
         )
         tr = Transition(carry.obs, action, reward, terminated, truncated, final_obs)
         done = terminated | truncated
         ep = Episodes(done, env_state.last_return, env_state.last_length)
-        return EnvCarry(obs, env_state), (tr, ep)
+        policy_carry = reset_carry(policy_carry, initial, done)
+        return EnvCarry(obs, env_state, policy_carry), (tr, ep)
 
     carry, (traj, eps) = jax.lax.scan(step, carry, jax.random.split(key, num_steps))
     return carry, traj, eps
 
 
 def random_policy(env: VecEnv) -> Policy:
-    """A policy that ignores the observation and acts uniformly at random (warm-up)."""
-    return lambda obs, key: env.random_actions(key)
+    """A policy that ignores the observation and acts uniformly at random (warm-up); the
+    carry passes through (reset only where episodes end)."""
+    return lambda carry, obs, key: (env.random_actions(key), carry)

@@ -29,9 +29,10 @@ import threading
 import warnings
 from typing import IO
 
+from jaxspreeze import envids
+
 _LOCK = threading.RLock()
 BRAX_MAINTENANCE = r"Brax System, piplines and environments are not actively being maintained"
-MUJOCO_FAMILIES = ("brax", "playground")  # device families whose envs load MuJoCo models
 _mujoco_seen: dict[str, int] = {}  # each MuJoCo warning: how many times it came
 
 
@@ -93,7 +94,8 @@ def _uses_mujoco(env: str) -> bool:
     if importlib.util.find_spec("mujoco") is None:
         return False
     family, _, name = env.partition("/")
-    if family in MUJOCO_FAMILIES:
+    entry = envids.family(family)
+    if entry is not None and "mujoco" in entry.distributions:  # brax, Playground
         return True
     if family != "gymnasium":
         return False

@@ -160,13 +160,11 @@ def make_evaluate(schedule: schedules.Schedule) -> Callable[[Any], EvalResult]:
     policy, on the eval device (not compiled yet)."""
     cfg = schedule.plan.cfg
     if schedule.host:  # host envs: a loop over envs built for each evaluation
-        return make_host_evaluate(
-            schedule.algo.act, cfg.env, cfg.eval_episodes, seed=cfg.seed + 10_000
-        )
+        return make_host_evaluate(schedule.algo, cfg.env, cfg.eval_episodes, seed=cfg.seed + 10_000)
     eval_env = make_env(cfg.env, cfg.eval_episodes, cfg.obs_keys)
     keys = population.slot_keys(jax.random.key(cfg.seed + 10_000), cfg)  # a member's = its run's
     device = schedule.placement.eval
-    return make_seed_evaluate(schedule.algo.act, eval_env, jax.device_put(keys, device))
+    return make_seed_evaluate(schedule.algo, eval_env, jax.device_put(keys, device))
 
 
 def _evaluator(

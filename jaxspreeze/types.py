@@ -6,9 +6,28 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 PyTree = Any
 Record = dict[str, Any]  # one JSON-able row: a chunk, an evaluation, a summary
+Carry = Any  # a policy's state between steps: a PyTree, every leaf [N, ...]; () for none
+
+
+def reset_carry(carry: Carry, initial: Carry, starts: Any) -> Carry:
+    """``carry`` with the rows where ``starts [N]`` (bool: an episode starts there) set to
+    ``initial``'s rows (a policy's initial carry for the same ``N``).
+
+    Numpy in (every leaf and ``starts``), numpy out, for host loops; JAX arrays (traced or
+    not) otherwise. An empty carry (``()``) is returned as it is: no op."""
+
+    def reset(c: Any, i: Any) -> Any:
+        host = isinstance(c, np.ndarray) and isinstance(i, np.ndarray)
+        xp = np if host and isinstance(starts, np.ndarray) else jnp
+        mask = starts.reshape(starts.shape + (1,) * (c.ndim - starts.ndim))
+        return xp.where(mask, i, c)
+
+    return jax.tree.map(reset, carry, initial)
 
 
 class Transition(NamedTuple):

@@ -27,6 +27,13 @@ The learner's side (the async schedule builds on exactly this)::
   ``[B, ...]`` arrays kept per row (e.g. PPO's log-probabilities and values). It is jitted
   once per pool (compiled in :meth:`WorkerPool.start`, apart from sampling) and called
   with params committed to the slot's device, so it runs there.
+- A policy with memory (``initial_carry(n)`` given: the policy's carry for ``n`` envs, a
+  PyTree of ``[n, ...]`` leaves, ``()`` for none) is called as ``policy_fn(params, carry,
+  obs, key) -> (actions, carry)`` or ``-> (actions, extras, carry)`` with the carry rows of
+  the envs that answered. Each worker keeps its envs' carries (host arrays) and resets an
+  env's row to ``initial_carry``'s where its episode starts: at a reset row (the first
+  answer, or a next-step reset) and after a row that ended an episode (terminated or
+  truncated). An empty carry adds nothing but an empty argument to the policy call.
 - A :class:`Batch` is ``rollout_steps`` consecutive *valid* transitions of each of one
   worker's ``N`` envs: ``transition`` leaves are numpy ``[T, N, ...]``, each column in
   time order (reset rows of next-step-reset libraries are dropped, never counted), with
@@ -89,9 +96,9 @@ import numpy as np
 
 from jaxspreeze.errors import HostEnvError
 from jaxspreeze.hostenvs import HostEnv, HostStep, make_host_env
-from jaxspreeze.types import EnvSpec, PyTree, Transition
+from jaxspreeze.types import Carry, EnvSpec, PyTree, Transition, reset_carry
 
-PolicyFn = Callable[[PyTree, jax.Array, jax.Array], Any]
+PolicyFn = Callable[..., Any]  # (params, obs, key) or, with a carry, (params, carry, obs, key)
 
 DEFAULT_SWITCH_INTERVAL = 0.0005  # seconds; measured in experiments/host_sampling_bench.py
 _POLL = 0.05  # seconds between checks of the stop event while waiting
@@ -381,12 +388,14 @@ class WorkerPool:
         stall_timeout: float = 60.0,
         switch_interval: float | None = DEFAULT_SWITCH_INTERVAL,
         env_kwargs: dict[str, Any] | None = None,
+        initial_carry: Callable[[int], Carry] | None = None,
     ):
         """Build the envs (in this thread: construction errors surface here); start() runs them.
 
         ``env``: a host env name or gymnasium factory (``num_workers`` batches of
         ``envs_per_worker`` are made, worker ``w``'s envs seeded from ``seed + w * N``)
         or a sequence of ready :class:`HostEnv` (one per worker; the pool closes them).
+        ``initial_carry``: given, ``policy_fn`` takes and returns a carry (module doc).
         """
         if rollout_steps < 1 or queue_size < 1:
             raise ValueError("rollout_steps and queue_size must be >= 1")
@@ -399,6 +408,7 @@ class WorkerPool:
         self.rollout_steps, self.max_lag, self.stall_timeout = rollout_steps, max_lag, stall_timeout
         self.aligned = aligned
         self.switch_interval = switch_interval
+        self.initial_carry = initial_carry
         key = jax.random.key(seed) if key is None else key
         if not jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
             key = jax.random.wrap_key_data(key)  # a raw uint32 key (jax.random.PRNGKey)
@@ -428,22 +438,27 @@ class WorkerPool:
         if version < 0:
             raise ValueError("publish parameters to the slot before starting the workers")
 
-        def act(params, obs, key_data):
+        def act(params, carry, obs, key_data):
             # raw key data in and out: no typed-key wrapper is built in Python each step
             key = jax.random.wrap_key_data(key_data, impl=self._key_impl)
             key, sub = jax.random.split(key)
-            out = self.policy_fn(params, obs, sub)
+            if self.initial_carry is None:
+                out = self.policy_fn(params, obs, sub)
+            else:
+                *out, carry = self.policy_fn(params, carry, obs, sub)
+                out = out[0] if len(out) == 1 else tuple(out)
             if not isinstance(out, tuple):  # no extras: one output fewer to unpack each step
-                return out, jax.random.key_data(key)
+                return out, carry, jax.random.key_data(key)
             actions, extras = out
-            return actions, dict(extras), jax.random.key_data(key)
+            return actions, dict(extras), carry, jax.random.key_data(key)
 
         self._act = jax.jit(act)
         self._keys = [self._put_key(k) for k in self._worker_keys]
         for b in sorted({e.batch_size for e in self.envs}):
             obs = np.zeros((b, *self.spec.obs_shape), np.float32)
-            out = jax.block_until_ready(self._act(params, obs, self._keys[0]))
-            self._tuple_policy = len(out) == 3  # the policy returns (actions, extras)
+            carry = self.carry_for(b)
+            out = jax.block_until_ready(self._act(params, carry, obs, self._keys[0]))
+            self._tuple_policy = len(out) == 4  # the policy returns (actions, extras)
             actions, extras = out[:2] if self._tuple_policy else (out[0], {})
             want = (b, *self.spec.action_shape)
             if actions.shape != want:
@@ -451,7 +466,17 @@ class WorkerPool:
                     f"policy_fn returned actions of shape {actions.shape} for {b} envs of "
                     f"{self.spec.name}; expected {want}"
                 )
+            shapes = lambda tree: jax.tree.map(lambda x: (x.shape, x.dtype), tree)
+            if shapes(out[-2]) != shapes(carry):
+                raise ValueError(
+                    f"policy_fn returned a carry {shapes(out[-2])}; initial_carry({b}) is "
+                    f"{shapes(carry)}"
+                )
             self._extras = {k: (v.shape[1:], v.dtype) for k, v in extras.items()}
+
+    def carry_for(self, n: int) -> Carry:
+        """The policy's initial carry for ``n`` envs, on the host (``()``: none)."""
+        return () if self.initial_carry is None else jax.device_get(self.initial_carry(n))
 
     def _put_key(self, key: jax.Array) -> jax.Array:
         data = jax.random.key_data(key)
@@ -691,6 +716,10 @@ class _Sampler:
         self.last = {k: np.zeros((self.N, *shape), dtype) for k, (shape, dtype) in fields.items()}
         self.episodes = _Episodes(self.N)
         self.key = pool._keys[w]
+        # per env: the policy's carry (host arrays [N, ...]; () for a policy without memory)
+        self.initial = pool.carry_for(self.N)
+        self.carry = jax.tree.map(np.array, self.initial)
+        self.memory = bool(jax.tree.leaves(self.carry))
         self.block_start = time.monotonic()
 
     def run(self) -> None:
@@ -823,15 +852,26 @@ class _Sampler:
         version that acted and the policy's extras."""
         params, version = self.slot.latest()
         act = self.pool._act
+        rows = slice(None) if step.env_ids is self.env.all_ids else step.env_ids
+        carry = self.carry_rows(step, rows) if self.memory else ()
         if self.pool._tuple_policy:
-            actions, extras, self.key = act(params, step.obs, self.key)
+            actions, extras, carry, self.key = act(params, carry, step.obs, self.key)
         else:
-            (actions, self.key), extras = act(params, step.obs, self.key), {}
+            (actions, carry, self.key), extras = act(params, carry, step.obs, self.key), {}
+        if self.memory:
+            for mine, new in zip(jax.tree.leaves(self.carry), jax.tree.leaves(carry), strict=True):
+                mine[rows] = np.asarray(new)
         actions = np.asarray(actions)
         last = self.last
-        rows = slice(None) if step.env_ids is self.env.all_ids else step.env_ids
         last["action"][rows] = actions
         last["version"][rows] = version
         for k, v in extras.items():
             last[f"extra/{k}"][rows] = np.asarray(v)
         return actions
+
+    def carry_rows(self, step: HostStep, rows: Any) -> Carry:
+        """The carry of the envs that answered, reset where their episode starts (a reset
+        row, or the row after an episode ended: terminated or truncated)."""
+        starts = ~step.valid | step.terminated | step.truncated
+        pick = lambda tree: jax.tree.map(lambda x: x[rows], tree)
+        return reset_carry(pick(self.carry), pick(self.initial), starts)

@@ -338,7 +338,7 @@ def learn(args: argparse.Namespace) -> dict:
     schedule = schedules.make(plan(cfg, placement))
     state, _ = train(schedule, schedule.num_chunks)
     keys = jax.random.split(jax.random.key(cfg.seed + 10_000), cfg.num_seeds)
-    evaluate = make_seed_evaluate(schedule.algo.act, make_env(cfg.env, cfg.eval_episodes), keys)
+    evaluate = make_seed_evaluate(schedule.algo, make_env(cfg.env, cfg.eval_episodes), keys)
     result = evaluate(distributed.local_copy(state.agent.actor))
     return {
         "describe": placement.describe(),

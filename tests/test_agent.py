@@ -68,13 +68,13 @@ def test_predict_is_the_policys_deterministic_action_batched_and_single(runs, al
     assert isinstance(agent, Agent) and agent.cfg.algo == algo
     pol = load_policy(runs[algo])
     obs = observations(agent.spec, 5)
-    want = np.asarray(pol.algo.act(pol.seed(0), obs, jax.random.key(0), True))
+    want = np.asarray(pol.algo.act(pol.seed(0), (), obs, jax.random.key(0), True)[0])
     got = agent.predict(obs)
     assert isinstance(got, np.ndarray)
     np.testing.assert_array_equal(got, want)
     # one observation acts as a batch of one: the policy's action on it, bitwise; against
     # the batch's row only to float rounding (XLA's kernels differ with the batch size)
-    want_one = np.asarray(pol.algo.act(pol.seed(0), obs[2:3], jax.random.key(0), True))[0]
+    want_one = np.asarray(pol.algo.act(pol.seed(0), (), obs[2:3], jax.random.key(0), True)[0])[0]
     one = agent.predict(obs[2])
     assert one.shape == want.shape[1:]
     np.testing.assert_array_equal(one, want_one)
@@ -94,7 +94,7 @@ def test_predict_of_another_seed_and_stochastic_actions(runs):
     pol = load_policy(runs["ppo"])
     obs = observations(load(runs["ppo"]).spec, 64)
     second = load(runs["ppo"], seed_index=1)
-    want = np.asarray(pol.algo.act(pol.seed(1), obs, jax.random.key(0), True))
+    want = np.asarray(pol.algo.act(pol.seed(1), (), obs, jax.random.key(0), True)[0])
     np.testing.assert_array_equal(second.predict(obs), want)
     sampled = [second.predict(obs, deterministic=False) for _ in range(3)]
     assert any((s != sampled[0]).any() for s in sampled[1:])  # the agent's key advances

@@ -155,7 +155,7 @@ def test_all_algorithms_share_loop_buffer_and_networks():
         algo = spec.make(getattr(run, name), pendulum, run)
         assert isinstance(algo, base.Algorithm) and algo.name == name
         assert algo.on_policy == spec.on_policy
-        source = _algo_source(importlib.import_module(spec.make.__module__))
+        source = _algo_source(importlib.import_module(spec.maths))
         for forbidden in (
             "jaxspreeze.rollout",
             "import rollout",
@@ -183,7 +183,9 @@ def test_registry_lists_every_algorithm_once():
         spec = algos.get(name)
         assert spec is importlib.import_module(f"jaxspreeze.algos.{name}").SPEC
         assert set(spec.defaults) == set(base.RUN_SIZES)
-        assert spec.make.__module__ == spec.config_cls.__module__ == f"jaxspreeze.algos.{name}"
+        # its config and spec without JAX, its maths beside them
+        assert spec.config_cls.__module__ == f"jaxspreeze.algos.{name}_config"
+        assert spec.maths == f"jaxspreeze.algos.{name}"
         spec.validate(spec.config_cls(), f"{name}.", None)  # own fields only
         run = resolve(RunConfig(algo=name))
         spec.validate(getattr(run, name), f"{name}.", run)  # with its run-level checks
@@ -198,11 +200,13 @@ def test_registry_lists_every_algorithm_once():
         "normalize_obs",
         "policy",
         "tanh_std",
+        "torso",
     ]
     assert fields_of("shape", algos.get("fasttd3").config_cls) == (
         "num_atoms",
         "actor_hidden",
         "critic_hidden",
+        "torso",
         "critic_layer_norm",
         "normalize_obs",
     )
@@ -210,6 +214,7 @@ def test_registry_lists_every_algorithm_once():
         "num_atoms",
         "actor_hidden",
         "critic_hidden",
+        "torso",
         "critic_layer_norm",
         "normalize_obs",
     )
@@ -292,9 +297,9 @@ def test_ppo_behaviour_log_probs_match_the_acting_actor():
     state = jax.jit(algo.init)(jax.random.key(0))
     traj = jax.jit(_synthetic_rollout, static_argnums=(0, 1, 2))(spec, T, N)
     keys = jax.random.split(jax.random.key(3), T)
-    behave = jax.jit(jax.vmap(lambda o, k: algo.behaviour(state.actor, o, k)))
+    behave = jax.jit(jax.vmap(lambda o, k: algo.behaviour(state.actor, (), o, k)[:2]))
     action, extras = behave(traj.obs, keys)
-    act = jax.jit(jax.vmap(lambda o, k: algo.act(state.actor, o, k, False)))(traj.obs, keys)
+    act = jax.jit(jax.vmap(lambda o, k: algo.act(state.actor, (), o, k, False)[0]))(traj.obs, keys)
     np.testing.assert_array_equal(action, act)
     traj = traj._replace(action=action)
     phase = jax.jit(algo.actor_phase)
@@ -318,7 +323,7 @@ def test_ppo_gaussian_actions_respect_bounds():
     actor = actor._replace(params=jax.tree.map(lambda p: p + 3.0, actor.params))  # wide
     obs = jax.random.normal(jax.random.key(1), (256, 3)) * 5
     for det in (False, True):
-        a = jax.jit(algo.act, static_argnums=3)(actor, obs, jax.random.key(2), det)
+        a, _ = jax.jit(algo.act, static_argnums=4)(actor, (), obs, jax.random.key(2), det)
         assert a.shape == (256, 1) and float(jnp.abs(a).max()) <= 2.0
 
 

@@ -127,7 +127,7 @@ def test_each_network_reads_only_its_columns(algo, standins):
     # as is; only the critic's columns moved; the actor's column moved
     variants = jnp.stack([obs, obs.at[:, 1:].set(100.0), obs.at[:, 0].add(3.0)])
     # one compiled program run on each (under vmap the rows' rounding could differ)
-    act = jax.jit(lambda o: algorithm.act(agent.actor, o, jax.random.key(2), True))
+    act = jax.jit(lambda o: algorithm.act(agent.actor, (), o, jax.random.key(2), True)[0])
     same, critic_moved, actor_moved = (act(o) for o in variants)
     np.testing.assert_array_equal(same, critic_moved)
     assert not np.allclose(same, actor_moved)
@@ -178,7 +178,7 @@ def test_sac_trains_asymmetric_and_its_policy_sees_only_the_actor_key(standins, 
     assert policy.algo.act is not None and _first_layer_width(policy.actor) == 1
     env = envs.make_env(cfg.env, 3, policy.cfg.obs_keys)
     assert env.spec.obs_shape == (4,)
-    got = jax.jit(make_evaluate(policy.algo.act, env))(policy.seed(0), jax.random.key(0))
+    got = jax.jit(make_evaluate(policy.algo, env))(policy.seed(0), jax.random.key(0))
     assert np.isfinite(got.return_mean)
     # jaxspreeze eval (the checkpoint's actor) and the rendered episode build the same env
     evaluated = evaluate_checkpoint(result.run_dir, episodes=2)
@@ -189,7 +189,7 @@ def test_sac_trains_asymmetric_and_its_policy_sees_only_the_actor_key(standins, 
     # column; it evaluates the run's env with the run's keys
     agent = load(result.run_dir)
     rows = np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4)
-    want = policy.algo.act(policy.seed(0), rows, jax.random.key(0), True)
+    want, _ = policy.algo.act(policy.seed(0), (), rows, jax.random.key(0), True)
     np.testing.assert_array_equal(agent.predict(rows), np.asarray(want))
     assert np.isfinite(agent.evaluate(cfg.env, episodes=2).return_mean)
     # a resume that reads other keys is refused, naming the field, before anything runs

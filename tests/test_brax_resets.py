@@ -6,6 +6,8 @@ brax/reacher shows it on a real task: the targets keep changing across episodes.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -107,11 +109,13 @@ def test_step_without_resets_goes_on_from_the_last_state():
 def test_evaluation_program_draws_no_initial_states():
     """The evaluation's scan body holds the env's step only: no reset is traced into it
     (a training rollout's step holds one: it draws the next episodes' initial states)."""
+    from jaxspreeze.algos.base import feed_forward, no_carry
     from jaxspreeze.evaluate import make_evaluate
 
     env = _toy_env(num_envs=4, max_steps=10, refresh_every=2)
     act = lambda actor, obs, key, deterministic: jnp.zeros((obs.shape[0], 1))
-    jaxpr = jax.make_jaxpr(make_evaluate(act, env))(None, jax.random.key(0))
+    policy = SimpleNamespace(act=feed_forward(act), initial_carry=no_carry)
+    jaxpr = jax.make_jaxpr(make_evaluate(policy, env))(None, jax.random.key(0))
     (scan,) = [e for e in jaxpr.eqns if e.primitive.name == "scan"]
     assert "name=reset" in str(jaxpr) and "name=step" in str(scan.params["jaxpr"])
     assert "name=reset" not in str(scan.params["jaxpr"])

@@ -1,8 +1,9 @@
 """Fast answers: a misspelled flag, value, algorithm or env id is refused before JAX starts.
 
 The refusals run in a child process (``jaxspreeze.cli.main`` there), which then reports
-whether ``jax`` (or a simulator) was imported: no clock is read. The static tables of
-:mod:`jaxspreeze.cli.fastcheck` are compared with the parsers and registries they copy.
+whether ``jax`` (or a simulator) was imported: no clock is read. The tables
+:mod:`jaxspreeze.cli.fastcheck` generates from the commands' dataclasses are compared with
+the tyro parsers, and its env ids (the family table's) with the simulators' registries.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import sys
 
 import pytest
 
-from jaxspreeze.cli import fastcheck
+from jaxspreeze import envids
+from jaxspreeze.cli import COMMANDS, fastcheck
 
 HEAVY = ("jax", "gymnax", "brax", "mujoco", "mujoco_playground", "envpool", "flax", "optax")
 
@@ -100,7 +102,7 @@ def test_refusals_before_jax_name_the_flag_and_the_nearest_name(argv, says):
 
 def test_values_that_look_wrong_but_parse_are_not_refused_early():
     """The early check refuses only what tyro would refuse: every one of these passes it."""
-    flags = fastcheck.FLAGS["train"]
+    flags = fastcheck.flags("train")
     for argv in (
         ["--total-steps", "1_000", "--stop-at-return", "-5", "--seed=3"],
         ["--total-steps", "None", "--sinks", "console", "jsonl", "--algo", "ppo"],
@@ -124,32 +126,61 @@ def normalised(table: dict) -> dict:
     return {k: frozenset(v) if isinstance(v, tuple) else v for k, v in table.items()}
 
 
-@pytest.mark.parametrize("command", sorted(fastcheck.FLAGS))
-def test_the_flag_tables_are_the_parsers(command):
-    """FLAGS holds every flag of each command's tyro parser with its kind (update the table
-    in jaxspreeze/cli/fastcheck.py when a field or option changes)."""
-    assert normalised(fastcheck.FLAGS[command]) == normalised(fastcheck.live_flags(command))
+@pytest.mark.parametrize("command", COMMANDS)
+def test_the_generated_flags_are_the_parsers(command):
+    """The flags the early check generates from each command's dataclasses are its tyro
+    parser's, each with its kind: it refuses exactly the flags the parser refuses."""
+    assert normalised(fastcheck.flags(command)) == normalised(fastcheck.live_flags(command))
 
 
-def test_the_algorithm_and_placement_choices_are_the_registries():
+def test_every_registered_algorithm_placement_and_family_passes_the_early_check():
+    """The choices are the registries': every algorithm, placement and env family (with a
+    task of its list) passes; a name next to them is refused."""
     from jaxspreeze import algos, config
 
-    assert fastcheck.ALGOS == algos.NAMES
-    assert fastcheck.PLACEMENTS == config.PLACEMENTS
+    flags = fastcheck.flags("train")
+    assert flags["--algo"] == algos.NAMES and flags["--placement"] == config.PLACEMENTS
+    for name in algos.NAMES:
+        section = f"--{name}.gamma"
+        argv = ["--algo", name, section, "0.9"]
+        assert fastcheck.check_flags(argv, flags, "jaxspreeze train") is None, name
+    for placement in config.PLACEMENTS:
+        argv = ["--placement", placement]
+        assert fastcheck.check_flags(argv, flags, "jaxspreeze train") is None, placement
+    for family, entry in envids.FAMILIES.items():
+        task = entry.ids[0] if entry.ids else "Pendulum-v1"
+        assert fastcheck.check_env(f"{family}/{task}") is None, family
+    assert fastcheck.check_flags(["--algo", "sac2"], flags, "p") is not None
+    assert fastcheck.check_env("gymnaxx/Pendulum-v1") is not None
 
 
-@pytest.mark.parametrize("family", ["gymnax", "brax", "playground"])
+def test_the_early_check_imports_no_jax():
+    """fastcheck and every command's module (whose dataclass it reads) import no JAX, nor
+    any simulator."""
+    child = (
+        "import sys; from jaxspreeze.cli import fastcheck; "
+        f"[fastcheck.flags(c) for c in {COMMANDS!r}]; "
+        f"print([m for m in {HEAVY!r} if m in sys.modules])"
+    )
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+@pytest.mark.parametrize("family", envids.device_families())
 def test_the_static_env_ids_are_the_registries(family):
-    """The id list of a family is its registry's, for the version it names."""
-    distribution, (version, ids) = fastcheck.ENV_IDS[family]
-    if version is not None:
+    """The id list of a family (the family table's) is its registry's, for the version it
+    names."""
+    entry = envids.FAMILIES[family]
+    if entry.ids_from is not None:
+        distribution, version = entry.ids_from
         try:
             installed = importlib.metadata.version(distribution)
         except importlib.metadata.PackageNotFoundError:
             pytest.skip(f"{distribution} is not installed")
         if installed != version:
             pytest.skip(f"ids taken from {distribution} {version}, {installed} installed")
-    assert ids == fastcheck.live_env_ids(family)
+    assert entry.ids == fastcheck.live_env_ids(family)
 
 
 def test_another_simulator_version_leaves_the_ids_to_the_full_check(monkeypatch):

@@ -94,9 +94,10 @@ def test_one_update_moves_both_sides_and_the_temperature(n_step):
     assert float(actor.log_alpha) != float(state.actor.log_alpha)
     # deterministic acting is the squashed mean, in the bounds; sampling explores
     obs = jnp.zeros((5, 3))
-    mean = algo.act(actor, obs, k[0], True)
-    np.testing.assert_array_equal(mean, algo.act(actor, obs, k[1], True))
-    assert not np.array_equal(algo.act(actor, obs, k[0], False), algo.act(actor, obs, k[1], False))
+    mean = algo.act(actor, (), obs, k[0], True)[0]
+    np.testing.assert_array_equal(mean, algo.act(actor, (), obs, k[1], True)[0])
+    sampled = [algo.act(actor, (), obs, k[i], False)[0] for i in (0, 1)]
+    assert not np.array_equal(*sampled)
     assert float(jnp.abs(mean).max()) <= 2.0
 
 

@@ -129,13 +129,13 @@ def test_act_explores_each_env_with_its_own_scale():
     actor = algo.init(jax.random.key(0)).actor
     obs = jnp.zeros((6, 3))
     keys = jax.random.split(jax.random.key(1), 4000)
-    acts = jax.vmap(lambda k: algo.act(actor, obs, k, False))(keys)[..., 0]  # [S, N]
-    mean = algo.act(actor, obs, keys[0], True)[:, 0]
+    acts = jax.vmap(lambda k: algo.act(actor, (), obs, k, False)[0])(keys)[..., 0]  # [S, N]
+    mean = algo.act(actor, (), obs, keys[0], True)[0][:, 0]
     scales = fasttd3.noise_scales(actor.noise_seed, 6, cfg.noise_min, cfg.noise_max)[:, 0]
     np.testing.assert_allclose(np.std(acts, 0) / 2.0, scales, rtol=0.1, atol=2e-3)
     np.testing.assert_allclose(np.mean(acts, 0), mean, atol=0.05)
     np.testing.assert_array_equal(
-        algo.act(actor, obs, keys[1], True), algo.act(actor, obs, keys[2], True)
+        algo.act(actor, (), obs, keys[1], True)[0], algo.act(actor, (), obs, keys[2], True)[0]
     )
     seeds = {int(algo.init(jax.random.key(s)).actor.noise_seed) for s in range(4)}
     assert len(seeds) == 4  # each seed its own scales

@@ -89,12 +89,12 @@ def test_evaluator_return_equals_a_direct_call_of_evaluate(tmp_path):
     actor = jax.jit(jax.vmap(algo.init))(jax.random.split(jax.random.key(1), 2)).actor
     env = make_env(cfg.env, 3)
     keys = jax.random.split(jax.random.key(7), 2)
-    direct = jax.jit(make_evaluate(algo.act, env))
+    direct = jax.jit(make_evaluate(algo, env))
     expected = [
         jax.device_get(direct(jax.tree.map(lambda x: x[i], actor), keys[i])) for i in (0, 1)
     ]
 
-    ev = Evaluator(make_seed_evaluate(algo.act, env, keys), device=jax.devices()[0])
+    ev = Evaluator(make_seed_evaluate(algo, env, keys), device=jax.devices()[0])
     _, result = ev.submit(actor, env_steps=0).result(300)
     ev.close()
     for i in (0, 1):

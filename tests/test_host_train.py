@@ -6,7 +6,6 @@ import json
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import gymnasium as gym
 import jax
@@ -15,6 +14,7 @@ import pytest
 
 from jaxspreeze import config as config_lib
 from jaxspreeze import schedules
+from jaxspreeze.bench import score_tasks
 from jaxspreeze.checkpoint import list_checkpoints, read_manifest, restore
 from jaxspreeze.checkpoint_eval import evaluate_checkpoint
 from jaxspreeze.config import RunConfig
@@ -27,7 +27,7 @@ from jaxspreeze.workers import WorkerError
 
 PENDULUM = "gymnasium/Pendulum-v1"
 CARTPOLE = "gymnasium/CartPole-v1"
-PRESETS = Path(__file__).resolve().parent.parent / "experiments" / "presets"
+PRESETS = score_tasks.PRESETS  # the package's presets (package data)
 
 
 def small(tmp_path, **changes) -> RunConfig:

@@ -36,7 +36,7 @@ WRONG = [
     ("replay.py", "envs"),  # two independent pieces of device maths
     ("config.py", "distributed"),  # run setup's independent floor
     ("config.py", "devices"),  # the same floor
-    ("networks.py", "replay"),  # device maths, independent
+    ("networks/torsos.py", "replay"),  # device maths, independent
     ("envs/gymnax.py", "algos"),  # envs below the algorithms
     ("types.py", "config"),  # a leaf importing run setup
     ("schedules/fused.py", "checkpoint"),  # a schedule writing files

@@ -101,10 +101,10 @@ def test_a_new_field_is_read_from_its_leaf(algo):
     for a, b in zip(_leaves(state), _leaves(want), strict=True):
         np.testing.assert_array_equal(a, b)
     obs = jax.numpy.zeros((4, *env.obs_shape))
-    act = jax.jit(plain.act, static_argnums=3)
+    act = jax.jit(plain.act, static_argnums=4)
     np.testing.assert_array_equal(
-        act(state.actor, obs, jax.random.key(1), False),
-        jax.jit(valued.act, static_argnums=3)(want.actor, obs, jax.random.key(1), False),
+        act(state.actor, (), obs, jax.random.key(1), False)[0],
+        jax.jit(valued.act, static_argnums=4)(want.actor, (), obs, jax.random.key(1), False)[0],
     )
 
 

@@ -148,7 +148,8 @@ def test_phases_read_batches_normalised_by_the_statistics_given():
     # acting reads normalised observations too
     o = obs[:5]
     assert close(
-        on.act(actor, o, k[3], True), off.act(actor.inner, common.normalize(stats, o), k[3], True)
+        on.act(actor, (), o, k[3], True)[0],
+        off.act(actor.inner, (), common.normalize(stats, o), k[3], True)[0],
     )
 
 
@@ -215,7 +216,7 @@ def test_saved_policy_acts_with_the_statistics_saved_with_it(tmp_path):
     # more observations move a running actor's statistics and its action ...
     moved = agent.policy.algo.observe(agent.actor, 5.0 + 4.0 * jnp.asarray(obs)[None])
     moved_action = np.asarray(
-        agent.policy.algo.act(moved, jnp.asarray(obs), jax.random.key(0), True)
+        agent.policy.algo.act(moved, (), jnp.asarray(obs), jax.random.key(0), True)[0]
     )
     assert not np.allclose(moved_action, before)
     # ... not the saved policy's, which a new load reads the same
@@ -223,7 +224,7 @@ def test_saved_policy_acts_with_the_statistics_saved_with_it(tmp_path):
     np.testing.assert_array_equal(jaxspreeze.load(result.run_dir).predict(obs), before)
     # and it acts on normalised observations (the raw actor gives another action)
     raw = np.asarray(agent.policy.algo.act(agent.actor._replace(
-        obs_stats=common.stats_init((3,))), jnp.asarray(obs), jax.random.key(0), True))  # fmt: skip
+        obs_stats=common.stats_init((3,))), (), jnp.asarray(obs), jax.random.key(0), True)[0])  # fmt: skip
     assert not np.allclose(raw, before)
 
 

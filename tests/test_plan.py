@@ -36,10 +36,11 @@ PROGRAM_FREE = {
     "pbt_interval",
     "pbt_quantile",
 }
-ALGO_SHAPE = {"sac": {"hidden", "normalize_obs"}, "td3": {"hidden", "normalize_obs"},
-              "ddpg": {"hidden", "normalize_obs"}, "ppo": {"hidden", "normalize_obs", "policy", "tanh_std"},
-              "fasttd3": {"num_atoms", "actor_hidden", "critic_hidden", "critic_layer_norm", "normalize_obs"},
-              "fastsac": {"num_atoms", "actor_hidden", "critic_hidden", "critic_layer_norm", "normalize_obs"}}  # fmt: skip
+ALGO_SHAPE = {"sac": {"hidden", "torso", "normalize_obs"}, "td3": {"hidden", "torso", "normalize_obs"},
+              "ddpg": {"hidden", "torso", "normalize_obs"},
+              "ppo": {"hidden", "torso", "normalize_obs", "policy", "tanh_std"},
+              "fasttd3": {"num_atoms", "actor_hidden", "critic_hidden", "torso", "critic_layer_norm", "normalize_obs"},
+              "fastsac": {"num_atoms", "actor_hidden", "critic_hidden", "torso", "critic_layer_norm", "normalize_obs"}}  # fmt: skip
 
 
 def test_field_sets_are_pinned():
@@ -77,7 +78,9 @@ def test_a_plan_resolves_and_derives_the_sizes():
     """The plan holds the resolved config, the registry entry, the env spec; its derived
     sizes are those the trainer runs (SAC's defaults: a warm-up of 1000, 1125 iterations)."""
     p = plan(RunConfig(), devices.single())
-    assert p.cfg == config.resolve(RunConfig()) and p.algo_spec is algos.get("sac")
+    # torso "auto" is resolved like the sizes: the MLP for Pendulum's vector
+    assert p.cfg == config.resolve(RunConfig()).replace(sac={"torso": "mlp"})
+    assert p.algo_spec is algos.get("sac")
     assert "Pendulum" in p.env_spec.name
     assert p.steps_per_iteration == 8 and p.warmup_steps == 1000 and p.num_iterations == 1125
     assert p.algo_config == p.cfg.sac and not p.on_policy
@@ -194,7 +197,8 @@ def test_a_saved_config_is_planned_without_its_checks_again():
     with pytest.raises(ConfigError):
         plan(cfg, on_devices=False)
     saved = RunPlan.saved(cfg)
-    assert saved.cfg == config.resolve(cfg) and saved.algo_spec is algos.get("sac")
+    assert saved.cfg == config.resolve(cfg).replace(sac={"torso": "mlp"})
+    assert saved.algo_spec is algos.get("sac")
     assert saved.placement is None and saved.make_algorithm().name == "sac"
 
 
@@ -211,3 +215,19 @@ def test_a_refusal_names_the_flag_the_user_gave_not_a_default_that_follows():
     with pytest.raises(ConfigError) as e:  # both given: the buffer is what is too small
         plan(RunConfig(num_envs=10**9, buffer_size=10**6), on_devices=False)
     assert e.value.field == "buffer_size"
+
+
+def test_the_plan_names_the_torso_auto_picks():
+    """``auto`` becomes the torso built for the env (saved in config.json, compared on
+    resume); a config saved before the field existed means ``mlp``."""
+    grid = plan(RunConfig(algo="ppo", env="gymnax/Breakout-MinAtar", learning_starts=0), on_devices=False)
+    assert grid.algo_config.torso == "minatar"
+    vector = plan(RunConfig(algo="ppo", env="gymnax/CartPole-v1", learning_starts=0), on_devices=False)
+    assert vector.algo_config.torso == "mlp"
+    chosen = RunConfig(algo="ppo", env="gymnax/Breakout-MinAtar", learning_starts=0)
+    chosen = chosen.replace(ppo={"torso": "mlp"})
+    assert plan(chosen, on_devices=False).algo_config.torso == "mlp"  # given: kept
+    old = config.to_dict(grid.cfg)  # a grid run saved before the field: it built an MLP
+    del old["ppo"]["torso"]
+    saved = config.from_dict(config.saved_before(old))
+    assert saved.ppo.torso == "mlp" and RunPlan.saved(saved).algo_config.torso == "mlp"

@@ -6,7 +6,6 @@ checkpoint, a resume, the saved policy and the evaluation (``algos/ppo_policy.py
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +15,7 @@ from test_checkpoint import bitwise_equal, host_leaves, tiny_cfg
 
 from jaxspreeze import checkpoint, config, devices, networks, schedules
 from jaxspreeze.algos import common, ppo, ppo_losses, ppo_policy
+from jaxspreeze.bench import score_tasks
 from jaxspreeze.compiles import BACKEND, CompileLog
 from jaxspreeze.config import from_dict
 from jaxspreeze.envs import env_spec, make_env
@@ -164,7 +164,7 @@ def test_the_policy_field_selects_the_parameterisation_and_is_checked():
     ppo.validate(ppo.PPOConfig(policy="tanh", tanh_std="scalar", reward_scaling=0.1), "ppo.", None)
 
 
-PRESETS = Path(__file__).resolve().parent.parent / "experiments" / "presets"
+PRESETS = score_tasks.PRESETS  # the package's presets (package data)
 
 
 @pytest.mark.parametrize(
@@ -276,10 +276,10 @@ def test_obs_statistics_resume_bitwise_and_the_evaluation_reads_them_frozen(tmp_
     obs = jax.random.normal(jax.random.key(1), (5, 3)) * 4.0 + 2.0
     pol = ppo_policy.for_env(env_spec(cfg.env), (8,), "tanh")
     by_hand = pol.sample(actor.params, common.normalize(actor.obs_stats, obs), None, True)
-    np.testing.assert_array_equal(algo.act(actor, obs, jax.random.key(0), True), by_hand)
+    np.testing.assert_array_equal(algo.act(actor, (), obs, jax.random.key(0), True)[0], by_hand)
     fresh_stats = actor._replace(obs_stats=common.stats_init((3,)))
-    assert not np.allclose(algo.act(fresh_stats, obs, jax.random.key(0), True), by_hand)
-    evaluate = jax.jit(make_evaluate(algo.act, make_env(cfg.env, 2, cfg.obs_keys), max_steps=20))
+    assert not np.allclose(algo.act(fresh_stats, (), obs, jax.random.key(0), True)[0], by_hand)
+    evaluate = jax.jit(make_evaluate(algo, make_env(cfg.env, 2, cfg.obs_keys), max_steps=20))
     before = host_leaves(actor.obs_stats)
     r1, r2 = evaluate(actor, jax.random.key(2)), evaluate(actor, jax.random.key(2))
     assert host_leaves(actor.obs_stats) == before

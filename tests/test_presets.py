@@ -1,4 +1,4 @@
-"""Every preset under experiments/presets validates; the time-to-score table's plumbing.
+"""Every preset (jaxspreeze/presets, shipped as package data) validates; the time-to-score table.
 
 Cheap: configs are loaded, resolved and validated (which builds each env's spec, no
 compile); nothing trains.
@@ -7,17 +7,26 @@ compile); nothing trains.
 from __future__ import annotations
 
 import importlib.util
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import jax
 import pytest
 
-from jaxspreeze import config
-from jaxspreeze.bench import score
+from jaxspreeze import algos, config
+from jaxspreeze.bench import score, score_tasks
 from jaxspreeze.errors import ConfigError
 from jaxspreeze.plan import plan
 
-PRESETS = Path(__file__).resolve().parent.parent / "experiments" / "presets"
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+PRESETS = score_tasks.PRESETS  # the package's presets (package data)
 HAVE_PLAYGROUND = importlib.util.find_spec("mujoco_playground") is not None
 HAVE_BRAX = importlib.util.find_spec("brax") is not None
 ALL = sorted(PRESETS.glob("*.toml"))
@@ -34,6 +43,35 @@ def _needs(path: Path) -> str | None:
 
 def test_the_presets_folder_is_found():
     assert len(ALL) >= 20
+
+
+def test_the_presets_ship_as_package_data(tmp_path):
+    """The presets live in the package (pyproject's package-data names them) and
+    ``jaxspreeze score`` reads them there: from a copy of the package alone, away from the
+    source tree, every row's preset is found and loads."""
+    package = Path(config.__file__).parent
+    assert PRESETS == package / "presets"
+    data = tomllib.loads((package.parent / "pyproject.toml").read_text())
+    globs = data["tool"]["setuptools"]["package-data"]["jaxspreeze"]
+    shipped = {p for g in globs for p in package.glob(g)}
+    assert set(ALL) <= shipped, "a preset left out of the package data"
+    site = tmp_path / "site"
+    shutil.copytree(package, site / "jaxspreeze", ignore=shutil.ignore_patterns("__pycache__"))
+    child = (
+        "from jaxspreeze.bench import score_tasks as s; from jaxspreeze import config; "
+        f"assert str(s.PRESETS).startswith({str(site)!r}), s.PRESETS; "
+        "[config.load(t.path) for t in s.ROWS.values()]; print(len(s.ROWS))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", child],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(site)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout.split()[-1]) == len(score.ROWS)
 
 
 @pytest.mark.parametrize("path", ALL, ids=[p.stem for p in ALL])
@@ -88,7 +126,7 @@ def test_brax_arguments_match_the_preset(name):
     assert kw["num_envs"] == cfg.num_envs and kw["num_timesteps"] == cfg.total_steps
     assert kw["hidden"] == tuple(planned.algo_config.hidden)
     assert kw["num_eval_envs"] == task.eval_episodes and kw["deterministic_eval"]
-    if task.algo == "ppo":
+    if algos.get(task.algo).on_policy:
         # brax collects batch_size x num_minibatches rows of unroll_length steps per
         # update: one row per env, the same samples per minibatch as jaxspreeze
         assert kw["batch_size"] * kw["num_minibatches"] == cfg.num_envs
@@ -141,7 +179,7 @@ def test_gpu_sizes_validate_and_keep_the_update_ratio(name):
     gpu = score.preset_config(task, **score.gpu_fields(task))
     assert gpu.cfg.num_envs == cpu.cfg.num_envs * score.GPU_ENVS
     ratio = lambda p: p.cfg.grad_steps * p.cfg.batch_size / p.steps_per_iteration
-    if task.algo == "sac":
+    if not algos.get(task.algo).on_policy:
         assert ratio(gpu) == ratio(cpu)
     else:
         per_update = lambda p: p.cfg.num_envs * p.cfg.rollout_steps // p.cfg.batch_size

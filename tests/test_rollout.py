@@ -15,13 +15,14 @@ def test_scan_rollout_equals_python_loop():
     policy = lambda obs, key: (
         jnp.clip(obs[:, :1] * 1.5, -2, 2) + 0.1 * jax.random.normal(key, (4, 1))
     )
+    with_carry = lambda carry, obs, key: (policy(obs, key), carry)
     carry = env_init(env, jax.random.key(1))
     key = jax.random.key(2)
     T = 25
-    _, traj, eps = jax.jit(lambda c, k: rollout(env, policy, c, k, T))(carry, key)
+    _, traj, eps = jax.jit(lambda c, k: rollout(env, with_carry, c, k, T))(carry, key)
 
     step = jax.jit(env.step)
-    obs, state = carry
+    obs, state, _ = carry
     rows = []
     for k in jax.random.split(key, T):
         k_act, k_env = jax.random.split(k)

@@ -60,9 +60,9 @@ def test_actor_raises_q_and_alpha_tracks_entropy():
     p["Dense_1"]["kernel"] = p["Dense_1"]["kernel"].at[:, 0, 0].set(50.0)
     buffer = _probe_buffer(True)
     obs = buffer.data.obs
-    before = algo.act(state.actor, obs, jax.random.key(0), True).mean()
+    before = algo.act(state.actor, (), obs, jax.random.key(0), True)[0].mean()
     actor, m = jax.jit(algo.actor_phase)(state.actor, critic_params, buffer, jax.random.key(4))
-    after = algo.act(actor, obs, jax.random.key(0), True).mean()
+    after = algo.act(actor, (), obs, jax.random.key(0), True)[0].mean()
     assert after > max(before, 0.95)  # pushed to the top of the action range
     # squashed against the bound, the entropy falls below its target (-action_dim): alpha rises
     assert float(m["entropy"]) < -1.0 and float(m["alpha"]) > 1.0

@@ -1,25 +1,35 @@
-"""The algorithm registry: the one list of algorithms.
+"""The algorithm registry: the one list of algorithms, importable without JAX.
 
-Each ``algos/<name>.py`` exports one ``SPEC`` (an :class:`~jaxspreeze.algos.base.AlgoSpec`:
-its config class, on-policy or not, run-level defaults, ``supports``, ``validate``,
-``make``). Adding an algorithm is its own module, one line in ``_SPECS`` and its tests:
-RunConfig's ``--algo`` choices, its ``[<name>]`` section and the per-algorithm defaults
-all come from here.
+Each algorithm is two modules: ``algos/<name>_config.py`` (no JAX) holds its config
+dataclass and exports one ``SPEC`` (an :class:`~jaxspreeze.algos.spec.AlgoSpec`: its
+config class, on-policy or not, run-level defaults, ``supports``, ``validate``, its member
+fields' names and ``maths``, the module of its JAX maths), and ``algos/<name>.py`` (the
+maths: ``make`` and ``MEMBER_FIELDS``, the member fields' setters), imported at the first
+``SPEC.make(...)``. Adding an algorithm is those two modules, one line in ``_SPECS`` and
+its tests: RunConfig's ``--algo`` choices, its ``[<name>]`` section, the per-algorithm
+defaults and the command line's early check all come from here.
 """
 
 from __future__ import annotations
 
-from jaxspreeze.algos import ddpg, fastsac, fasttd3, ppo, sac, td3
-from jaxspreeze.algos.base import AlgoSpec
+from jaxspreeze.algos import (
+    ddpg_config,
+    fastsac_config,
+    fasttd3_config,
+    ppo_config,
+    sac_config,
+    td3_config,
+)
+from jaxspreeze.algos.spec import AlgoSpec
 from jaxspreeze.errors import ConfigError
 
 _SPECS: tuple[AlgoSpec, ...] = (
-    sac.SPEC,
-    td3.SPEC,
-    ddpg.SPEC,
-    ppo.SPEC,
-    fasttd3.SPEC,
-    fastsac.SPEC,
+    sac_config.SPEC,
+    td3_config.SPEC,
+    ddpg_config.SPEC,
+    ppo_config.SPEC,
+    fasttd3_config.SPEC,
+    fastsac_config.SPEC,
 )
 
 NAMES: tuple[str, ...] = tuple(spec.name for spec in _SPECS)

@@ -8,71 +8,36 @@ each side sees the other's parameters from the end of the previous iteration).
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from jaxspreeze import replay
-from jaxspreeze.errors import ConfigError
-from jaxspreeze.types import EnvSpec, PyTree, Transition
+
+# the registry's no-JAX half (algos/spec.py), re-exported: what an algorithm is to the registry
+from jaxspreeze.algos.spec import (  # noqa: F401
+    FIELD_KINDS,
+    OFF_POLICY_DEFAULTS,
+    RUN_SIZES,
+    TORSOS,
+    AlgoSpec,
+    check_hidden,
+    check_positive,
+    check_torso,
+    check_unit,
+    defaults_on,
+    family_of,
+    fields_on,
+    filled,
+    kinds,
+)
+from jaxspreeze.types import Carry, PyTree, Transition, reset_carry
 
 Metrics = dict[str, jax.Array]
 Phase = Callable[[PyTree, PyTree, Any, jax.Array], tuple[PyTree, Metrics]]
-
-# RunConfig's run-level sizes whose default each algorithm chooses (AlgoSpec.defaults)
-RUN_SIZES = (
-    "total_steps",
-    "num_envs",
-    "rollout_steps",
-    "grad_steps",
-    "batch_size",
-    "buffer_size",
-    "learning_starts",
-    "chunk_iterations",
-)
-
-# What a config field is to a run beyond its value: the kinds a field's metadata names
-# (``field(metadata=kinds("shape"))``, on RunConfig's fields and on every algorithm's
-# config); ``config.fields_of(kind)`` reads them (resume, the program cache)
-FIELD_KINDS = {
-    "shape": "changes the shapes of the training state: a resume refuses a change",
-    "start": "acts only when a run starts (the saved state carries its effect): a resume "
-    "refuses a change",
-    "off_policy": "read by off-policy algorithms only (for an on-policy one it is neither a "
-    "shape nor a start field, and a change is unused)",
-    "location": "where a run's files live: a resumed run takes it from its run directory",
-    "autotune": "read by autotune only: a resume does not use a change",
-    "program_free": "reaches no compiled program: not part of the program cache's key",
-}
-
-
-def kinds(*names: str, **metadata: Any) -> dict[str, Any]:
-    """A config field's metadata naming its :data:`FIELD_KINDS` (``metadata`` added; e.g.
-    ``absent=value``: what a saved config from before the field existed meant, read by
-    ``config.saved_before``)."""
-    unknown = [n for n in names if n not in FIELD_KINDS]
-    if unknown:
-        raise ValueError(f"unknown field kind {unknown[0]!r}; known: {', '.join(FIELD_KINDS)}")
-    return {**metadata, "kinds": frozenset(names)}
-
-
-# the run-level sizes SAC, TD3 and DDPG share when the user sets none (the default
-# ``jaxspreeze train``): 8 envs x 1 step and 8 gradient steps of 256 per iteration
-OFF_POLICY_DEFAULTS = {
-    "total_steps": 10_000,
-    "num_envs": 8,
-    "rollout_steps": 1,
-    "grad_steps": 8,
-    "batch_size": 256,
-    "buffer_size": 100_000,
-    "learning_starts": 1_000,
-    "chunk_iterations": 100,
-}
 
 
 class AgentState(NamedTuple):
@@ -94,12 +59,24 @@ class BehaviourRollout(NamedTuple):
     extras: dict[str, jax.Array]
 
 
+def no_carry(batch: int) -> Carry:
+    """A feed-forward policy's carry: empty, for any batch."""
+    return ()
+
+
 @dataclass(frozen=True, eq=False)
 class Algorithm:
     """An algorithm bound to its config and env spec: pure functions, no state.
 
     - ``init(key) -> AgentState``
-    - ``act(actor, obs [N, ...], key, deterministic) -> action [N, ...]``
+    - ``act(actor, carry, obs [N, ...], key, deterministic) -> (action [N, ...], carry)``:
+      ``carry`` is the policy's state between steps (a recurrent policy's memory), a PyTree
+      whose leaves are ``[N, ...]``; ``initial_carry(N)`` is its value at an episode's
+      first step, and whoever steps envs resets a row to it where an episode starts (at
+      the start, and after a termination or a truncation:
+      :func:`~jaxspreeze.types.reset_carry`). A feed-forward policy's carry is ``()``
+      (:func:`no_carry`, the default ``initial_carry``) and its ``act`` is
+      :func:`feed_forward` of a stateless one: an empty carry adds nothing to a program.
     - ``actor_view(actor)``: what the critic side needs from the actor side (e.g. the
       policy parameters for target actions); ``critic_view(critic)`` likewise.
     - ``critic_phase(critic, actor_view, data, key) -> (critic, metrics)``
@@ -113,10 +90,11 @@ class Algorithm:
     learns from the observations it collects, e.g. running observation statistics): merge
     newly collected observations into the actor side; the iteration calls it after the
     actor phase, and on the warm-up's observations; None where the algorithm needs none.
-    ``behaviour(actor, obs [N, ...], key) -> (action, extras)`` (on-policy algorithms that
-    train on host envs): act as ``act(..., deterministic=False)`` does and also return the
-    per-row quantities ``[N, ...]`` the phases need of the behaviour policy (PPO: the
-    log-probability of the action); None where the algorithm needs none.
+    ``behaviour(actor, carry, obs [N, ...], key) -> (action, extras, carry)`` (on-policy
+    algorithms that train on host envs): act as ``act(..., deterministic=False)`` does and
+    also return the per-row quantities ``[N, ...]`` the phases need of the behaviour policy
+    (PPO: the log-probability of the action); None where the algorithm needs none
+    (:func:`feed_forward_behaviour` builds it from a stateless one).
     Every phase reports a ``finite`` guard flag (1.0 when its losses and gradients were
     finite at every step); the gradient steps per iteration are the two ``*_steps_per_iteration``
     fields.
@@ -125,134 +103,56 @@ class Algorithm:
     name: str
     on_policy: bool
     init: Callable[[jax.Array], AgentState]
-    act: Callable[[PyTree, jax.Array, jax.Array, bool], jax.Array]
+    act: Callable[[PyTree, Carry, jax.Array, jax.Array, bool], tuple[jax.Array, Carry]]
     actor_view: Callable[[PyTree], PyTree]
     critic_view: Callable[[PyTree], PyTree]
     critic_phase: Phase
     actor_phase: Phase
     actor_steps_per_iteration: int
     critic_steps_per_iteration: int
-    behaviour: Callable[[PyTree, jax.Array, jax.Array], tuple[jax.Array, Metrics]] | None = None
+    behaviour: (
+        Callable[[PyTree, Carry, jax.Array, jax.Array], tuple[jax.Array, Metrics, Carry]] | None
+    ) = None
     observe: Callable[[PyTree, jax.Array], PyTree] | None = None
+    initial_carry: Callable[[int], Carry] = no_carry
+
+    @property
+    def has_memory(self) -> bool:
+        """Whether the policy keeps a state between steps (its carry has leaves)."""
+        return bool(jax.tree.leaves(jax.eval_shape(lambda: self.initial_carry(1))))
+
+    def start_rows(self, carry: Carry, starts: jax.Array) -> Carry:
+        """``carry [N, ...]`` reset to :attr:`initial_carry` where ``starts [N]`` (episodes
+        start there): :func:`~jaxspreeze.types.reset_carry`."""
+        return reset_carry(carry, self.initial_carry(starts.shape[0]), starts)
 
 
-def _one(cfg: Any) -> int:
-    """The default gradient-step multiple: any number of steps per iteration."""
-    return 1
+def feed_forward(
+    act: Callable[[PyTree, jax.Array, jax.Array, bool], jax.Array],
+) -> Callable[[PyTree, Carry, jax.Array, jax.Array, bool], tuple[jax.Array, Carry]]:
+    """:attr:`Algorithm.act` of a policy without memory, from its stateless
+    ``act(actor, obs, key, deterministic) -> action``: the carry passes through (the same
+    ops and the same use of ``key``: the program is the stateless one's)."""
+
+    def act_with_carry(
+        actor: PyTree, carry: Carry, obs: jax.Array, key: jax.Array, deterministic: bool
+    ):
+        return act(actor, obs, key, deterministic), carry
+
+    return act_with_carry
 
 
-@dataclass(frozen=True, eq=False)
-class AlgoSpec:
-    """One algorithm as the registry (``jaxspreeze.algos``) knows it.
+def feed_forward_behaviour(
+    behaviour: Callable[[PyTree, jax.Array, jax.Array], tuple[jax.Array, Metrics]],
+) -> Callable[[PyTree, Carry, jax.Array, jax.Array], tuple[jax.Array, Metrics, Carry]]:
+    """:attr:`Algorithm.behaviour` of a policy without memory, from its stateless
+    ``behaviour(actor, obs, key) -> (action, extras)`` (see :func:`feed_forward`)."""
 
-    - ``name``: the ``--algo`` value and the name of its RunConfig section (``[sac]``).
-    - ``config_cls``: the dataclass of its own hyperparameters (``--sac.actor-lr``).
-    - ``on_policy``: learns from the fresh rollout (no replay buffer, no warm-up).
-    - ``defaults``: its value of every run-level size in :data:`RUN_SIZES`, used where the
-      user set none (``config.resolve``).
-    - ``accelerator_defaults``: given, the sizes that differ on a GPU or TPU (JAX's
-      default backend when the config is resolved), e.g. the fast recipes' 1,024 envs and
-      batch 32,768; empty: the same everywhere. Stored as every size on an accelerator
-      (``defaults`` with these over them), which :func:`defaults_on` returns.
-    - ``supports(env_spec) -> str | None``: why it cannot train that env (None: it can).
-    - ``validate(cfg, prefix, run) -> None``: ConfigError naming ``<prefix><field>`` for
-      a bad hyperparameter; ``run`` is the resolved RunConfig when this algorithm is the
-      one in use (then run-level checks particular to it run too), None to check its own
-      section only.
-    - ``make(cfg, env_spec, run) -> Algorithm``: bind it to its config, the env and the
-      resolved run's sizes.
-    - ``grad_step_multiple(cfg) -> int``: gradient steps per iteration must be a
-      multiple of this (TD3: ``policy_delay``).
-    - its config's fields that change the state's shapes (resume refuses a change) say
-      so in their metadata: ``hidden: ... = field(default=..., metadata=kinds("shape"))``.
-    - ``label``: its name in help texts (default: ``name`` in capitals).
-    - ``member_fields``: the float fields of its config that a population may vary per
-      member (``jaxspreeze sweep``), each with the setter that writes a member's value into
-      a fresh one-slot ``AgentState`` (``algos/members.py``); every other field changes
-      the program or the shapes.
-    - ``field_defaults``: the fields of its own config whose default depends on the env's
-      family (declared ``None``: "the family's"), with their value where no family says
-      otherwise; ``family_defaults``: per env family (``brax``, ``playground``, ...), the
-      values of those fields that differ there (:func:`fields_on`). ``config.resolve``
-      fills what the user left unset.
-    """
+    def behaviour_with_carry(actor: PyTree, carry: Carry, obs: jax.Array, key: jax.Array):
+        action, extras = behaviour(actor, obs, key)
+        return action, extras, carry
 
-    name: str
-    config_cls: type
-    on_policy: bool
-    defaults: Mapping[str, int]
-    supports: Callable[[EnvSpec], str | None]
-    validate: Callable[[Any, str, Any], None]
-    make: Callable[[Any, EnvSpec, Any], Algorithm]
-    grad_step_multiple: Callable[[Any], int] = _one
-    label: str = field(default="")
-    accelerator_defaults: Mapping[str, int] = field(default_factory=dict)
-    member_fields: Mapping[str, Callable[[AgentState, jax.Array], AgentState]] = field(
-        default_factory=dict
-    )
-    field_defaults: Mapping[str, Any] = field(default_factory=dict)
-    family_defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        missing = set(RUN_SIZES) - set(self.defaults)
-        extra = set(self.defaults) - set(RUN_SIZES)
-        if missing or extra:
-            raise ValueError(
-                f"{self.name}: defaults must give exactly {RUN_SIZES}; "
-                f"missing {sorted(missing)}, unknown {sorted(extra)}"
-            )
-        object.__setattr__(self, "defaults", MappingProxyType(dict(self.defaults)))
-        unknown = set(self.accelerator_defaults) - set(RUN_SIZES)
-        if unknown:
-            raise ValueError(f"{self.name}: accelerator_defaults names {sorted(unknown)}")
-        on_accelerator = MappingProxyType({**self.defaults, **self.accelerator_defaults})
-        object.__setattr__(self, "accelerator_defaults", on_accelerator)
-        object.__setattr__(self, "member_fields", MappingProxyType(dict(self.member_fields)))
-        own = {f.name: f.default for f in dataclasses.fields(self.config_cls)}
-        not_none = [n for n in self.field_defaults if own.get(n, 0) is not None]
-        if not_none:
-            raise ValueError(f"{self.name}: field_defaults names {not_none}, not None fields")
-        for family, values in self.family_defaults.items():
-            unknown = set(values) - set(self.field_defaults)
-            if unknown:
-                raise ValueError(
-                    f"{self.name}: family_defaults[{family!r}] names {sorted(unknown)}"
-                )
-        object.__setattr__(self, "field_defaults", MappingProxyType(dict(self.field_defaults)))
-        object.__setattr__(
-            self,
-            "family_defaults",
-            MappingProxyType(
-                {k: MappingProxyType(dict(v)) for k, v in self.family_defaults.items()}
-            ),
-        )
-        if not self.label:
-            object.__setattr__(self, "label", self.name.upper())
-
-
-def defaults_on(spec: AlgoSpec, backend: str) -> Mapping[str, int]:
-    """``spec``'s run-level sizes on JAX's ``backend`` (``cpu``, ``gpu``, ``tpu``, ...)."""
-    return spec.defaults if backend == "cpu" else spec.accelerator_defaults
-
-
-def fields_on(spec: AlgoSpec, family: str = "") -> dict[str, Any]:
-    """The values of ``spec``'s family-dependent config fields (``field_defaults``) for an
-    env of ``family``."""
-    own = spec.family_defaults.get(family, {})
-    return {k: own.get(k, v) for k, v in spec.field_defaults.items()}
-
-
-def family_of(env: str) -> str:
-    """An env id's family: ``brax/halfcheetah`` -> ``brax`` (a bare name: '')."""
-    head, slash, _ = env.partition("/")
-    return head if slash else ""
-
-
-def filled(spec: AlgoSpec, cfg: Any, family: str = "") -> Any:
-    """``cfg`` (``spec``'s section) with its unset family-dependent fields filled for an
-    env of ``family`` (the same object when none is unset)."""
-    unset = {k: v for k, v in fields_on(spec, family).items() if getattr(cfg, k) is None}
-    return dataclasses.replace(cfg, **unset) if unset else cfg
+    return behaviour_with_carry
 
 
 def replay_phase(
@@ -283,29 +183,3 @@ def replay_phase(
         return state, metrics
 
     return phase
-
-
-def check_positive(cfg: Any, prefix: str, names: tuple[str, ...]) -> None:
-    """ConfigError unless every named field is a number > 0."""
-
-    for name in names:
-        value = getattr(cfg, name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ConfigError(f"{prefix}{name}", f"must be > 0, got {value!r}")
-
-
-def check_unit(cfg: Any, prefix: str, names: tuple[str, ...]) -> None:
-    """ConfigError unless every named field lies in [0, 1]."""
-
-    for name in names:
-        value = getattr(cfg, name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-            raise ConfigError(f"{prefix}{name}", f"must be in [0, 1], got {value!r}")
-
-
-def check_hidden(cfg: Any, prefix: str) -> None:
-    """ConfigError unless ``cfg.hidden`` is a non-empty tuple of positive widths."""
-
-    hidden = cfg.hidden
-    if not hidden or any(not isinstance(w, int) or w <= 0 for w in hidden):
-        raise ConfigError(f"{prefix}hidden", f"must be positive layer widths, got {hidden!r}")

@@ -6,31 +6,13 @@ variant with one critic, no target smoothing and no delayed updates.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from jaxspreeze.algos import base, deterministic, off_policy
+from jaxspreeze.algos import base, deterministic
+from jaxspreeze.algos.ddpg_config import SPEC, DDPGConfig, supports, validate  # noqa: F401
 from jaxspreeze.types import EnvSpec
 
 VARIANT = deterministic.Variant("ddpg")
-
-
-@dataclass(frozen=True)
-class DDPGConfig(deterministic.DeterministicConfig):
-    """DDPG's own hyperparameters."""
-
-
-def supports(spec: EnvSpec) -> str | None:
-    """Why DDPG cannot run on ``spec`` (None when it can)."""
-    if spec.discrete:
-        return "DDPG needs a continuous action space; use --algo ppo for discrete actions"
-    return None
-
-
-def validate(cfg: DDPGConfig, prefix: str, run: Any) -> None:
-    """Raise ConfigError naming the first bad DDPG field."""
-    deterministic.check_config(cfg, prefix, ("actor_lr", "critic_lr"), ("exploration_noise",))
-    base.check_hidden(cfg, prefix)
 
 
 def make(cfg: DDPGConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
@@ -38,6 +20,4 @@ def make(cfg: DDPGConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
     return deterministic.make(cfg, spec, run, VARIANT)
 
 
-SPEC = off_policy.spec(
-    "ddpg", DDPGConfig, supports, validate, make, member_fields=deterministic.MEMBER_FIELDS
-)
+MEMBER_FIELDS = deterministic.MEMBER_FIELDS  # the fields a population may vary

@@ -12,7 +12,7 @@ config.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import jax
@@ -20,29 +20,8 @@ import jax.numpy as jnp
 
 from jaxspreeze import networks
 from jaxspreeze.algos import base, common, members, off_policy
-from jaxspreeze.errors import ConfigError
+from jaxspreeze.algos.deterministic_config import DeterministicConfig
 from jaxspreeze.types import EnvSpec, PyTree, Transition
-
-
-@dataclass(frozen=True)
-class DeterministicConfig:
-    """The hyperparameters DDPG and TD3 share."""
-
-    actor_lr: float = 1e-3
-    """Actor learning rate (Adam)."""
-    critic_lr: float = 1e-3
-    """Critic learning rate (Adam)."""
-    gamma: float = 0.99
-    """Discount factor."""
-    tau: float = 0.005
-    """Polyak coefficient of the target updates."""
-    exploration_noise: float = 0.1
-    """Std of the Gaussian exploration noise, as a fraction of the action range half-width."""
-    hidden: tuple[int, ...] = field(default=(256, 256), metadata=base.kinds("shape"))
-    """Hidden layer widths of the actor and the critic."""
-    normalize_obs: bool = field(default=False, metadata=base.kinds("shape"))
-    """Normalise observations by running statistics (mean, variance) of those collected,
-    kept on the actor side and saved with the policy (the buffer keeps raw ones)."""
 
 
 class Smoothing(NamedTuple):
@@ -130,22 +109,6 @@ SMOOTHING_FIELDS = members.leaves("critic", "target_noise", "target_noise_clip")
 TD3_MEMBER_FIELDS = {**MEMBER_FIELDS, **SMOOTHING_FIELDS}
 
 
-def check_config(
-    cfg: DeterministicConfig, prefix: str, positive: tuple[str, ...], non_negative: tuple[str, ...]
-) -> None:
-    """ConfigError naming the first bad field of the shared checks, in this order.
-
-    ``positive`` > 0, gamma and tau in [0, 1], ``non_negative`` >= 0; the algorithm
-    checks its own fields and then the hidden widths (``base.check_hidden``) after these.
-    """
-    base.check_positive(cfg, prefix, positive)
-    base.check_unit(cfg, prefix, ("gamma", "tau"))
-    for name in non_negative:
-        value = getattr(cfg, name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise ConfigError(f"{prefix}{name}", f"must be >= 0, got {value!r}")
-
-
 def smoothing_of(c: Any) -> Smoothing:
     """The target policy smoothing a critic side holds (TD3's, FastTD3's)."""
     return Smoothing(c.target_noise, c.target_noise_clip)
@@ -173,8 +136,11 @@ def delayed_polyak(
 def make(cfg: DeterministicConfig, spec: EnvSpec, run: Any, variant: Variant) -> base.Algorithm:
     """Bind a deterministic-policy variant to its config, env spec and the run's sizes."""
     grad_steps, delay = run.grad_steps, variant.policy_delay
-    actor = networks.DeterministicActor(cfg.hidden, spec.action_dim, spec.actor_obs)
-    critic = networks.QEnsemble(cfg.hidden, num_qs=variant.num_qs, obs_cols=spec.critic_obs)
+    torso = networks.choose_torso(cfg.torso, spec.obs_shape)
+    actor = networks.DeterministicActor(cfg.hidden, spec.action_dim, spec.actor_obs, torso)
+    critic = networks.QEnsemble(
+        cfg.hidden, num_qs=variant.num_qs, obs_cols=spec.critic_obs, torso=torso
+    )
     scale, bias = networks.action_scale(spec.action_low, spec.action_high)
     actor_tx = common.adam(cfg.actor_lr)
     critic_tx = common.adam(cfg.critic_lr)

@@ -26,7 +26,6 @@ the squashed mean. Not here: observation normalisation (as FastTD3).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -34,50 +33,14 @@ import jax.numpy as jnp
 
 from jaxspreeze import networks
 from jaxspreeze.algos import base, common, fasttd3, off_policy, sac
-from jaxspreeze.errors import ConfigError
+from jaxspreeze.algos.fastsac_config import (  # noqa: F401
+    DEFAULTS,
+    SPEC,
+    FastSACConfig,
+    supports,
+    validate,
+)
 from jaxspreeze.types import EnvSpec, PyTree
-
-# The run-level defaults: FastTD3's (2 gradient steps of 256 per 8-env step, replay ratio
-# 64: the paper's 2 x 32,768 / 1,024 scaled to a 2-core CPU; on a GPU or TPU the paper's
-# 1,024 envs and batch 32,768). For the paper's widths on an accelerator add
-# --fastsac.actor-hidden 512 256 128 --fastsac.critic-hidden 1024 512 256 (and a value
-# range fitting the task's returns), as the GPU presets do.
-DEFAULTS = dict(fasttd3.DEFAULTS)
-
-
-@dataclass(frozen=True)
-class FastSACConfig(fasttd3.RecipeConfig):
-    """FastSAC's own hyperparameters: the recipe's, and SAC's entropy temperature."""
-
-    alpha_lr: float = 3e-4
-    """Entropy-temperature learning rate (Adam)."""
-    init_alpha: float = 0.01
-    """Initial entropy temperature (low: the many parallel envs explore too)."""
-    target_entropy_scale: float = 1.0
-    """Target entropy is ``-scale * action_dim``."""
-
-
-def supports(spec: EnvSpec) -> str | None:
-    """Why FastSAC cannot run on ``spec`` (None when it can)."""
-    if spec.discrete:
-        return "FastSAC needs a continuous action space; use --algo ppo for discrete actions"
-    return None
-
-
-def validate(cfg: FastSACConfig, prefix: str, run: Any) -> None:
-    """Raise ConfigError naming the first bad FastSAC field (and run-level sizes n_step needs)."""
-    base.check_positive(
-        cfg, prefix, ("actor_lr", "critic_lr", "alpha_lr", "init_alpha", "num_atoms")
-    )
-    base.check_unit(cfg, prefix, ("gamma", "tau"))
-    for name in ("weight_decay", "target_entropy_scale"):
-        value = getattr(cfg, name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise ConfigError(f"{prefix}{name}", f"must be >= 0, got {value!r}")
-    fasttd3.check_num_atoms(cfg, prefix)
-    fasttd3.check_value_range(cfg, prefix)
-    fasttd3.check_n_step(cfg, prefix, run)
-    fasttd3.check_widths(cfg, prefix)
 
 
 def _init(cfg: FastSACConfig, spec: EnvSpec, nets: Any, txs: Any, key: jax.Array):
@@ -100,7 +63,8 @@ def _init(cfg: FastSACConfig, spec: EnvSpec, nets: Any, txs: Any, key: jax.Array
 def make(cfg: FastSACConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
     """Bind FastSAC to its config, env spec and the run's per-iteration update sizes."""
     v_min, v_max = float(cfg.v_min), float(cfg.v_max)
-    actor = networks.TanhGaussianActor(cfg.actor_hidden, spec.action_dim, spec.actor_obs)
+    torso = networks.choose_torso(cfg.torso, spec.obs_shape)
+    actor = networks.TanhGaussianActor(cfg.actor_hidden, spec.action_dim, spec.actor_obs, torso)
     critic = fasttd3.critic_network(cfg, spec)
     scale, bias = networks.action_scale(spec.action_low, spec.action_high)
     actor_tx = common.adamw(cfg.actor_lr, cfg.weight_decay)
@@ -154,15 +118,6 @@ def make(cfg: FastSACConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
     )
 
 
-SPEC = base.AlgoSpec(
-    name="fastsac",
-    config_cls=FastSACConfig,
-    on_policy=False,
-    defaults=DEFAULTS,
-    supports=supports,
-    validate=validate,
-    make=make,
-    label="FastSAC",
-    accelerator_defaults=fasttd3.ACCELERATOR_DEFAULTS,
-    member_fields=sac.MEMBER_FIELDS,  # the same leaves: SAC's actor side, a critic's gamma and tau
-)
+# the fields a population may vary: the same leaves as SAC (its actor side, a critic's
+# gamma and tau)
+MEMBER_FIELDS = sac.MEMBER_FIELDS

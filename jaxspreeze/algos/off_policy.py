@@ -25,24 +25,6 @@ Actor = networks.TanhGaussianActor | networks.DeterministicActor
 Update = Callable[[PyTree, PyTree, Any, jax.Array], tuple[PyTree, base.Metrics]]
 
 
-def spec(
-    name: str,
-    config_cls: type,
-    supports: Callable[[EnvSpec], str | None],
-    validate: Callable[[Any, str, Any], None],
-    make: Callable[[Any, EnvSpec, Any], base.Algorithm],
-    **extra: Any,
-) -> base.AlgoSpec:
-    """The registry's entry of an off-policy algorithm: its run-level defaults are the shared ones.
-
-    ``extra`` are the other :class:`~jaxspreeze.algos.base.AlgoSpec` fields it sets
-    (``grad_step_multiple``).
-    """
-    return base.AlgoSpec(
-        name, config_cls, False, base.OFF_POLICY_DEFAULTS, supports, validate, make, **extra
-    )
-
-
 def init_params(
     key: jax.Array, actor: Actor, critic: networks.QEnsemble, spec: EnvSpec
 ) -> tuple[PyTree, PyTree]:
@@ -127,7 +109,7 @@ def replay_algorithm(
         name=name,
         on_policy=False,
         init=init,
-        act=act,
+        act=base.feed_forward(act),
         actor_view=actor_view,
         critic_view=critic_view,
         critic_phase=base.replay_phase(

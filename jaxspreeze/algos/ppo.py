@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -26,55 +26,16 @@ import optax
 
 from jaxspreeze import networks
 from jaxspreeze.algos import base, common, members, ppo_losses, ppo_policy
-from jaxspreeze.errors import ConfigError
+from jaxspreeze.algos.ppo_config import (  # noqa: F401
+    DEFAULTS,
+    FAMILY_DEFAULTS,
+    FIELD_DEFAULTS,
+    SPEC,
+    PPOConfig,
+    supports,
+    validate,
+)
 from jaxspreeze.types import EnvSpec, PyTree, Transition
-
-
-@dataclass(frozen=True)
-class PPOConfig:
-    """PPO's own hyperparameters (rollout = num_envs x rollout_steps of RunConfig)."""
-
-    lr: float = 1e-3
-    """Learning rate of the policy and the value function (Adam)."""
-    gamma: float = 0.99
-    """Discount factor."""
-    gae_lambda: float = 0.95
-    """GAE lambda."""
-    clip_eps: float = 0.2
-    """Clip range of the probability ratio."""
-    vf_coef: float = 0.5
-    """Value-loss coefficient."""
-    ent_coef: float = 0.0
-    """Entropy bonus coefficient."""
-    epochs: int = 10
-    """Passes over each rollout."""
-    max_grad_norm: float = 0.5
-    """Global gradient-norm clip."""
-    anneal_lr: bool = True
-    """Anneal the learning rate linearly to 0 over training (on by default; give
-    --ppo.no-anneal-lr to keep it constant)."""
-    normalize_obs: bool = field(default=False, metadata=base.kinds("shape"))
-    """Normalise observations with running statistics."""
-    normalize_advantages: bool = True
-    """Normalise advantages per minibatch."""
-    hidden: tuple[int, ...] = field(default=(64, 64), metadata=base.kinds("shape"))
-    """Hidden layer widths of the policy and the value network."""
-    policy: Literal["clipped", "tanh"] | None = field(
-        default=None, metadata=base.kinds("shape", absent="clipped")
-    )
-    """Continuous actions: clipped = a Gaussian with a state-independent std (starting at
-    1), clipped to the bounds; tanh = brax's Gaussian squashed by tanh (log-probability
-    corrected for the squash, std from --ppo.tanh-std, sample-based entropy); default: the
-    env family's (tanh on brax, clipped elsewhere). Discrete actions are categorical
-    either way."""
-    tanh_std: Literal["state", "scalar"] = field(default="state", metadata=base.kinds("shape"))
-    """The tanh policy's std: state = softplus of a network head + min_std (brax's); scalar =
-    softplus of one learned parameter per action dimension + min_std."""
-    min_std: float = 1e-3
-    """The tanh policy's smallest std (brax's min_std)."""
-    reward_scaling: float = 1.0
-    """Rewards are multiplied by this in the value targets and advantages (brax's
-    reward_scaling); the reported returns are the env's own."""
 
 
 class PPOActor(NamedTuple):
@@ -127,47 +88,6 @@ class ValueBatch(NamedTuple):
 
     obs: jax.Array
     returns: jax.Array
-
-
-def supports(spec: EnvSpec) -> str | None:
-    """PPO handles discrete (categorical) and continuous (Gaussian) actions."""
-    return None
-
-
-def validate(cfg: PPOConfig, prefix: str, run: Any) -> None:
-    """Raise ConfigError naming the first bad PPO field (and batch_size when ``run`` is given).
-
-    Fields left unset (None: the env family's default) are checked with the value they
-    take: the family's of ``run``'s env, else the default's.
-    """
-    cfg = base.filled(SPEC, cfg, base.family_of(run.env) if run is not None else "")
-
-    base.check_positive(
-        cfg,
-        prefix,
-        ("lr", "clip_eps", "vf_coef", "epochs", "max_grad_norm", "min_std", "reward_scaling"),
-    )
-    if cfg.policy not in ppo_policy.CONTINUOUS:
-        choices = ", ".join(ppo_policy.CONTINUOUS)
-        raise ConfigError(f"{prefix}policy", f"choose one of {choices}, got {cfg.policy!r}")
-    if cfg.tanh_std not in ppo_policy.TANH_STDS:
-        choices = ", ".join(ppo_policy.TANH_STDS)
-        raise ConfigError(f"{prefix}tanh_std", f"choose one of {choices}, got {cfg.tanh_std!r}")
-    base.check_unit(cfg, prefix, ("gamma", "gae_lambda"))
-    if not isinstance(cfg.epochs, int) or isinstance(cfg.epochs, bool):
-        raise ConfigError(f"{prefix}epochs", f"must be an integer, got {cfg.epochs!r}")
-    ent = cfg.ent_coef
-    if isinstance(ent, bool) or not isinstance(ent, (int, float)) or ent < 0:
-        raise ConfigError(f"{prefix}ent_coef", f"must be >= 0, got {ent!r}")
-    base.check_hidden(cfg, prefix)
-    if run is not None:
-        rollout = run.num_envs * run.rollout_steps
-        if run.batch_size > rollout or rollout % run.batch_size:
-            raise ConfigError(
-                "batch_size",
-                f"PPO minibatch {run.batch_size} must divide the rollout of {rollout} "
-                "transitions (num_envs x rollout_steps)",
-            )
 
 
 def _flat(x: jax.Array) -> jax.Array:
@@ -375,10 +295,13 @@ def make(cfg: PPOConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
     rollout_size = run.num_envs * run.rollout_steps
     updates_per_phase = cfg.epochs * (rollout_size // run.batch_size)
     total_updates = max(math.ceil(run.total_steps / rollout_size), 1) * updates_per_phase
+    torso = networks.choose_torso(cfg.torso, spec.obs_shape)
     learner = Learner(
         cfg,
-        policy=ppo_policy.for_env(spec, cfg.hidden, cfg.policy, cfg.tanh_std, cfg.min_std),
-        value_net=networks.ValueNet(cfg.hidden, spec.critic_obs),
+        policy=ppo_policy.for_env(
+            spec, cfg.hidden, cfg.policy, cfg.tanh_std, cfg.min_std, torso
+        ),
+        value_net=networks.ValueNet(cfg.hidden, spec.critic_obs, torso),
         tx=common.adam(cfg.lr, cfg.max_grad_norm),
         obs_shape=spec.obs_shape,
         batch_size=run.batch_size,
@@ -388,33 +311,16 @@ def make(cfg: PPOConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
         name="ppo",
         on_policy=True,
         init=learner.init,
-        act=learner.act,
+        act=base.feed_forward(learner.act),
         actor_view=lambda a: a.obs_stats,
         critic_view=critic_view,
         critic_phase=learner.critic_phase,
         actor_phase=learner.actor_phase,
         actor_steps_per_iteration=updates_per_phase,
         critic_steps_per_iteration=updates_per_phase,
-        behaviour=learner.behaviour,
+        behaviour=base.feed_forward_behaviour(learner.behaviour),
     )
 
-
-# run-level sizes when the user sets none: 16 envs x 64 steps = 1024 transitions per
-# rollout in 4 minibatches of 256, with PPOConfig's defaults (lr 1e-3 annealed, 10
-# epochs). Measured on 6 seeds each (6 vmapped seeds, CPU) at 200k env steps: CartPole-v1
-# 500 on every seed from about 40k steps on, Acrobot-v1 -76 to -87 (random: -500).
-# PPO has no replay buffer, warm-up or per-iteration grad_steps (its updates per
-# iteration are epochs x minibatches): those sizes are 0.
-DEFAULTS = {
-    "total_steps": 200_000,
-    "num_envs": 16,
-    "rollout_steps": 64,
-    "grad_steps": 0,
-    "batch_size": 256,
-    "buffer_size": 0,
-    "learning_starts": 0,
-    "chunk_iterations": 20,
-}
 
 # the fields a population may vary per member: each is a leaf of the state (the learning
 # rate both sides' leaves and optimiser states hold; anneal_lr reads the leaves; the clip
@@ -430,26 +336,3 @@ MEMBER_FIELDS = {
     **members.leaves("actor", "clip_eps", "ent_coef"),
     **members.leaves("critic", "vf_coef", "reward_scaling"),
 }
-
-# PPOConfig's fields whose default depends on the env's family (None: the family's), with
-# their value where no family says otherwise, and what differs per family. brax: the
-# tanh-squashed Gaussian (with the rest of the defaults, seed 0 at 200k env steps: 1,533
-# on halfcheetah where the clipped Gaussian scores 258 and brax's own PPO 867 (median of
-# 3), 1,000 on inverted_pendulum as clipped, -101 on reacher against clipped's -52);
-# Playground keeps clipped (CartpoleBalance learns with it). The runs:
-# experiments/results/ppo_family_defaults_cpu.md.
-FIELD_DEFAULTS = {"policy": "clipped"}
-FAMILY_DEFAULTS = {"brax": {"policy": "tanh"}}
-
-SPEC = base.AlgoSpec(
-    name="ppo",
-    config_cls=PPOConfig,
-    on_policy=True,
-    defaults=DEFAULTS,
-    supports=supports,
-    validate=validate,
-    make=make,
-    member_fields=MEMBER_FIELDS,
-    field_defaults=FIELD_DEFAULTS,
-    family_defaults=FAMILY_DEFAULTS,
-)

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxspreeze import networks
+from jaxspreeze.algos.ppo_config import CONTINUOUS, TANH_STDS
 from jaxspreeze.types import EnvSpec, PyTree
 
 
@@ -225,10 +226,8 @@ class TanhGaussian:
 
 
 Policy = Categorical | ClippedGaussian | TanhGaussian
-
-# the continuous parameterisations ``--ppo.policy`` names, and the std forms of ``tanh``
-CONTINUOUS = ("clipped", "tanh")
-TANH_STDS = ("state", "scalar")
+# the continuous parameterisations ``--ppo.policy`` names, and the std forms of ``tanh``:
+# CONTINUOUS and TANH_STDS (from ppo_config, the config's no-JAX module)
 
 
 def for_env(
@@ -237,8 +236,10 @@ def for_env(
     kind: str = "clipped",
     tanh_std: str = "state",
     min_std: float = 1e-3,
+    torso: str = "mlp",
 ) -> Policy:
-    """The policy distribution of ``spec``'s action space, its network ``hidden`` wide.
+    """The policy distribution of ``spec``'s action space, its network ``hidden`` wide
+    after the torso ``torso`` (a resolved name of ``networks.TORSOS``).
 
     Continuous actions: ``kind`` ``clipped`` (:class:`ClippedGaussian`) or ``tanh``
     (:class:`TanhGaussian`, its std from a network head for ``tanh_std="state"`` or one
@@ -246,7 +247,9 @@ def for_env(
     actions are categorical whatever ``kind`` says.
     """
     if spec.discrete:
-        return Categorical(networks.CategoricalActor(hidden, spec.action_dim, spec.actor_obs))
+        return Categorical(
+            networks.CategoricalActor(hidden, spec.action_dim, spec.actor_obs, torso)
+        )
     if kind not in CONTINUOUS:
         raise ValueError(f"unknown PPO policy {kind!r}; known: {', '.join(CONTINUOUS)}")
     if tanh_std not in TANH_STDS:
@@ -254,9 +257,9 @@ def for_env(
     scale, bias = networks.action_scale(spec.action_low, spec.action_high)
     if kind == "tanh":
         net = networks.SquashedGaussianActor(
-            hidden, spec.action_dim, spec.actor_obs, state_std=tanh_std == "state"
+            hidden, spec.action_dim, spec.actor_obs, torso, state_std=tanh_std == "state"
         )
         return TanhGaussian(net, scale, bias, float(min_std))
     return ClippedGaussian(
-        networks.GaussianActor(hidden, spec.action_dim, spec.actor_obs), scale, bias
+        networks.GaussianActor(hidden, spec.action_dim, spec.actor_obs, torso), scale, bias
     )

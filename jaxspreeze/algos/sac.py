@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import jax
@@ -13,33 +12,8 @@ import optax
 
 from jaxspreeze import networks
 from jaxspreeze.algos import base, common, members, off_policy
+from jaxspreeze.algos.sac_config import SPEC, SACConfig, supports, validate  # noqa: F401
 from jaxspreeze.types import EnvSpec, PyTree, Transition
-
-
-@dataclass(frozen=True)
-class SACConfig:
-    """SAC's own hyperparameters (the loop's sizes live in RunConfig)."""
-
-    actor_lr: float = 1e-3
-    """Actor learning rate (Adam)."""
-    critic_lr: float = 1e-3
-    """Critic learning rate (Adam)."""
-    alpha_lr: float = 1e-3
-    """Entropy-temperature learning rate (Adam)."""
-    gamma: float = 0.99
-    """Discount factor."""
-    tau: float = 0.005
-    """Polyak coefficient of the soft target update."""
-    init_alpha: float = 1.0
-    """Initial entropy temperature."""
-    target_entropy_scale: float = 1.0
-    """Target entropy is ``-scale * action_dim``."""
-    hidden: tuple[int, ...] = field(default=(128, 128), metadata=base.kinds("shape"))
-    """Hidden layer widths of the actor and the critic (2x128 keeps the default run short
-    on a CPU; the benchmarks use 2x256)."""
-    normalize_obs: bool = field(default=False, metadata=base.kinds("shape"))
-    """Normalise observations by running statistics (mean, variance) of those collected,
-    kept on the actor side and saved with the policy (the buffer keeps raw ones)."""
 
 
 class SACActor(NamedTuple):
@@ -68,20 +42,6 @@ class ActorView(NamedTuple):
 
     params: PyTree
     log_alpha: jax.Array
-
-
-def supports(spec: EnvSpec) -> str | None:
-    """Why SAC cannot run on ``spec`` (None when it can)."""
-    if spec.discrete:
-        return "SAC needs a continuous action space; use --algo ppo for discrete actions"
-    return None
-
-
-def validate(cfg: SACConfig, prefix: str, run: Any) -> None:
-    """Raise ConfigError naming the first bad SAC field."""
-    base.check_positive(cfg, prefix, ("actor_lr", "critic_lr", "alpha_lr", "init_alpha"))
-    base.check_unit(cfg, prefix, ("gamma", "tau"))
-    base.check_hidden(cfg, prefix)
 
 
 def update_temperature(
@@ -185,8 +145,9 @@ def init_actor(cfg: Any, params: PyTree, actor_tx: Any, alpha_tx: Any) -> SACAct
 def make(cfg: SACConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
     """Bind SAC to its config, env spec and the run's per-iteration update sizes."""
     grad_steps = run.grad_steps
-    actor = networks.TanhGaussianActor(cfg.hidden, spec.action_dim, spec.actor_obs)
-    critic = networks.QEnsemble(cfg.hidden, num_qs=2, obs_cols=spec.critic_obs)
+    torso = networks.choose_torso(cfg.torso, spec.obs_shape)
+    actor = networks.TanhGaussianActor(cfg.hidden, spec.action_dim, spec.actor_obs, torso)
+    critic = networks.QEnsemble(cfg.hidden, num_qs=2, obs_cols=spec.critic_obs, torso=torso)
     scale, bias = networks.action_scale(spec.action_low, spec.action_high)
     actor_tx = common.adam(cfg.actor_lr)
     critic_tx = common.adam(cfg.critic_lr)
@@ -246,4 +207,3 @@ MEMBER_FIELDS = {
     "tau": members.leaf("critic", "tau"),
 }
 
-SPEC = off_policy.spec("sac", SACConfig, supports, validate, make, member_fields=MEMBER_FIELDS)

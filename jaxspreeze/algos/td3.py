@@ -7,55 +7,17 @@ with twin critics, target policy smoothing and actor and target updates delayed 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from jaxspreeze.algos import base, deterministic, off_policy
-from jaxspreeze.errors import ConfigError
+from jaxspreeze.algos import base, deterministic
+from jaxspreeze.algos.td3_config import (  # noqa: F401
+    SPEC,
+    TD3Config,
+    grad_step_multiple,
+    supports,
+    validate,
+)
 from jaxspreeze.types import EnvSpec
-
-
-@dataclass(frozen=True)
-class TD3Config(deterministic.DeterministicConfig):
-    """TD3's own hyperparameters."""
-
-    policy_delay: int = 2
-    """Critic updates per actor (and target) update."""
-    target_noise: float = 0.2
-    """Std of the target policy smoothing noise (fraction of the half-width)."""
-    target_noise_clip: float = 0.5
-    """Clip of the target policy smoothing noise (fraction of the half-width)."""
-
-
-def supports(spec: EnvSpec) -> str | None:
-    """Why TD3 cannot run on ``spec`` (None when it can)."""
-    if spec.discrete:
-        return "TD3 needs a continuous action space; use --algo ppo for discrete actions"
-    return None
-
-
-def validate(cfg: TD3Config, prefix: str, run: Any) -> None:
-    """Raise ConfigError naming the first bad TD3 field (and grad_steps when ``run`` is given)."""
-    deterministic.check_config(
-        cfg,
-        prefix,
-        ("actor_lr", "critic_lr", "policy_delay"),
-        ("exploration_noise", "target_noise", "target_noise_clip"),
-    )
-    if not isinstance(cfg.policy_delay, int):
-        raise ConfigError(f"{prefix}policy_delay", f"must be an integer, got {cfg.policy_delay!r}")
-    if run is not None and run.grad_steps % cfg.policy_delay:
-        raise ConfigError(
-            "grad_steps",
-            f"must be a multiple of {prefix}policy_delay ({cfg.policy_delay}) so the actor "
-            f"updates every policy_delay critic updates; got {run.grad_steps}",
-        )
-    base.check_hidden(cfg, prefix)
-
-
-def grad_step_multiple(cfg: TD3Config) -> int:
-    """Gradient steps per iteration must be a multiple of ``policy_delay``."""
-    return cfg.policy_delay
 
 
 def make(cfg: TD3Config, spec: EnvSpec, run: Any) -> base.Algorithm:
@@ -64,12 +26,4 @@ def make(cfg: TD3Config, spec: EnvSpec, run: Any) -> base.Algorithm:
     return deterministic.make(cfg, spec, run, variant)
 
 
-SPEC = off_policy.spec(
-    "td3",
-    TD3Config,
-    supports,
-    validate,
-    make,
-    grad_step_multiple=grad_step_multiple,
-    member_fields=deterministic.TD3_MEMBER_FIELDS,
-)
+MEMBER_FIELDS = deterministic.TD3_MEMBER_FIELDS  # the fields a population may vary

@@ -97,7 +97,7 @@ class HostProber(RealProber):
         algo = self._algo0
         pool = WorkerPool(
             cfg.env,
-            lambda params, obs, key: algo.act(params, obs, key, False),
+            lambda params, carry, obs, key: algo.act(params, carry, obs, key, False),
             slot,
             num_workers=workers,
             envs_per_worker=num_envs // workers,
@@ -106,6 +106,7 @@ class HostProber(RealProber):
             seed=cfg.seed,
             key=jax.random.key(cfg.seed + 1),
             stall_timeout=PROBE_STALL_S,
+            initial_carry=algo.initial_carry,
         )
         try:
             t0 = time.perf_counter()

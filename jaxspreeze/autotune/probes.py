@@ -189,11 +189,12 @@ class RealProber:
         device = self.placement.actor
         actor = self._agent(device).actor
         key = jax.device_put(jax.random.key(cfg.seed + 1), device)
-        carry = jax.jit(lambda k: env_init(env, k))(key)
+        carry = jax.jit(lambda k: env_init(env, k, algo.initial_carry(num_envs)))(key)
 
         def fn(carry, actor, key):
-            policy = lambda obs, k: algo.act(actor, obs, k, False)
-            carry, traj, _ = rollout(env, policy, carry, key, steps)
+            policy = lambda c, obs, k: algo.act(actor, c, obs, k, False)
+            initial = algo.initial_carry(num_envs)
+            carry, traj, _ = rollout(env, policy, carry, key, steps, initial)
             return carry, traj
 
         return self._time(

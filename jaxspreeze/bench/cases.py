@@ -93,19 +93,13 @@ def _schedule(cfg: RunConfig) -> tuple[Schedule, TrainState, float]:
 
 # ----------------------------------------------------------------------------- sampling
 def _policy(spec: EnvSpec, num_envs: int, hidden: tuple[int, ...]):
-    """(init(key) -> params, act(params, obs, key) -> action, name) of a training policy.
-
-    The ``act`` of the first registered algorithm that trains the env (SAC's
-    tanh-Gaussian for continuous actions, PPO's categorical for discrete ones).
-    """
+    """(init(key) -> params, the algorithm, name) of a training policy: the first
+    registered algorithm that trains the env (SAC's tanh-Gaussian for continuous actions,
+    PPO's categorical for discrete ones), whose ``act`` samples."""
     algo = next(a.name for a in algos.all_specs() if a.supports(spec) is None)
     cfg = run_config(algo, spec.name, hidden, num_envs=num_envs, batch_size=num_envs)
     a = algos.get(algo).make(getattr(cfg, algo), spec, cfg)
-    return (
-        lambda key: a.init(key).actor,
-        lambda params, obs, key: a.act(params, obs, key, False),
-        f"{algo}.act",
-    )
+    return lambda key: a.init(key).actor, a, f"{algo}.act"
 
 
 def sampling_steps(num_envs: int, env_name: str) -> int:
@@ -120,14 +114,16 @@ def sampling(
     """jaxspreeze's collect: ``rollout`` of the policy in ``num_envs`` vmapped envs, T steps."""
     steps = steps or sampling_steps(num_envs, env_name)
     env: VecEnv = make_env(env_name, num_envs)
-    init_params, act, policy_name = _policy(env.spec, num_envs, hidden)
+    init_params, algo, policy_name = _policy(env.spec, num_envs, hidden)
     k_params, k_env, key = jax.random.split(jax.random.key(seed), 3)
     params = jax.jit(init_params)(k_params)
-    carry = jax.jit(lambda k: env_init(env, k))(k_env)
+    carry = jax.jit(lambda k: env_init(env, k, algo.initial_carry(num_envs)))(k_env)
 
     def collect(params, carry, key):
         key, k = jax.random.split(key)
-        carry, traj, _ = rollout(env, lambda obs, kk: act(params, obs, kk), carry, k, steps)
+        policy = lambda c, obs, kk: algo.act(params, c, obs, kk, False)
+        initial = algo.initial_carry(num_envs)
+        carry, traj, _ = rollout(env, policy, carry, k, steps, initial)
         return carry, key, traj
 
     compiled, compile_s = compile_timed(collect, params, carry, key, donate=(1,))
@@ -398,7 +394,7 @@ def end_to_end(cfg: RunConfig, threshold: float, eval_episodes: int = 16) -> Rec
     schedule, state, compile_s = _schedule(cfg)
     cfg = schedule.cfg
     evaluate = jax.vmap(
-        make_evaluate(schedule.algo.act, make_env(cfg.env, eval_episodes, cfg.obs_keys))
+        make_evaluate(schedule.algo, make_env(cfg.env, eval_episodes, cfg.obs_keys))
     )
     keys = jax.random.split(jax.random.key(cfg.seed + 10_000), cfg.num_seeds)
     ev, ev_compile_s = compile_timed(evaluate, state.agent.actor, keys)

@@ -105,7 +105,7 @@ class _Run:
         env = make_env(cfg.env, cfg.eval_episodes, cfg.obs_keys)
         keys = jax.random.split(jax.random.key(cfg.seed + 10_000), cfg.num_seeds)
         self._evaluate = make_seed_evaluate(
-            self.schedule.algo.act, env, jax.device_put(keys, self.device)
+            self.schedule.algo, env, jax.device_put(keys, self.device)
         )
         jax.block_until_ready(self._evaluate(self._actor(state)))  # compiles it
         self.compile_s = time.perf_counter() - t0

@@ -109,7 +109,7 @@ def run_jaxspreeze(
     abstract = schedule.init_abstract()
     env = make_env(cfg.env, cfg.eval_episodes)
     keys = jax.random.split(jax.random.key(cfg.seed + 10_000), cfg.num_seeds)
-    evaluate = make_seed_evaluate(schedule.algo.act, env, jax.device_put(keys, placement.eval))
+    evaluate = make_seed_evaluate(schedule.algo, env, jax.device_put(keys, placement.eval))
     evaluating = compile_beside(evaluate.compile, abstract_on(abstract.agent.actor, placement.eval))
     state = schedule.init_compiled()
     evaluating.result()

@@ -7,11 +7,16 @@ a row's preset; :mod:`jaxspreeze.bench.score_sides` says which sides run which r
 
 from __future__ import annotations
 
+import importlib.resources
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PRESETS = Path(__file__).resolve().parents[2] / "experiments" / "presets"
+from jaxspreeze.bench import score_sides
+
+# the presets ship with the package (package data: pyproject's [tool.setuptools.package-data]);
+# a source checkout's experiments/presets links to them
+PRESETS = Path(str(importlib.resources.files("jaxspreeze") / "presets"))
 
 
 @dataclass(frozen=True)
@@ -28,7 +33,7 @@ class ScoreTask:
 
     algo: str
     env: str
-    preset: str  # experiments/presets/<preset>.toml
+    preset: str  # jaxspreeze/presets/<preset>.toml (PRESETS)
     threshold: float
     eval_every: int
     eval_episodes: int = 8
@@ -138,10 +143,10 @@ ROWS: dict[str, ScoreTask] = {
     )
 }
 
-# the rows experiments/time_to_score.py runs (brax and Playground: jaxspreeze beside brax)
-BRAX_ROWS = tuple(
-    n for n, t in ROWS.items() if t.family in ("brax", "playground") and t.algo in ("sac", "ppo")
-)
+# the rows experiments/time_to_score.py runs (brax and Playground: jaxspreeze beside brax):
+# those the brax side has a trainer for
+_BRAX_SIDE = next(s for s in score_sides.BUILTIN if s.name == "brax")
+BRAX_ROWS = tuple(n for n, t in ROWS.items() if _BRAX_SIDE.runs(t.family, t.algo))
 
 
 def select(patterns: list[str] | tuple[str, ...]) -> list[ScoreTask]:

@@ -14,13 +14,12 @@ from typing import Annotated
 
 import tyro
 
-from jaxspreeze import hostenvs
+from jaxspreeze import envids
 from jaxspreeze.cli.args import parse
 from jaxspreeze.cli.common import fail
-from jaxspreeze.envs import FAMILIES, env_ids
 from jaxspreeze.errors import UnknownEnvError
 
-ALL_FAMILIES = (*FAMILIES, *hostenvs.FAMILIES)
+# the env registry (and JAX) is imported in main, after parsing
 DESCRIPTION = (
     "List the env ids of a family (gymnax, brax, playground, gymnasium, envpool) that load on "
     "this machine, one a line; without FAMILY, every family. Playground: the tasks whose "
@@ -39,6 +38,7 @@ class EnvsArgs:
 def main(argv: Sequence[str]) -> int:
     """Print the env ids; exit 2 for an unknown or missing family."""
     args = parse(EnvsArgs, argv, "jaxspreeze envs", description=DESCRIPTION)
+    from jaxspreeze.envs import env_ids
     family = args.family.strip().rstrip("/")
     try:
         if family:
@@ -55,7 +55,9 @@ def main(argv: Sequence[str]) -> int:
 
 
 def _print_all() -> None:
-    for name in ALL_FAMILIES:
+    from jaxspreeze.envs import env_ids
+
+    for name in envids.FAMILIES:  # every family of the table, in its order
         try:
             ids = env_ids(name)
         except UnknownEnvError as e:  # not installed: the line with its install command

@@ -10,7 +10,6 @@ import tyro
 
 from jaxspreeze.cli.args import parse
 from jaxspreeze.cli.common import fail
-from jaxspreeze.plots import compare_runs, write_run_plots
 
 DESCRIPTION = (
     "Learning-curve and throughput PNGs for one run (written into the run directory) or a "
@@ -33,6 +32,7 @@ def main(argv: Sequence[str]) -> int:
     args = parse(PlotArgs, argv, "jaxspreeze plot", description=DESCRIPTION)
     if not args.run_dirs:
         return fail("RUN_DIR: give at least one run directory")
+    from jaxspreeze.plots import compare_runs, write_run_plots  # after parsing: JAX, matplotlib
     try:
         if args.out is None and len(args.run_dirs) == 1:
             paths = write_run_plots(args.run_dirs[0])

@@ -27,11 +27,11 @@ from jaxspreeze import config
 from jaxspreeze.cli.args import Group, option_value, parse_grouped
 from jaxspreeze.cli.common import fail
 from jaxspreeze.config import RunConfig
-from jaxspreeze.envs import is_host_env
 from jaxspreeze.errors import ConfigError
 
-# autotune, distributed, plan, rundir and the trainer are imported after parsing (in the
-# functions that use them): a refused command line does not wait for them
+# autotune, distributed, envs, plan, rundir and the trainer are imported after parsing (in
+# the functions that use them): a refused command line does not wait for them, and the
+# early check (cli/fastcheck.py) reads TrainArgs without JAX
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -44,8 +44,8 @@ Flag = Annotated[bool, tyro.conf.FlagCreatePairsOff]  # --autotune (no --no-auto
 DESCRIPTION = (
     "Train an actor-critic agent. `--config FILE` loads a TOML file of settings (a preset: "
     "keys are the flags' names with underscores, [sac] etc. for an algorithm's section; a "
-    "run's config.json also works); flags given with it override it. Example presets are "
-    "in the source repository's experiments/presets/, not in the installed package."
+    "run's config.json also works); flags given with it override it. Example presets ship "
+    "in the package's presets/ folder (experiments/presets/ in a source checkout)."
 )
 
 
@@ -176,7 +176,7 @@ def _record_tuning(
     run_dir: Path, cfg: RunConfig, choice: dict[str, Any] | None, profile: str | None
 ) -> None:
     """Add the autotuned sizes (and where they came from) to the run's summary.json."""
-    from jaxspreeze import rundir
+    from jaxspreeze import envs, rundir
 
     path = rundir.RunDir(Path(run_dir)).summary_file
     summary = json.loads(path.read_text())
@@ -186,7 +186,7 @@ def _record_tuning(
         "batch_size": cfg.batch_size,
         "grad_steps": cfg.grad_steps,
         "chunk_iterations": cfg.chunk_iterations,
-        **({"host_workers": cfg.host_workers} if is_host_env(cfg.env) else {}),
+        **({"host_workers": cfg.host_workers} if envs.is_host_env(cfg.env) else {}),
         "choice": choice,
     }
     tmp = path.with_suffix(".json.tmp")
@@ -234,7 +234,7 @@ def main(argv: Sequence[str]) -> int:
         if base_file is None or option_value(argv, "--config"):
             raise
         raise ConfigError("resume", f"{base_file}: {str(e).split(': ', 1)[1]}") from None
-    from jaxspreeze import autotune, distributed, rundir, terminal
+    from jaxspreeze import autotune, distributed, envs, rundir, terminal
     from jaxspreeze.plan import plan
 
     if args.resume and (args.autotune or args.profile):
@@ -264,7 +264,7 @@ def main(argv: Sequence[str]) -> int:
             rundir.check_new(rundir.RunDir(out_dir), args.overwrite)
             cfg, prof = autotune.tune(cfg, out_dir=out_dir, pinned=pinned)
             tuned = prof["choice"]
-        fields = autotune.HOST_TUNED if is_host_env(cfg.env) else autotune.TUNED
+        fields = autotune.HOST_TUNED if envs.is_host_env(cfg.env) else autotune.TUNED
         print("autotune choice: " + ", ".join(f"{k}={getattr(cfg, k)}" for k in fields))
     result = train(cfg, resume=args.resume, signals="kill", overwrite=args.overwrite)
     if args.autotune or profile:

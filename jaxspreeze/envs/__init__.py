@@ -3,8 +3,9 @@
 ``make_env("gymnax/Pendulum-v1", num_envs)``, ``make_env("brax/reacher", n)``,
 ``make_env("playground/CartpoleBalance", n)``: every family is driven through the
 contract of :mod:`jaxspreeze.envs.base`. A family is one module exposing ``PREFIX``,
-``names()``, ``check(env_name)`` and ``make(env_name) -> EnvParts``; adding one is that
-module plus one line in :data:`FAMILIES`. A family whose envs may observe dicts sets
+``names()``, ``check(env_name)`` and ``make(env_name) -> EnvParts``, registered once in
+the family table (:data:`jaxspreeze.envids.FAMILIES`, its ``adapter``): :data:`FAMILIES`
+here reads that table and imports each adapter when first used. A family whose envs may observe dicts sets
 ``OBS_KEYS = True`` and takes the keys to read, ``make(env_name, keys: ObsKeys)``
 (asymmetric actor-critic, see :func:`check_obs_keys`); the others refuse keys.
 
@@ -19,13 +20,14 @@ from __future__ import annotations
 
 import difflib
 import functools
+import importlib
+from collections.abc import Iterator, Mapping
 from types import ModuleType
 
 import jax
 import jax.numpy as jnp
 
-from jaxspreeze import hostenvs
-from jaxspreeze.envs import brax, gymnax, playground
+from jaxspreeze import envids, hostenvs
 from jaxspreeze.envs.base import (
     REFRESH_EVERY,
     EnvParts,
@@ -59,12 +61,29 @@ __all__ = [
 
 is_host_env = hostenvs.is_host_env
 
-# the family registry: name prefix -> adapter module (each imports its library lazily)
-FAMILIES: dict[str, ModuleType] = {
-    gymnax.PREFIX: gymnax,
-    brax.PREFIX: brax,
-    playground.PREFIX: playground,
-}
+
+class _Adapters(Mapping[str, ModuleType]):
+    """The device families of the table (:data:`jaxspreeze.envids.FAMILIES`), name prefix ->
+    adapter module, read at each use (each adapter imports its library lazily)."""
+
+    def __getitem__(self, prefix: str) -> ModuleType:
+        entry = envids.family(prefix)
+        if entry is None or entry.host:
+            raise KeyError(prefix)
+        return importlib.import_module(entry.adapter)
+
+    def __contains__(self, prefix: object) -> bool:
+        return prefix in envids.device_families()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(envids.device_families())
+
+    def __len__(self) -> int:
+        return len(envids.device_families())
+
+
+# the family registry: name prefix -> adapter module
+FAMILIES: Mapping[str, ModuleType] = _Adapters()
 
 
 def available_envs() -> list[str]:
@@ -110,7 +129,8 @@ def check_env_name(name: str) -> None:
     family = FAMILIES.get(prefix) if sep else None
     if family is None:
         # no family prefix: suggest the nearest names of the families that load cheaply
-        known = [f"{p}/{n}" for p in (gymnax.PREFIX, brax.PREFIX) for n in FAMILIES[p].names()]
+        cheap = [p for p in FAMILIES if envids.FAMILIES[p].suggested]
+        known = [f"{p}/{n}" for p in cheap for n in FAMILIES[p].names()]
         near = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
         near += [k for k in known if k.partition("/")[2].lower() == name.lower()]
         hint = f"did you mean {', '.join(dict.fromkeys(near))}? " if near else ""

@@ -51,7 +51,8 @@ over its last block, and their sum).
 
 **Resume.** The learner, the buffer, the counters and the keys are in the checkpoint; the
 host envs' states are not (a simulator's state cannot be saved in general): a resumed run
-starts new episodes, and its workers act with new env seeds.
+starts new episodes (the policy's carries from ``initial_carry``), and its workers act
+with new env seeds.
 
 **Faults.** An exception in a worker (env step or policy) raises
 :class:`~jaxspreeze.workers.WorkerError` naming the env and the worker from the next
@@ -192,11 +193,14 @@ class HostAsync(HostSchedule):
         actor_updates = actor_updates + self.algo.actor_steps_per_iteration
         return actor, env_steps, iteration + 1, actor_updates, {**metrics, "env_steps": env_steps}
 
-    def policy(self, params: tuple[PyTree, jax.Array], obs: jax.Array, key: jax.Array) -> Any:
-        """The workers' policy: ``params = (actor of one seed, random)``; random acts uniformly."""
+    def policy(
+        self, params: tuple[PyTree, jax.Array], carry: Any, obs: jax.Array, key: jax.Array
+    ) -> Any:
+        """The workers' policy: ``params = (actor of one seed, random)``; random acts
+        uniformly (the policy's carry still steps)."""
         actor, random = params
         k_act, k_rand = jax.random.split(key)
-        action = self.algo.act(actor, obs, k_act, False)
+        action, carry = self.algo.act(actor, carry, obs, k_act, False)
         spec = self.env.spec
         if spec.discrete:
             uniform = jax.random.randint(k_rand, action.shape, 0, spec.action_dim)
@@ -204,7 +208,7 @@ class HostAsync(HostSchedule):
             low = jnp.asarray(spec.action_low, jnp.float32)
             high = jnp.asarray(spec.action_high, jnp.float32)
             uniform = low + jax.random.uniform(k_rand, action.shape) * (high - low)
-        return jnp.where(random, uniform.astype(action.dtype), action)
+        return jnp.where(random, uniform.astype(action.dtype), action), carry
 
     # ------------------------------------------------------------ compile
     def compile(self, state: TrainState) -> None:

@@ -165,13 +165,15 @@ class HostSchedule(Schedule):
             seed=cfg.seed,
             key=jax.random.key(cfg.seed + POLICY_KEY_OFFSET),
             stall_timeout=self.stall_timeout,
+            initial_carry=self.algo.initial_carry,
             **gates,
         )
         self.pool.compile()
 
     @abstractmethod
-    def policy(self, params: Any, obs: jax.Array, key: jax.Array) -> Any:
-        """The workers' policy (:data:`~jaxspreeze.workers.PolicyFn`) on published params."""
+    def policy(self, params: Any, carry: Any, obs: jax.Array, key: jax.Array) -> Any:
+        """The workers' policy on published params, with the envs' carries (a worker keeps
+        and resets them: :class:`~jaxspreeze.workers.WorkerPool`'s ``initial_carry``)."""
 
     # ------------------------------------------------------------ publish and start
     def _published(self, state: TrainState) -> PyTree:

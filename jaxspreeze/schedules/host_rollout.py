@@ -37,7 +37,8 @@ version); ``learner_wait_s`` (time it waited for the rollout); ``worker_env_step
 ``worker<w>_steps_per_second`` / ``worker_steps_per_second``.
 
 **Resume.** The learner, the counters and the key are in the checkpoint, the envs' states
-are not: a resumed run starts new episodes with new env seeds, and its first two rollouts
+(and the policy's carries) are not: a resumed run starts new episodes with new env seeds
+(the carries from ``initial_carry``), and its first two rollouts
 are collected with the restored parameters (lag 0, then 1, as at the start).
 
 Faults and threads as in :mod:`jaxspreeze.schedules.host_async`.
@@ -89,9 +90,10 @@ class HostRollout(HostSchedule):
                 "report their behaviour policy (Algorithm.behaviour)"
             )
 
-    def policy(self, actor: PyTree, obs: jax.Array, key: jax.Array) -> Any:
-        """The workers' policy: sampled actions and the behaviour extras (PPO: log-probs)."""
-        return self.algo.behaviour(actor, obs, key)
+    def policy(self, actor: PyTree, carry: Any, obs: jax.Array, key: jax.Array) -> Any:
+        """The workers' policy: sampled actions, the behaviour extras (PPO: log-probs) and
+        the carry."""
+        return self.algo.behaviour(actor, carry, obs, key)
 
     def _example_rollout(self) -> BehaviourRollout:
         """The abstract rollout ``[1, T, N, ...]`` the update takes."""
@@ -99,7 +101,10 @@ class HostRollout(HostSchedule):
         T, N = cfg.rollout_steps, cfg.num_envs
         actor = jax.eval_shape(self.algo.init, jax.random.key(0)).actor
         obs = jax.ShapeDtypeStruct((N, *spec.obs_shape), jnp.float32)
-        action, extras = jax.eval_shape(self.algo.behaviour, actor, obs, jax.random.key(0))
+        carry = jax.eval_shape(lambda: self.algo.initial_carry(N))
+        action, extras, _ = jax.eval_shape(
+            self.algo.behaviour, actor, carry, obs, jax.random.key(0)
+        )
         f32 = lambda shape: jax.ShapeDtypeStruct((1, T, N, *shape), jnp.float32)
         traj = Transition(
             f32(spec.obs_shape),
