@@ -54,7 +54,7 @@ def digest(path: Path) -> str | None:
 
 
 def final_checkpoint(run: Path) -> Path | None:
-    root = run / "checkpoints"  # jaxspreeze.checkpoint's layout: checkpoints/<env step>/
+    root = run / "checkpoints"  # jaxspreeze.store.checkpoint's layout: checkpoints/<env step>/
     found = [p for p in root.iterdir() if p.name.isdigit()] if root.is_dir() else []
     done = [p for p in found if (p / "manifest.json").is_file()]
     return max(done, key=lambda p: int(p.name)) if done else None

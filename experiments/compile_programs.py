@@ -23,12 +23,13 @@ import time
 
 import jax
 
-from jaxspreeze import devices, schedules
-from jaxspreeze.config import RunConfig, resolve
+from jaxspreeze import schedules
+from jaxspreeze.agent.evaluate import make_seed_evaluate
 from jaxspreeze.envs import make_env
-from jaxspreeze.evaluate import make_seed_evaluate
-from jaxspreeze.plan import plan
 from jaxspreeze.schedules.base import abstract_on
+from jaxspreeze.setup import devices
+from jaxspreeze.setup.config import RunConfig, resolve
+from jaxspreeze.setup.plan import plan
 
 
 def _timed(fn):

@@ -38,12 +38,13 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from jaxspreeze import devices, distributed, schedules
+from jaxspreeze import schedules
 from jaxspreeze.algos.ppo import PPOConfig
 from jaxspreeze.algos.sac import SACConfig
 from jaxspreeze.cli import launch
-from jaxspreeze.config import RunConfig, resolve
-from jaxspreeze.plan import plan
+from jaxspreeze.setup import devices, distributed
+from jaxspreeze.setup.config import RunConfig, resolve
+from jaxspreeze.setup.plan import plan
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = ("sac", "ppo")

@@ -35,8 +35,8 @@ import sys
 import time
 from pathlib import Path
 
-from jaxspreeze.plan import plan
 from jaxspreeze.schedules.host_async import cpu_settings
+from jaxspreeze.setup.plan import plan
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -45,8 +45,9 @@ def build(env: str, grad_steps: int, args: argparse.Namespace):
     """A compiled host schedule with a warm buffer (no workers started yet)."""
     import jax
 
-    from jaxspreeze import devices, schedules
-    from jaxspreeze.config import RunConfig
+    from jaxspreeze import schedules
+    from jaxspreeze.setup import devices
+    from jaxspreeze.setup.config import RunConfig
 
     cfg = RunConfig().replace(
         algo="sac",
@@ -90,7 +91,7 @@ def run_sync(schedule, state, env, obs, seconds: float):
     import jax
     import numpy as np
 
-    from jaxspreeze.types import Transition
+    from jaxspreeze.core.types import Transition
 
     update, store, copy, _ = schedule._fns
     act = jax.jit(lambda actor, obs, key: schedule.policy((actor, False), obs, key))
@@ -154,7 +155,7 @@ def main() -> None:
         cpu_settings()
     import jax
 
-    from jaxspreeze.hostenvs import make_host_env
+    from jaxspreeze.host.hostenvs import make_host_env
 
     rows = []
     for g in args.grad_steps:

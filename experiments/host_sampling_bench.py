@@ -12,7 +12,7 @@ figure is the median of ``--repeats`` interleaved rounds. The policy is SAC's ac
 (2x128 tanh-Gaussian MLP, sampled with a fresh key each step) on the CPU.
 
 Sections:
-- ``ratio``: :class:`jaxspreeze.workers.WorkerPool` (1 worker, policy in the loop, a
+- ``ratio``: :class:`jaxspreeze.host.workers.WorkerPool` (1 worker, policy in the loop, a
   consumer taking its blocks) vs a bare loop over the same envs with the same jitted policy
   (written here, outside the library), for gymnasium and envpool (sync, and envpool's
   async send/recv with half the envs per recv) on HalfCheetah-v5 and Pendulum-v1. Goal:
@@ -44,8 +44,8 @@ import jax
 import numpy as np
 
 from jaxspreeze import networks
-from jaxspreeze.hostenvs import host_env_spec
-from jaxspreeze.workers import ParamSlot, WorkerPool
+from jaxspreeze.host.hostenvs import host_env_spec
+from jaxspreeze.host.workers import ParamSlot, WorkerPool
 
 RESULTS = Path(__file__).resolve().parent / "results"
 HIDDEN = (128, 128)

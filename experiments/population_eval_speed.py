@@ -14,7 +14,7 @@ import jax
 import numpy as np
 from population_speed import build
 
-from jaxspreeze import threads
+from jaxspreeze.run import threads
 
 
 def main() -> None:

@@ -14,9 +14,10 @@ import time
 import jax
 import numpy as np
 
-from jaxspreeze import devices, schedules
-from jaxspreeze.config import RunConfig, resolve
-from jaxspreeze.plan import plan
+from jaxspreeze import schedules
+from jaxspreeze.setup import devices
+from jaxspreeze.setup.config import RunConfig, resolve
+from jaxspreeze.setup.plan import plan
 
 
 def _mapped_chunk(self, s):

@@ -21,11 +21,12 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
-from jaxspreeze import devices, schedules
+from jaxspreeze import schedules
 from jaxspreeze.bench import references
 from jaxspreeze.bench.record import versions
-from jaxspreeze.config import RunConfig, resolve
-from jaxspreeze.plan import plan
+from jaxspreeze.setup import devices
+from jaxspreeze.setup.config import RunConfig, resolve
+from jaxspreeze.setup.plan import plan
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -44,11 +44,11 @@ import optax
 from jaxspreeze import algos
 from jaxspreeze.bench import brax_compat, references, suite
 from jaxspreeze.bench.record import versions
-from jaxspreeze.config import resolve
 from jaxspreeze.envs import FAMILIES, VecEnv
 from jaxspreeze.envs import base as env_base
-from jaxspreeze.iteration import Iteration, update_step
-from jaxspreeze.plan import plan
+from jaxspreeze.schedules.iteration import Iteration, update_step
+from jaxspreeze.setup.config import resolve
+from jaxspreeze.setup.plan import plan
 
 ROOT = Path(__file__).resolve().parents[1]
 OPS = (

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import jax
 
-from jaxspreeze import config, trainer
 from jaxspreeze.envs import brax as brax_family
 from jaxspreeze.envs.base import EnvParts
+from jaxspreeze.run import trainer
+from jaxspreeze.setup import config
 
 sys.path.insert(0, str(Path(__file__).parent))
 from reset_cost import first_state_reset, raw_functions

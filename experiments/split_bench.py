@@ -32,11 +32,12 @@ from typing import Any
 
 import jax
 
-from jaxspreeze import devices, schedules
+from jaxspreeze import schedules
 from jaxspreeze.bench.record import matmul_peak_flops, versions
-from jaxspreeze.config import RunConfig, resolve
-from jaxspreeze.plan import plan
-from jaxspreeze.types import Placement
+from jaxspreeze.core.types import Placement
+from jaxspreeze.setup import devices
+from jaxspreeze.setup.config import RunConfig, resolve
+from jaxspreeze.setup.plan import plan
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

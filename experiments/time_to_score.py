@@ -5,7 +5,7 @@ interleaved, each side in its own process so that imports and compilation count,
 and warm caches, plots). This script keeps the earlier table: one seed, both sides in
 this process, walls counted after compilation.
 
-Runs the rows of :data:`jaxspreeze.bench.score.TASKS` (brax and Playground: a preset per env and algorithm,
+Runs the rows of :data:`jaxspreeze.score.runners.TASKS` (brax and Playground: a preset per env and algorithm,
 a stated threshold) with jaxspreeze and with brax's own trainer, and writes OUT.json and
 OUT.md (merged with what OUT.json already holds: rows are replaced by (side, task), so the
 table can be filled one call at a time; saved after every row).
@@ -16,7 +16,7 @@ table can be filled one call at a time; saved after every row).
     python experiments/time_to_score.py --scale gpu --out RESULTS/time_to_score  # GPU sizes
 
 ``--scale gpu`` multiplies num_envs (and PPO's minibatch, SAC's batch) and the env-step
-budget of every preset (see :func:`jaxspreeze.bench.score.gpu_fields`).
+budget of every preset (see :func:`jaxspreeze.score.runners.gpu_fields`).
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ import time
 import traceback
 from pathlib import Path
 
-from jaxspreeze.bench import score
 from jaxspreeze.bench.record import versions
-from jaxspreeze.devices import describe_hardware
+from jaxspreeze.score import runners as score
+from jaxspreeze.setup.devices import describe_hardware
 
 
 def main(argv: list[str]) -> int:

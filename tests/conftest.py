@@ -91,7 +91,7 @@ TINY_RUN = dict(
 def tiny_config(tmp_path):
     """``tiny_config(**fields)``: a run of :data:`TINY_RUN`'s sizes logging under
     ``tmp_path``, with ``fields`` (the algorithm and its section) applied."""
-    from jaxspreeze.config import RunConfig
+    from jaxspreeze.setup.config import RunConfig
 
     def make(**fields):
         return RunConfig(**TINY_RUN, logdir=str(tmp_path)).replace(**fields)

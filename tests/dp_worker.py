@@ -26,20 +26,21 @@ from pathlib import Path
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-from jaxspreeze import distributed  # before jax touches a device
+from jaxspreeze.setup import distributed  # before jax touches a device
 
 distributed.initialize()
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from jaxspreeze import devices, schedules  # noqa: E402
+from jaxspreeze import schedules  # noqa: E402
 from jaxspreeze.algos.ppo import PPOConfig  # noqa: E402
 from jaxspreeze.algos.sac import SACConfig  # noqa: E402
-from jaxspreeze.config import RunConfig, resolve  # noqa: E402
-from jaxspreeze.errors import ConfigError  # noqa: E402
-from jaxspreeze.plan import plan  # noqa: E402
+from jaxspreeze.core.errors import ConfigError  # noqa: E402
 from jaxspreeze.schedules import DataParallel  # noqa: E402
+from jaxspreeze.setup import devices  # noqa: E402
+from jaxspreeze.setup.config import RunConfig, resolve  # noqa: E402
+from jaxspreeze.setup.plan import plan  # noqa: E402
 
 
 def tiny(algo: str, seeds: int = 2, chunks: int = 3, normalize_obs: bool = False) -> RunConfig:
@@ -320,8 +321,8 @@ def diverged(tree):
 
 def learn(args: argparse.Namespace) -> dict:
     """SAC on Pendulum data-parallel over every device, test_train.py's settings."""
+    from jaxspreeze.agent.evaluate import make_seed_evaluate
     from jaxspreeze.envs import make_env
-    from jaxspreeze.evaluate import make_seed_evaluate
 
     cfg = resolve(
         RunConfig(

@@ -22,14 +22,15 @@ import jax
 import numpy as np
 from split_worker import compare, where
 
-from jaxspreeze import devices, schedules
+from jaxspreeze import schedules
 from jaxspreeze.algos.ppo import PPOConfig
 from jaxspreeze.algos.sac import SACConfig
-from jaxspreeze.config import RunConfig, resolve
-from jaxspreeze.plan import plan
-from jaxspreeze.trainer import train
-from jaxspreeze.types import Transition
-from jaxspreeze.workers import Batch
+from jaxspreeze.core.types import Transition
+from jaxspreeze.host.workers import Batch
+from jaxspreeze.run.trainer import train
+from jaxspreeze.setup import devices
+from jaxspreeze.setup.config import RunConfig, resolve
+from jaxspreeze.setup.plan import plan
 
 ENV = "gymnasium/Pendulum-v1"
 

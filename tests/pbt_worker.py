@@ -28,7 +28,7 @@ from test_pbt import GRID
 from test_pbt import _cfg as pbt_cfg
 
 import jaxspreeze
-from jaxspreeze import pbt
+from jaxspreeze.run import pbt
 
 
 def raw(x):

@@ -26,15 +26,17 @@ os.environ.setdefault("JAX_NUM_CPU_DEVICES", "2")
 import jax
 import numpy as np
 
-from jaxspreeze import devices, replay, schedules
+from jaxspreeze import schedules
 from jaxspreeze.algos.base import AgentState
 from jaxspreeze.algos.ppo import PPOConfig
 from jaxspreeze.algos.sac import SACConfig
-from jaxspreeze.config import RunConfig, resolve
-from jaxspreeze.iteration import TrainState
-from jaxspreeze.plan import plan
+from jaxspreeze.core.types import Placement
+from jaxspreeze.data import replay
 from jaxspreeze.schedules import Schedule
-from jaxspreeze.types import Placement
+from jaxspreeze.schedules.iteration import TrainState
+from jaxspreeze.setup import devices
+from jaxspreeze.setup.config import RunConfig, resolve
+from jaxspreeze.setup.plan import plan
 
 # JAX's own compile events (jax.monitoring): a function traced to a jaxpr, a program compiled
 TRACE = "/jax/core/compile/jaxpr_trace_duration"
@@ -269,7 +271,7 @@ def equal(names: list[str], **changes: object) -> dict[str, object]:
 
 def learn() -> dict[str, object]:
     """SAC on Pendulum with the split placement and test_train.py's settings."""
-    from jaxspreeze.trainer import train
+    from jaxspreeze.run.trainer import train
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg = RunConfig(  # test_train.py's config, split

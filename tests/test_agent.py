@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import jaxspreeze
-from jaxspreeze.agent import Agent, load
-from jaxspreeze.config import RunConfig
-from jaxspreeze.policy import POLICY_FILE, load_policy
-from jaxspreeze.trainer import train
+from jaxspreeze.agent.agent import Agent, load
+from jaxspreeze.agent.policy import POLICY_FILE, load_policy
+from jaxspreeze.run.trainer import train
+from jaxspreeze.setup.config import RunConfig
 
 
 def _train(tmp, **fields):

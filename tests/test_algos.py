@@ -16,14 +16,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxspreeze import algos, networks, replay
+from jaxspreeze import algos, networks
 from jaxspreeze.algos import base, ddpg, ppo, sac, td3
-from jaxspreeze.config import RunConfig, fields_of, from_dict, resolve
+from jaxspreeze.core.errors import ConfigError
+from jaxspreeze.core.types import EnvSpec, Transition
+from jaxspreeze.data import replay
 from jaxspreeze.envs import env_spec
-from jaxspreeze.errors import ConfigError
-from jaxspreeze.plan import plan
-from jaxspreeze.trainer import train
-from jaxspreeze.types import EnvSpec, Transition
+from jaxspreeze.run.trainer import train
+from jaxspreeze.setup.config import RunConfig, fields_of, from_dict, resolve
+from jaxspreeze.setup.plan import plan
 
 PROBE = EnvSpec("probe", (2,), False, 1, (-1.0,), (1.0,), 10)
 CARTPOLE = EnvSpec("cartpole", (4,), True, 2, (), (), 500)
@@ -157,12 +158,12 @@ def test_all_algorithms_share_loop_buffer_and_networks():
         assert algo.on_policy == spec.on_policy
         source = _algo_source(importlib.import_module(spec.maths))
         for forbidden in (
-            "jaxspreeze.rollout",
+            "jaxspreeze.data.rollout",
             "import rollout",
             "jaxspreeze.envs",
             "make_env",
             ".step(",
-            "jaxspreeze.iteration",
+            "jaxspreeze.schedules.iteration",
             "jaxspreeze.schedules",
             "import flax",
             "nn.Dense",
@@ -407,8 +408,8 @@ def test_ppo_learns_cartpole(tmp_path):
 
 SPLIT_SCRIPT = """
 import jax, numpy as np
-from jaxspreeze.config import from_dict
-from jaxspreeze.trainer import train
+from jaxspreeze.setup.config import from_dict
+from jaxspreeze.run.trainer import train
 states = []
 for placement in ("single", "split"):
     cfg = from_dict({"algo": "ppo", "env": "gymnax/CartPole-v1", "total_steps": 1024,

@@ -18,19 +18,21 @@ import pytest
 from test_playground import PointMass
 from test_split import run_worker
 
-from jaxspreeze import algos, config, envs, networks, resume
-from jaxspreeze.agent import load
-from jaxspreeze.checkpoint_eval import evaluate_checkpoint
+from jaxspreeze import algos, envs, networks
+from jaxspreeze.agent.agent import load
+from jaxspreeze.agent.evaluate import make_evaluate
+from jaxspreeze.agent.policy import load_policy
+from jaxspreeze.agent.render import rollout_episode
 from jaxspreeze.cli import main
+from jaxspreeze.core.errors import ConfigError
+from jaxspreeze.core.types import ObsKeys
 from jaxspreeze.envs import VecEnv
 from jaxspreeze.envs import playground as pg_family
-from jaxspreeze.errors import ConfigError
-from jaxspreeze.evaluate import make_evaluate
-from jaxspreeze.plan import RunPlan
-from jaxspreeze.policy import load_policy
-from jaxspreeze.render import rollout_episode
-from jaxspreeze.trainer import train
-from jaxspreeze.types import ObsKeys
+from jaxspreeze.run.checkpoint_eval import evaluate_checkpoint
+from jaxspreeze.run.trainer import train
+from jaxspreeze.setup import config
+from jaxspreeze.setup.plan import RunPlan
+from jaxspreeze.store import resume
 
 ASYMMETRIC = ObsKeys(critic="privileged_state")  # actor: state (1 column), critic: 3 columns
 

@@ -29,8 +29,8 @@ from jaxspreeze.bench import learning
 from jaxspreeze.bench import report as bench_report
 from jaxspreeze.cli import main
 from jaxspreeze.cli.train import pinned_fields
-from jaxspreeze.config import RunConfig
-from jaxspreeze.errors import ConfigError
+from jaxspreeze.core.errors import ConfigError
+from jaxspreeze.setup.config import RunConfig
 
 
 def run(cfg=None, budget=1000.0, pinned=frozenset(), memory=10**12, out=None, **fake):

@@ -20,11 +20,12 @@ from typing import Any
 import pytest
 from fake_autotune import FakeClock, FakeProber
 
-from jaxspreeze import autotune, devices
+from jaxspreeze import autotune
 from jaxspreeze.autotune import probes
 from jaxspreeze.autotune.choose import Point, choose, choose_host
 from jaxspreeze.autotune.report import table
-from jaxspreeze.config import RunConfig
+from jaxspreeze.setup import devices
+from jaxspreeze.setup.config import RunConfig
 
 GOLDEN = Path(__file__).with_name("autotune_golden.json")
 HARDWARE = {"backend": "cpu", "devices": ["cpu"], "device_count": 1, "cpu_count": 4}

@@ -20,8 +20,8 @@ from jaxspreeze.autotune import host, probes
 from jaxspreeze.autotune.choose import Point, choose_host
 from jaxspreeze.cli import main
 from jaxspreeze.cli.train import pinned_fields
-from jaxspreeze.config import RunConfig
-from jaxspreeze.errors import ConfigError
+from jaxspreeze.core.errors import ConfigError
+from jaxspreeze.setup.config import RunConfig
 
 PENDULUM = "gymnasium/Pendulum-v1"
 

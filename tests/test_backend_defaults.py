@@ -5,9 +5,10 @@ from __future__ import annotations
 import jax
 import pytest
 
-from jaxspreeze import algos, config
+from jaxspreeze import algos
 from jaxspreeze.algos import fasttd3
-from jaxspreeze.config import RunConfig
+from jaxspreeze.setup import config
+from jaxspreeze.setup.config import RunConfig
 
 
 def test_on_the_cpu_every_algorithm_takes_its_defaults():

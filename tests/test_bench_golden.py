@@ -19,10 +19,11 @@ from typing import Any
 
 import pytest
 
-from jaxspreeze.bench import cases, references, report, score, suite
+from jaxspreeze.bench import cases, references, report, suite
 from jaxspreeze.bench.record import Workload, throughput_record, with_reference
-from jaxspreeze.errors import ConfigError
-from jaxspreeze.plan import plan
+from jaxspreeze.core.errors import ConfigError
+from jaxspreeze.score import runners as score
+from jaxspreeze.setup.plan import plan
 
 GOLDEN = Path(__file__).with_name("bench_golden.json")
 HAVE_PLAYGROUND = importlib.util.find_spec("mujoco_playground") is not None

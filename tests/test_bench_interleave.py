@@ -9,7 +9,7 @@ import pytest
 
 from jaxspreeze.bench import suite
 from jaxspreeze.bench.record import Workload
-from jaxspreeze.plan import plan
+from jaxspreeze.setup.plan import plan
 
 
 def fake_refs(

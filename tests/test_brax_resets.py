@@ -13,9 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxspreeze.core.types import EnvSpec
 from jaxspreeze.envs import VecEnv, auto_reset
 from jaxspreeze.envs import brax as brax_family
-from jaxspreeze.types import EnvSpec
 
 
 def _toy_env(num_envs: int, max_steps: int, refresh_every: int, fall_at: float = 1e9) -> VecEnv:
@@ -109,8 +109,8 @@ def test_step_without_resets_goes_on_from_the_last_state():
 def test_evaluation_program_draws_no_initial_states():
     """The evaluation's scan body holds the env's step only: no reset is traced into it
     (a training rollout's step holds one: it draws the next episodes' initial states)."""
+    from jaxspreeze.agent.evaluate import make_evaluate
     from jaxspreeze.algos.base import feed_forward, no_carry
-    from jaxspreeze.evaluate import make_evaluate
 
     env = _toy_env(num_envs=4, max_steps=10, refresh_every=2)
     act = lambda actor, obs, key, deterministic: jnp.zeros((obs.shape[0], 1))

@@ -20,17 +20,20 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxspreeze import algos, checkpoint, devices, hostenvs, schedules
-from jaxspreeze.agent import load
+from jaxspreeze import algos, schedules
+from jaxspreeze.agent.agent import load
+from jaxspreeze.agent.evaluate import make_evaluate, make_host_evaluate, make_seed_evaluate
 from jaxspreeze.algos.base import AgentState, Algorithm, BehaviourRollout
-from jaxspreeze.config import RunConfig, resolve
+from jaxspreeze.core.types import EnvSpec, reset_carry
+from jaxspreeze.data.rollout import env_init, rollout
 from jaxspreeze.envs import VecEnv, auto_reset
-from jaxspreeze.evaluate import make_evaluate, make_host_evaluate, make_seed_evaluate
-from jaxspreeze.plan import plan
-from jaxspreeze.rollout import env_init, rollout
-from jaxspreeze.trainer import train
-from jaxspreeze.types import EnvSpec, reset_carry
-from jaxspreeze.workers import ParamSlot, WorkerPool
+from jaxspreeze.host import hostenvs
+from jaxspreeze.host.workers import ParamSlot, WorkerPool
+from jaxspreeze.run.trainer import train
+from jaxspreeze.setup import devices
+from jaxspreeze.setup.config import RunConfig, resolve
+from jaxspreeze.setup.plan import plan
+from jaxspreeze.store import checkpoint
 
 ACTOR = {"w": jnp.float32(1.0)}
 

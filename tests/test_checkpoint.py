@@ -22,16 +22,19 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxspreeze import algos, checkpoint, checkpoint_eval, cli, config, devices, resume, schedules
+from jaxspreeze import algos, cli, schedules
 from jaxspreeze.algos.base import AgentState
 from jaxspreeze.algos.sac import SACConfig
-from jaxspreeze.config import RunConfig
+from jaxspreeze.core.errors import CheckpointError, ConfigError, NonFiniteError
 from jaxspreeze.envs import env_spec
-from jaxspreeze.errors import CheckpointError, ConfigError, NonFiniteError
-from jaxspreeze.guards import nonfinite_message
-from jaxspreeze.iteration import TrainState
-from jaxspreeze.plan import RunPlan, plan
-from jaxspreeze.records import chunk_record
+from jaxspreeze.run import checkpoint_eval
+from jaxspreeze.run.guards import nonfinite_message
+from jaxspreeze.run.records import chunk_record
+from jaxspreeze.schedules.iteration import TrainState
+from jaxspreeze.setup import config, devices
+from jaxspreeze.setup.config import RunConfig
+from jaxspreeze.setup.plan import RunPlan, plan
+from jaxspreeze.store import checkpoint, resume
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -341,7 +344,7 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 sys.path.insert(0, {tests!r})
 from test_checkpoint import tiny_cfg, bitwise_equal
 from jaxspreeze import checkpoint, devices, schedules
-from jaxspreeze.plan import plan
+from jaxspreeze.setup.plan import plan
 import jax
 placement = devices.resolve("split")
 assert placement.split

@@ -19,7 +19,7 @@ from jaxspreeze import algos, cli
 from jaxspreeze.cli.args import parse
 from jaxspreeze.cli.autotune import AutotuneArgs
 from jaxspreeze.cli.train import RUN_GROUPS, TrainArgs, parse_run_args, parse_train_args
-from jaxspreeze.config import RunConfig, load
+from jaxspreeze.setup.config import RunConfig, load
 
 EVERYDAY = ["-h", "--algo", "--env", "--total-steps", "--seed", "--num-seeds", "--num-envs",
             "--logdir", "--config", "--resume", "--eval-every", "--eval-episodes",

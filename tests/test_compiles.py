@@ -9,8 +9,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jaxspreeze.compiles import BACKEND, LOWER, TRACE, CompileLog
-from jaxspreeze.plan import plan
+from jaxspreeze.core.compiles import BACKEND, LOWER, TRACE, CompileLog
+from jaxspreeze.setup.plan import plan
 
 
 def test_total_is_the_union_of_the_intervals():
@@ -52,7 +52,7 @@ def test_the_summary_reports_all_compiles(tiny_cfg):
     """Every program in the summary; the evaluation compiled once, ahead of time, before
     the first chunk (its first call compiles nothing); init traced once (the memory
     estimate reads its trace); the start timed from the command."""
-    from jaxspreeze.trainer import train
+    from jaxspreeze.run.trainer import train
 
     t0 = time.time()
     with CompileLog() as log:
@@ -81,9 +81,10 @@ def test_the_summary_reports_all_compiles(tiny_cfg):
 def test_the_memory_estimate_never_traces_the_env(tiny_cfg, monkeypatch):
     """Given the init trace's shapes the estimate traces nothing (neither env step nor
     reset); on its own it traces the reset and the networks' init, never the step."""
-    from jaxspreeze import devices, memory, schedules
-    from jaxspreeze.config import resolve
+    from jaxspreeze import schedules
     from jaxspreeze.envs import VecEnv
+    from jaxspreeze.setup import devices, memory
+    from jaxspreeze.setup.config import resolve
 
     calls = {"step": 0, "reset": 0}
     for method in calls:
@@ -131,8 +132,9 @@ def test_the_warmup_compiles_beside_the_chunk(tiny_cfg, monkeypatch):
     caller's; both are ready when compile returns (running them compiles nothing more)."""
     import threading
 
-    from jaxspreeze import devices, schedules
-    from jaxspreeze.config import resolve
+    from jaxspreeze import schedules
+    from jaxspreeze.setup import devices
+    from jaxspreeze.setup.config import resolve
 
     schedule = schedules.make(plan(resolve(tiny_cfg), devices.single()))
     threads = _compile_threads(schedule, monkeypatch)
@@ -145,8 +147,9 @@ def test_the_warmup_compiles_beside_the_chunk(tiny_cfg, monkeypatch):
 
 
 def test_a_failed_warmup_compile_is_raised_by_compile(tiny_cfg, monkeypatch):
-    from jaxspreeze import devices, schedules
-    from jaxspreeze.config import resolve
+    from jaxspreeze import schedules
+    from jaxspreeze.setup import devices
+    from jaxspreeze.setup.config import resolve
 
     schedule = schedules.make(plan(resolve(tiny_cfg), devices.single()))
     with pytest.raises(RuntimeError, match="warm-up compile failed"):
@@ -182,8 +185,9 @@ def test_the_chunk_compiles_beside_the_init(tiny_cfg, monkeypatch, dispatched):
 
     import numpy as np
 
-    from jaxspreeze import devices, schedules
-    from jaxspreeze.config import resolve
+    from jaxspreeze import schedules
+    from jaxspreeze.setup import devices
+    from jaxspreeze.setup.config import resolve
 
     def run(ahead: bool):
         schedule = schedules.make(plan(resolve(tiny_cfg), devices.single()), dispatched=dispatched)
@@ -212,8 +216,9 @@ def test_the_chunk_compiles_beside_the_init(tiny_cfg, monkeypatch, dispatched):
 
 
 def test_a_failed_compile_beside_the_init_is_raised(tiny_cfg, monkeypatch):
-    from jaxspreeze import devices, schedules
-    from jaxspreeze.config import resolve
+    from jaxspreeze import schedules
+    from jaxspreeze.setup import devices
+    from jaxspreeze.setup.config import resolve
 
     schedule = schedules.make(plan(resolve(tiny_cfg), devices.single()))
     _compile_thread(schedule, monkeypatch, fail=True)
@@ -225,8 +230,9 @@ def test_a_failed_init_waits_for_the_compile_beside_it(tiny_cfg, monkeypatch):
     """The init's error is the one raised, once no thread is left compiling."""
     import threading
 
-    from jaxspreeze import devices, schedules
-    from jaxspreeze.config import resolve
+    from jaxspreeze import schedules
+    from jaxspreeze.setup import devices
+    from jaxspreeze.setup.config import resolve
 
     schedule = schedules.make(plan(resolve(tiny_cfg), devices.single()))
     compiled = threading.Event()

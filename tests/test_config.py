@@ -17,12 +17,13 @@ import jax
 import pytest
 import tyro
 
-from jaxspreeze import algos, cli, devices, envs, schedules
+from jaxspreeze import algos, cli, envs, schedules
 from jaxspreeze.algos.base import RUN_SIZES
 from jaxspreeze.algos.sac import SACConfig
-from jaxspreeze.config import ConfigError, RunConfig, from_dict, is_resolved, resolve, to_dict
-from jaxspreeze.memory import buffer_nbytes, check_memory, estimate_memory, format_memory
-from jaxspreeze.plan import plan
+from jaxspreeze.setup import devices
+from jaxspreeze.setup.config import ConfigError, RunConfig, from_dict, is_resolved, resolve, to_dict
+from jaxspreeze.setup.memory import buffer_nbytes, check_memory, estimate_memory, format_memory
+from jaxspreeze.setup.plan import plan
 
 NAN, INF = float("nan"), float("inf")
 
@@ -305,7 +306,9 @@ def test_resolve_fills_defaults_keeps_what_was_set_and_is_idempotent(name):
     assert p.steps_per_iteration == pr.steps_per_iteration
     assert p.num_iterations == pr.num_iterations and p.warmup_steps == pr.warmup_steps
     # the plan resolves and holds the resolved config; it is what config.json holds
-    assert plan(cfg.replace(env=env), on_devices=False).cfg == r.replace(env=env)
+    # (with the torso auto picks for the env's observation: the MLP for both)
+    r_env = r.replace(env=env).replace(**{name: {"torso": "mlp"}})
+    assert plan(cfg.replace(env=env), on_devices=False).cfg == r_env
     assert from_dict(to_dict(r)) == r
 
 

@@ -15,12 +15,13 @@ from types import SimpleNamespace
 import jax.numpy as jnp
 import pytest
 
-from jaxspreeze import clock, terminal, threads, trainer
+from jaxspreeze.agent.evaluate import EvalResult, Evaluator
 from jaxspreeze.algos.sac import SACConfig
-from jaxspreeze.config import RunConfig
-from jaxspreeze.evaluate import EvalResult, Evaluator
-from jaxspreeze.metrics import MetricsThread, Note
+from jaxspreeze.core import clock, terminal
+from jaxspreeze.run import threads, trainer
+from jaxspreeze.setup.config import RunConfig
 from jaxspreeze.sinks.console import ConsoleSink
+from jaxspreeze.sinks.metrics import MetricsThread, Note
 
 COMPILE_FIGURE = re.compile(r"compil\w*\D*\d+(\.\d+)?s")  # a line giving a compile time
 WALL_FIGURE = re.compile(r"\bwall \d+(\.\d+)?s")

@@ -9,8 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxspreeze import algos, config, envs, networks
-from jaxspreeze.config import RunConfig
+from jaxspreeze import algos, envs, networks
+from jaxspreeze.setup import config
+from jaxspreeze.setup.config import RunConfig
 
 OBS, ACT = jnp.ones((3, 5)), jnp.zeros((3, 2))
 

@@ -22,14 +22,15 @@ import numpy as np
 import optax
 import pytest
 
-from jaxspreeze import devices, schedules
+from jaxspreeze import schedules
 from jaxspreeze.algos import common
 from jaxspreeze.algos.sac import SACConfig
-from jaxspreeze.config import RunConfig, resolve
-from jaxspreeze.errors import ConfigError
-from jaxspreeze.iteration import Shards, reduce_metrics
-from jaxspreeze.plan import plan
-from jaxspreeze.schedules.data_parallel import DataParallel, shard_plan, shard_sizes
+from jaxspreeze.core.errors import ConfigError
+from jaxspreeze.schedules.data_parallel import DataParallel
+from jaxspreeze.schedules.iteration import Shards, reduce_metrics
+from jaxspreeze.setup import devices
+from jaxspreeze.setup.config import RunConfig, resolve
+from jaxspreeze.setup.plan import plan, shard_plan, shard_sizes
 
 WORKER = Path(__file__).with_name("dp_worker.py")
 AXES = ("data",)
@@ -220,7 +221,7 @@ def test_sac_data_parallel_learns_pendulum():
 
 
 def test_train_with_the_data_placement(tmp_path):
-    from jaxspreeze.trainer import train
+    from jaxspreeze.run.trainer import train
 
     cfg = tiny(
         logdir=str(tmp_path), run_name="dp", sinks=("jsonl",), placement="data", total_steps=96

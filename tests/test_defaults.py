@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from jaxspreeze import algos, envs
-from jaxspreeze.config import RunConfig, is_resolved, resolve
-from jaxspreeze.errors import ConfigError
-from jaxspreeze.plan import plan
-from jaxspreeze.trainer import train
+from jaxspreeze.core.errors import ConfigError
+from jaxspreeze.run.trainer import train
+from jaxspreeze.setup.config import RunConfig, is_resolved, resolve
+from jaxspreeze.setup.plan import plan
 
 DISCRETE, CONTINUOUS = "gymnax/CartPole-v1", "gymnax/Pendulum-v1"
 MATRIX = [(name, env) for name in algos.NAMES for env in (DISCRETE, CONTINUOUS)]
@@ -55,7 +55,9 @@ def test_defaults_validate_or_are_refused_clearly(name, env):
     cfg = RunConfig(algo=name, env=env)
     if _supported(name, env):
         resolved = plan(cfg, on_devices=False).cfg
-        assert resolved == resolve(cfg) and is_resolved(resolved)
+        # resolved like resolve() does, and the torso auto picks (the MLP: vectors)
+        assert resolved == resolve(cfg).replace(**{cfg.algo: {"torso": "mlp"}})
+        assert is_resolved(resolved)
         assert resolved.eval_every == resolved.total_steps // 10  # about ten evaluations
     else:
         with pytest.raises(ConfigError) as e:

@@ -10,17 +10,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxspreeze import replay
 from jaxspreeze.algos import base, ddpg, deterministic, td3
-from jaxspreeze.config import RunConfig
-from jaxspreeze.errors import ConfigError
-from jaxspreeze.types import EnvSpec, Transition
+from jaxspreeze.core.errors import ConfigError
+from jaxspreeze.core.types import EnvSpec, Transition
+from jaxspreeze.data import replay
+from jaxspreeze.setup.config import RunConfig
 
 PROBE = EnvSpec("probe", (2,), False, 1, (-2.0,), (2.0,), 10)
 
 
 def test_configs_keep_their_fields_and_defaults():
-    """DDPG's seven hyperparameters are the shared ones; TD3 has the same and its three own."""
+    """DDPG's eight hyperparameters are the shared ones; TD3 has the same and its three own."""
     shared = {
         "actor_lr": 1e-3,
         "critic_lr": 1e-3,
@@ -28,6 +28,7 @@ def test_configs_keep_their_fields_and_defaults():
         "tau": 0.005,
         "exploration_noise": 0.1,
         "hidden": (256, 256),
+        "torso": "auto",
         "normalize_obs": False,
     }
     assert dataclasses.asdict(ddpg.DDPGConfig()) == shared

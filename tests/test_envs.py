@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxspreeze.core.errors import UnknownEnvError
 from jaxspreeze.envs import FAMILIES, available_envs, check_env_name, env_spec, make_env
-from jaxspreeze.errors import UnknownEnvError
 
 
 def _run(env, steps, action_fn, seed=0):

@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 from flax import serialization
 
-from jaxspreeze import checkpoint, cli
-from jaxspreeze.evaluate import EvalResult, Snapshot
-from jaxspreeze.evalwatch import BEST_POLICY_FILE, REACHED, EvalWatch
-from jaxspreeze.trainer import train
+from jaxspreeze import cli
+from jaxspreeze.agent.evaluate import EvalResult, Snapshot
+from jaxspreeze.run.evalwatch import BEST_POLICY_FILE, REACHED, EvalWatch
+from jaxspreeze.run.trainer import train
+from jaxspreeze.store import checkpoint
 
 
 def _leaves(tree):

@@ -8,10 +8,11 @@ import dataclasses
 
 import pytest
 
-from jaxspreeze import algos, config
+from jaxspreeze import algos
 from jaxspreeze.algos import base, ppo
-from jaxspreeze.config import RunConfig
-from jaxspreeze.plan import plan
+from jaxspreeze.setup import config
+from jaxspreeze.setup.config import RunConfig
+from jaxspreeze.setup.plan import plan
 
 SIZES = ("num_envs", "rollout_steps", "batch_size", "chunk_iterations", "total_steps")
 

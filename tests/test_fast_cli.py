@@ -15,8 +15,8 @@ import sys
 
 import pytest
 
-from jaxspreeze import envids
 from jaxspreeze.cli import COMMANDS, fastcheck
+from jaxspreeze.core import envids
 
 HEAVY = ("jax", "gymnax", "brax", "mujoco", "mujoco_playground", "envpool", "flax", "optax")
 
@@ -136,7 +136,8 @@ def test_the_generated_flags_are_the_parsers(command):
 def test_every_registered_algorithm_placement_and_family_passes_the_early_check():
     """The choices are the registries': every algorithm, placement and env family (with a
     task of its list) passes; a name next to them is refused."""
-    from jaxspreeze import algos, config
+    from jaxspreeze import algos
+    from jaxspreeze.setup import config
 
     flags = fastcheck.flags("train")
     assert flags["--algo"] == algos.NAMES and flags["--placement"] == config.PLACEMENTS

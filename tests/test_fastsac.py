@@ -16,11 +16,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxspreeze import algos, replay
+from jaxspreeze import algos
 from jaxspreeze.algos import fastsac, fasttd3, sac
-from jaxspreeze.config import RunConfig, resolve
-from jaxspreeze.errors import ConfigError
-from jaxspreeze.types import EnvSpec, Transition
+from jaxspreeze.core.errors import ConfigError
+from jaxspreeze.core.types import EnvSpec, Transition
+from jaxspreeze.data import replay
+from jaxspreeze.setup.config import RunConfig, resolve
 
 PROBE = EnvSpec("probe", (3,), False, 1, (-2.0,), (2.0,), 10)
 SMALL = {"actor_hidden": (16, 16), "critic_hidden": (32, 32), "num_atoms": 11}
@@ -106,7 +107,7 @@ def test_split_pieces_equal_the_fused_iteration():
     phase with 2-step runs on the full buffer, observations normalised: the default) give
     the fused iteration bitwise, on one device (the two-device run is ``test_split_equals_the_single_device_run``)."""
     from jaxspreeze.envs import make_env
-    from jaxspreeze.iteration import Iteration
+    from jaxspreeze.schedules.iteration import Iteration
 
     run = resolve(RunConfig(algo="fastsac", num_envs=4, grad_steps=2, batch_size=16))
     cfg = fastsac.FastSACConfig(n_step=2, **SMALL)
@@ -158,8 +159,8 @@ def tiny_fastsac(tiny_config):
 
 @pytest.mark.slow  # fastsac's default run is test_defaults'; its split pieces are checked below
 def test_tiny_run_end_to_end_compiles_the_chunk_once(tiny_fastsac):
-    from jaxspreeze.compiles import TRACE, CompileLog
-    from jaxspreeze.trainer import train
+    from jaxspreeze.core.compiles import TRACE, CompileLog
+    from jaxspreeze.run.trainer import train
 
     with CompileLog() as log:
         result = train(tiny_fastsac, quiet=True)
@@ -196,7 +197,7 @@ def test_cli_algo_fastsac_runs_on_the_default_env_with_its_defaults(tmp_path):
 def test_fastsac_learns_pendulum_with_its_defaults(tmp_path):
     """The default run (no flag but where to write) beats a random policy (about -1200)
     by far: better than -400."""
-    from jaxspreeze.trainer import train
+    from jaxspreeze.run.trainer import train
 
     result = train(RunConfig(algo="fastsac", logdir=str(tmp_path), sinks=("jsonl",)), quiet=True)
     assert result.summary["final_eval_return"] > -400, result.summary

@@ -12,11 +12,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxspreeze import algos, networks, replay
+from jaxspreeze import algos, networks
 from jaxspreeze.algos import fasttd3
-from jaxspreeze.config import RunConfig
-from jaxspreeze.errors import ConfigError
-from jaxspreeze.types import EnvSpec, Transition
+from jaxspreeze.core.errors import ConfigError
+from jaxspreeze.core.types import EnvSpec, Transition
+from jaxspreeze.data import replay
+from jaxspreeze.setup.config import RunConfig
 
 PROBE = EnvSpec("probe", (3,), False, 1, (-2.0,), (2.0,), 10)
 P = jnp.array([[0.1, 0.2, 0.3, 0.25, 0.15]])  # a distribution on the atoms -2 -1 0 1 2
@@ -243,8 +244,8 @@ def _metrics(run_dir) -> list[dict]:
 
 @pytest.mark.slow  # fasttd3's default run is test_defaults'; compile-once is SAC's and PPO's there
 def test_tiny_run_end_to_end_compiles_the_chunk_once(tiny_fasttd3):
-    from jaxspreeze.compiles import TRACE, CompileLog
-    from jaxspreeze.trainer import train
+    from jaxspreeze.core.compiles import TRACE, CompileLog
+    from jaxspreeze.run.trainer import train
 
     with CompileLog() as log:
         result = train(tiny_fasttd3, quiet=True)
@@ -260,7 +261,7 @@ def test_tiny_run_end_to_end_compiles_the_chunk_once(tiny_fasttd3):
 
 @pytest.mark.slow  # same seed, same result: SAC's whole-run check is in the default run
 def test_same_seed_same_params(tiny_fasttd3):
-    from jaxspreeze.trainer import train
+    from jaxspreeze.run.trainer import train
 
     a = train(tiny_fasttd3.replace(run_name="a"), quiet=True, save=False)
     b = train(tiny_fasttd3.replace(run_name="b"), quiet=True, save=False)
@@ -291,7 +292,7 @@ def test_cli_algo_fasttd3_runs_on_the_default_env(tmp_path, capsys):
 def test_fasttd3_learns_pendulum_with_its_defaults(tmp_path):
     """The default run (no flag but where to write) beats a random policy (about -1200)
     by far: better than -400."""
-    from jaxspreeze.trainer import train
+    from jaxspreeze.run.trainer import train
 
     result = train(RunConfig(algo="fasttd3", logdir=str(tmp_path), sinks=("jsonl",)), quiet=True)
     assert result.summary["final_eval_return"] > -400, result.summary

@@ -21,9 +21,11 @@ import pytest
 from test_defaults import _tiny as tiny_defaults
 from test_resume_changes import T1, T2, copy_run, snapshot, train_once
 
-from jaxspreeze import checkpoint, cli, rundir, starting
-from jaxspreeze.config import RunConfig, resolve
-from jaxspreeze.plan import plan
+from jaxspreeze import cli
+from jaxspreeze.run import starting
+from jaxspreeze.setup.config import RunConfig, resolve
+from jaxspreeze.setup.plan import plan
+from jaxspreeze.store import checkpoint, rundir
 
 TINY_FLAGS = [
     "--num-envs", "2", "--grad-steps", "1", "--batch-size", "8", "--buffer-size", "64",

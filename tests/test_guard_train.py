@@ -7,10 +7,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxspreeze import checkpoint, config, devices, guards, rundir, schedules
-from jaxspreeze.errors import NonFiniteError
-from jaxspreeze.plan import plan
-from jaxspreeze.trainer import train
+from jaxspreeze import schedules
+from jaxspreeze.core.errors import NonFiniteError
+from jaxspreeze.run import guards
+from jaxspreeze.run.trainer import train
+from jaxspreeze.setup import config, devices
+from jaxspreeze.setup.plan import plan
+from jaxspreeze.store import checkpoint, rundir
 
 
 def test_injected_nan_stops_and_keeps_last_good_checkpoint(tiny_cfg, monkeypatch):

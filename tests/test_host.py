@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 from test_sinks import read_csv, read_tensorboard
 
-from jaxspreeze import metrics, threads, trainer
+from jaxspreeze.agent.evaluate import EvalResult, Evaluator, make_seed_evaluate, snapshot_copy
+from jaxspreeze.agent.policy import load_policy
 from jaxspreeze.algos.sac import SACConfig
-from jaxspreeze.config import RunConfig
-from jaxspreeze.evaluate import EvalResult, Evaluator, make_seed_evaluate, snapshot_copy
-from jaxspreeze.plan import RunPlan
-from jaxspreeze.policy import load_policy
+from jaxspreeze.run import threads, trainer
+from jaxspreeze.setup.config import RunConfig
+from jaxspreeze.setup.plan import RunPlan
+from jaxspreeze.sinks import metrics
 
 TRACE = "/jax/core/compile/jaxpr_trace_duration"  # JAX's own event: a function traced
 
@@ -80,8 +81,8 @@ def test_evaluator_latest_wins_counts_skips_and_survives_errors():
 
 
 def test_evaluator_return_equals_a_direct_call_of_evaluate(tmp_path):
+    from jaxspreeze.agent.evaluate import make_evaluate
     from jaxspreeze.envs import make_env
-    from jaxspreeze.evaluate import make_evaluate
 
     cfg = tiny(tmp_path, num_seeds=2)
     algo = RunPlan.saved(cfg).make_algorithm()

@@ -19,12 +19,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxspreeze import checkpoint
 from jaxspreeze.cli import main, report
-from jaxspreeze.config import RunConfig
-from jaxspreeze.errors import ConfigError
-from jaxspreeze.plan import plan
-from jaxspreeze.workers import ParamSlot, WorkerError, WorkerPool, WorkerStalledError
+from jaxspreeze.core.errors import ConfigError
+from jaxspreeze.host.workers import ParamSlot, WorkerError, WorkerPool, WorkerStalledError
+from jaxspreeze.setup.config import RunConfig
+from jaxspreeze.setup.plan import plan
+from jaxspreeze.store import checkpoint
 
 STALL_AFTER = 250  # steps of one env before its step blocks
 STALL_S = 5.0  # how long it blocks (bounded, so the test can see the thread end)

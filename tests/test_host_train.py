@@ -12,18 +12,18 @@ import jax
 import numpy as np
 import pytest
 
-from jaxspreeze import config as config_lib
 from jaxspreeze import schedules
-from jaxspreeze.bench import score_tasks
-from jaxspreeze.checkpoint import list_checkpoints, read_manifest, restore
-from jaxspreeze.checkpoint_eval import evaluate_checkpoint
-from jaxspreeze.config import RunConfig
-from jaxspreeze.errors import ConfigError
-from jaxspreeze.plan import plan
+from jaxspreeze.core.errors import ConfigError
+from jaxspreeze.host.workers import WorkerError
+from jaxspreeze.run.checkpoint_eval import evaluate_checkpoint
+from jaxspreeze.run.trainer import train
 from jaxspreeze.schedules.host_async import AHEAD_ITERATIONS, QUEUE_BLOCKS, HostAsync
 from jaxspreeze.schedules.host_rollout import HostRollout
-from jaxspreeze.trainer import train
-from jaxspreeze.workers import WorkerError
+from jaxspreeze.score import tasks as score_tasks
+from jaxspreeze.setup import config as config_lib
+from jaxspreeze.setup.config import RunConfig
+from jaxspreeze.setup.plan import plan
+from jaxspreeze.store.checkpoint import list_checkpoints, read_manifest, restore
 
 PENDULUM = "gymnasium/Pendulum-v1"
 CARTPOLE = "gymnasium/CartPole-v1"
@@ -96,7 +96,7 @@ def test_config_accepts_host_envs_and_refuses_what_is_not_supported():
 
 
 def test_make_picks_the_host_schedule(tmp_path):
-    from jaxspreeze import devices
+    from jaxspreeze.setup import devices
 
     cfg = plan(small(tmp_path), on_devices=False).cfg
     schedule = schedules.make(plan(cfg, devices.resolve("single")))

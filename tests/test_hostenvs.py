@@ -8,9 +8,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from jaxspreeze import hostenvs
-from jaxspreeze.errors import UnknownEnvError
-from jaxspreeze.hostenvs import host_env_spec, make_host_env
+from jaxspreeze.core.errors import UnknownEnvError
+from jaxspreeze.host import hostenvs
+from jaxspreeze.host.hostenvs import host_env_spec, make_host_env
 
 HAS_ENVPOOL = importlib.util.find_spec("envpool") is not None
 needs_envpool = pytest.mark.skipif(

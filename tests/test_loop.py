@@ -11,11 +11,11 @@ from __future__ import annotations
 import jax
 import pytest
 
-from jaxspreeze import devices
-from jaxspreeze.config import RunConfig, resolve
-from jaxspreeze.errors import ConfigError
-from jaxspreeze.plan import plan
+from jaxspreeze.core.errors import ConfigError
 from jaxspreeze.schedules import chunking
+from jaxspreeze.setup import devices
+from jaxspreeze.setup.config import RunConfig, resolve
+from jaxspreeze.setup.plan import plan
 
 
 def test_auto_is_single_on_one_device():

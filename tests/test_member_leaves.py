@@ -20,13 +20,15 @@ import pytest
 from flax import serialization
 
 import jaxspreeze
-from jaxspreeze import algos, pbt, population
+from jaxspreeze import algos
 from jaxspreeze.algos import members
-from jaxspreeze.checkpoint import list_checkpoints
-from jaxspreeze.checkpoint_eval import evaluate_checkpoint
-from jaxspreeze.config import from_dict
 from jaxspreeze.envs import env_spec
-from jaxspreeze.trainer import train
+from jaxspreeze.run import pbt
+from jaxspreeze.run.checkpoint_eval import evaluate_checkpoint
+from jaxspreeze.run.trainer import train
+from jaxspreeze.setup import population
+from jaxspreeze.setup.config import from_dict
+from jaxspreeze.store.checkpoint import list_checkpoints
 
 # each algorithm's added member fields, with a non-default value each (a second member
 # takes 0.5x the first field's)
@@ -86,7 +88,7 @@ def test_a_new_field_is_read_from_its_leaf(algo):
     """The leaf, not the config, drives the update: a state whose leaves are set to the
     values acts and updates as the algorithm made with those values (one jitted program
     for both)."""
-    from jaxspreeze.plan import plan
+    from jaxspreeze.setup.plan import plan
 
     spec = algos.get(algo)
     run = plan(from_dict({"algo": algo, algo: SMALL[algo]}), on_devices=False).cfg
@@ -171,7 +173,7 @@ def test_pbt_perturbs_the_new_fields_by_its_factors():
     for name in ("clip_eps", "ent_coef"):
         assert events[0]["factors"][name] in pbt.FACTORS
         assert new[name] == float(np.float32(values[0][name] * events[0]["factors"][name]))
-    from jaxspreeze.plan import plan
+    from jaxspreeze.setup.plan import plan
 
     spec, run = algos.get("ppo"), plan(cfg, on_devices=False).cfg
     algo = spec.make(run.ppo, env_spec(cfg.env), run)

@@ -342,7 +342,7 @@ def test_launch_is_a_command(capsys):
 
 
 def test_one_process_needs_no_initialisation(monkeypatch):
-    from jaxspreeze import distributed
+    from jaxspreeze.setup import distributed
 
     for name in ("JAXSPREEZE_COORDINATOR", "JAXSPREEZE_NUM_PROCESSES", "JAXSPREEZE_PROCESS_ID",
                  "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):  # fmt: skip

@@ -21,11 +21,11 @@ import pytest
 
 from jaxspreeze import algos, networks
 from jaxspreeze.algos import spec as algo_spec
-from jaxspreeze.config import RunConfig
-from jaxspreeze.errors import ConfigError
+from jaxspreeze.core.errors import ConfigError
+from jaxspreeze.core.types import EnvSpec
 from jaxspreeze.networks import torsos
-from jaxspreeze.plan import plan
-from jaxspreeze.types import EnvSpec
+from jaxspreeze.setup.config import RunConfig
+from jaxspreeze.setup.plan import plan
 
 B = 5
 GRID, IMAGE, VECTOR = (10, 10, 4), (84, 84, 4), (7,)

@@ -132,16 +132,16 @@ def test_notebook_is_sound(path):
 def test_the_api_check_catches_a_wrong_name():
     """The static check fails on a missing or private name (it is not vacuous)."""
     tree = ast.parse(
-        "from jaxspreeze import config, nope\nimport jaxspreeze\n"
-        "config.resolve(x); config._group(y); jaxspreeze.config.missing_function()"
+        "from jaxspreeze.setup import config\nfrom jaxspreeze import nope\nimport jaxspreeze\n"
+        "config.resolve(x); config._group(y); jaxspreeze.setup.config.missing_function()"
     )
     problems = {f"{m}:{'.'.join(p)}": _resolve(m, p) for m, p in uses_of_jaxspreeze(tree)}
     assert problems["jaxspreeze:nope"] == "jaxspreeze has no nope"
-    assert problems["jaxspreeze.config:_group"] == "jaxspreeze.config._group is private"
-    assert problems["jaxspreeze:config.missing_function"] == (
-        "jaxspreeze.config has no missing_function"
+    assert problems["jaxspreeze.setup.config:_group"] == "jaxspreeze.setup.config._group is private"
+    assert problems["jaxspreeze:setup.config.missing_function"] == (
+        "jaxspreeze.setup.config has no missing_function"
     )
-    assert problems["jaxspreeze.config:resolve"] is None
+    assert problems["jaxspreeze.setup.config:resolve"] is None
 
 
 @pytest.mark.slow

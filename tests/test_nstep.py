@@ -9,11 +9,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxspreeze import replay
 from jaxspreeze.algos import common, fasttd3
-from jaxspreeze.config import RunConfig, resolve
-from jaxspreeze.errors import ConfigError
-from jaxspreeze.types import Transition
+from jaxspreeze.core.errors import ConfigError
+from jaxspreeze.core.types import Transition
+from jaxspreeze.data import replay
+from jaxspreeze.setup.config import RunConfig, resolve
 
 G = 0.5  # gamma: powers are exact
 
@@ -127,7 +127,7 @@ def _filled(num_envs: int, steps: int, capacity: int) -> replay.ReplayState:
 
 
 def fasttd3_spec():
-    from jaxspreeze.types import EnvSpec
+    from jaxspreeze.core.types import EnvSpec
 
     return EnvSpec("probe", (3,), False, 1, (-1.0,), (1.0,), 10)
 
@@ -183,7 +183,7 @@ def test_n_step_checks(n_step, changes, field):
 @pytest.mark.slow  # the fold is checked by hand above; fastsac's 3-step update is in the default run
 def test_fasttd3_n_step_runs_and_differs_from_one_step(tmp_path):
     """A tiny FastTD3 run with n_step 3 trains (finite) and learns other parameters."""
-    from jaxspreeze.trainer import train
+    from jaxspreeze.run.trainer import train
 
     base = RunConfig(
         algo="fasttd3",

@@ -7,9 +7,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxspreeze import networks, replay
+from jaxspreeze import networks
 from jaxspreeze.algos import common, off_policy, sac
-from jaxspreeze.types import EnvSpec, Transition
+from jaxspreeze.core.types import EnvSpec, Transition
+from jaxspreeze.data import replay
 
 SPEC = EnvSpec("probe", (3,), False, 2, (-1.0, -1.0), (1.0, 1.0), 10)
 

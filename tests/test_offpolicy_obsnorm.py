@@ -20,13 +20,16 @@ import numpy as np
 import pytest
 from test_checkpoint import host_copy  # a copy of a state (a chunk donates the one it is given)
 
-from jaxspreeze import algos, checkpoint, devices, replay, schedules
+from jaxspreeze import algos, schedules
 from jaxspreeze.algos import common, off_policy
 from jaxspreeze.algos.sac import SACConfig
-from jaxspreeze.config import RunConfig, resolve
+from jaxspreeze.core.types import Transition
+from jaxspreeze.data import replay
 from jaxspreeze.envs import env_spec
-from jaxspreeze.plan import plan
-from jaxspreeze.types import Transition
+from jaxspreeze.setup import devices
+from jaxspreeze.setup.config import RunConfig, resolve
+from jaxspreeze.setup.plan import plan
+from jaxspreeze.store import checkpoint
 
 OFF_POLICY = ("sac", "td3", "ddpg", "fasttd3", "fastsac")
 PRIOR = 1e-4  # common.stats_init's count
@@ -203,7 +206,7 @@ def test_saved_policy_acts_with_the_statistics_saved_with_it(tmp_path):
     loaded agent's action stays that of the saved statistics however the statistics of a
     running actor move on."""
     import jaxspreeze
-    from jaxspreeze.trainer import train
+    from jaxspreeze.run.trainer import train
 
     cfg = tiny(num_seeds=1, logdir=str(tmp_path), run_name="norm")
     result = train(cfg, quiet=True)
@@ -265,7 +268,7 @@ def test_data_parallel_merges_every_shards_observations():
 def test_host_learner_merges_every_stored_block(tmp_path):
     """Host envs (HostAsync): the learner merges each block's observations as it stores
     it, so the statistics are those of every transition in the buffer (warm-up included)."""
-    from jaxspreeze.trainer import train
+    from jaxspreeze.run.trainer import train
 
     cfg = RunConfig(
         algo="sac",
@@ -308,7 +311,7 @@ def test_split_host_learner_equals_one_device_with_the_statistics(tmp_path):
 def test_a_saved_fasttd3_run_from_before_the_option_loads_as_it_trained(tmp_path):
     """A run's config.json without ``fasttd3.normalize_obs`` (saved before the option)
     reads as trained without normalisation; a preset without it takes the default (on)."""
-    from jaxspreeze import config
+    from jaxspreeze.setup import config
 
     data = config.to_dict(RunConfig(algo="fasttd3"))
     for name in ("fasttd3", "fastsac"):

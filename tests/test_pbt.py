@@ -15,10 +15,10 @@ import pytest
 from test_sweep import _cfg as sweep_cfg
 
 import jaxspreeze
-from jaxspreeze import pbt
-from jaxspreeze.config import from_dict
-from jaxspreeze.errors import ConfigError
-from jaxspreeze.trainer import train
+from jaxspreeze.core.errors import ConfigError
+from jaxspreeze.run import pbt
+from jaxspreeze.run.trainer import train
+from jaxspreeze.setup.config import from_dict
 
 GRID = {"actor_lr": [1e-5, 1e-4, 1e-3, 3e-3], "gamma": [0.95]}
 

@@ -13,7 +13,8 @@ from test_pbt import _cfg as pbt_cfg
 from test_sinks import read_tensorboard
 
 import jaxspreeze
-from jaxspreeze import pbt, plots
+from jaxspreeze.run import pbt
+from jaxspreeze.sinks import figures as plots
 from jaxspreeze.sinks import scalars
 
 SINKS = ["jsonl", "tensorboard", "plots"]
@@ -86,7 +87,7 @@ def test_lineage_segments_follow_the_copies(runs):
 
 
 def json_cfg(run_dir):
-    from jaxspreeze.config import from_dict
+    from jaxspreeze.setup.config import from_dict
 
     return from_dict(json.loads((run_dir / "config.json").read_text()))
 

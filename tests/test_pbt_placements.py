@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from test_pbt import _cfg as pbt_cfg
 
-from jaxspreeze import population
-from jaxspreeze.errors import ConfigError
+from jaxspreeze.core.errors import ConfigError
+from jaxspreeze.setup import population
 
 WORKER = Path(__file__).with_name("pbt_worker.py")
 
@@ -68,8 +68,8 @@ def _placement(processes: list[int], kind: str = "data"):
 
 
 def test_pbt_over_several_processes_is_refused_when_placed(tmp_path):
-    from jaxspreeze import devices
-    from jaxspreeze.plan import plan
+    from jaxspreeze.setup import devices
+    from jaxspreeze.setup.plan import plan
 
     cfg = pbt_cfg(tmp_path, "x", population=population.encode([{"actor_lr": 1e-3}] * 2))
     population.check_pbt_placement(cfg, _placement([0, 0]))  # one process: fine

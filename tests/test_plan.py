@@ -7,11 +7,13 @@ import dataclasses
 
 import pytest
 
-from jaxspreeze import algos, config, devices, resume, schedules
-from jaxspreeze import plan as plan_lib
-from jaxspreeze.config import RunConfig, fields_of
-from jaxspreeze.errors import ConfigError
-from jaxspreeze.plan import RunPlan, plan
+from jaxspreeze import algos, schedules
+from jaxspreeze.core.errors import ConfigError
+from jaxspreeze.setup import config, devices
+from jaxspreeze.setup import plan as plan_lib
+from jaxspreeze.setup.config import RunConfig, fields_of
+from jaxspreeze.setup.plan import RunPlan, plan
+from jaxspreeze.store import resume
 
 # the sets each kind held as lists in resume.py and trainer.py before they became metadata
 SHAPE = {"algo", "env", "actor_obs_key", "critic_obs_key", "num_envs", "num_seeds", "buffer_size",
@@ -168,7 +170,7 @@ def test_plan_rejects_what_is_not_a_config():
 def test_a_run_plans_once(tiny_cfg, monkeypatch):
     """``train`` plans its config once: one plan, one registry look-up, one resolution
     (nothing re-derives the config after the set-up)."""
-    from jaxspreeze import starting, trainer
+    from jaxspreeze.run import starting, trainer
 
     # tiny_cfg's run (the compile cache holds its programs), made before the counting
     cfg = tiny_cfg.replace(sinks=(), placement="single")
@@ -203,8 +205,8 @@ def test_a_saved_config_is_planned_without_its_checks_again():
 
 
 def test_a_refusal_names_the_flag_the_user_gave_not_a_default_that_follows():
-    from jaxspreeze.config import RunConfig
-    from jaxspreeze.errors import ConfigError
+    from jaxspreeze.core.errors import ConfigError
+    from jaxspreeze.setup.config import RunConfig
 
     with pytest.raises(ConfigError) as e:
         plan(RunConfig(num_envs=10**9), on_devices=False)

@@ -16,15 +16,16 @@ import numpy as np
 import pytest
 from flax import struct
 
-from jaxspreeze import algos, config
+from jaxspreeze import algos
 from jaxspreeze.cli import main
 from jaxspreeze.cli.train import parse_train_args
+from jaxspreeze.core.errors import ConfigError, UnknownEnvError
+from jaxspreeze.core.types import ObsKeys
 from jaxspreeze.envs import VecEnv, available_envs, check_env_name, env_spec, make_env
 from jaxspreeze.envs import playground as pg_family
-from jaxspreeze.errors import ConfigError, UnknownEnvError
-from jaxspreeze.plan import plan
-from jaxspreeze.trainer import train
-from jaxspreeze.types import ObsKeys
+from jaxspreeze.run.trainer import train
+from jaxspreeze.setup import config
+from jaxspreeze.setup.plan import plan
 
 HAVE_PLAYGROUND = importlib.util.find_spec("mujoco_playground") is not None
 needs_playground = pytest.mark.skipif(

@@ -12,7 +12,7 @@ import pytest
 
 from jaxspreeze import networks
 from jaxspreeze.algos import common, ppo, ppo_losses, ppo_policy
-from jaxspreeze.types import EnvSpec, Transition
+from jaxspreeze.core.types import EnvSpec, Transition
 
 # ratios r = [0.5, 0.9, 1.5] against advantages A = [1, -1, 2], clip_eps 0.2:
 # clip(r) = [0.8, 0.9, 1.2]; r A = [0.5, -0.9, 3.0]; clip(r) A = [0.8, -0.9, 2.4];

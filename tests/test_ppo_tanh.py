@@ -13,15 +13,17 @@ import numpy as np
 import pytest
 from test_checkpoint import bitwise_equal, host_leaves, tiny_cfg
 
-from jaxspreeze import checkpoint, config, devices, networks, schedules
+from jaxspreeze import networks, schedules
 from jaxspreeze.algos import common, ppo, ppo_losses, ppo_policy
-from jaxspreeze.bench import score_tasks
-from jaxspreeze.compiles import BACKEND, CompileLog
-from jaxspreeze.config import from_dict
+from jaxspreeze.core.compiles import BACKEND, CompileLog
+from jaxspreeze.core.errors import ConfigError
+from jaxspreeze.core.types import EnvSpec, Transition
 from jaxspreeze.envs import env_spec, make_env
-from jaxspreeze.errors import ConfigError
-from jaxspreeze.plan import plan
-from jaxspreeze.types import EnvSpec, Transition
+from jaxspreeze.score import tasks as score_tasks
+from jaxspreeze.setup import config, devices
+from jaxspreeze.setup.config import from_dict
+from jaxspreeze.setup.plan import plan
+from jaxspreeze.store import checkpoint
 
 
 def _np_tanh_logp(mean, std, t) -> float:
@@ -218,8 +220,8 @@ def test_tiny_tanh_ppo_trains_on_pendulum_and_compiles_its_chunk_once(tmp_path):
     """policy=tanh with normalize_obs on gymnax/Pendulum-v1 through the trainer: finite,
     the steps counted, the chunk compiled once for its 3 chunks, and the saved policy
     carries the run's final observation statistics (bitwise), which moved from their start."""
-    from jaxspreeze.policy import load_policy
-    from jaxspreeze.trainer import train
+    from jaxspreeze.agent.policy import load_policy
+    from jaxspreeze.run.trainer import train
 
     cfg = from_dict(
         {
@@ -250,7 +252,7 @@ def test_obs_statistics_resume_bitwise_and_the_evaluation_reads_them_frozen(tmp_
     uninterrupted one bitwise. The evaluation acts with the statistics it is given and
     leaves them as they were: acting on raw observations with the restored statistics
     equals the policy of the normalised ones, and other statistics act differently."""
-    from jaxspreeze.evaluate import make_evaluate
+    from jaxspreeze.agent.evaluate import make_evaluate
 
     cfg = tiny_cfg(
         algo="ppo", batch_size=2, num_envs=2, rollout_steps=2, learning_starts=0,

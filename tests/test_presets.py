@@ -16,10 +16,12 @@ from pathlib import Path
 import jax
 import pytest
 
-from jaxspreeze import algos, config
-from jaxspreeze.bench import score, score_tasks
-from jaxspreeze.errors import ConfigError
-from jaxspreeze.plan import plan
+from jaxspreeze import algos
+from jaxspreeze.core.errors import ConfigError
+from jaxspreeze.score import runners as score
+from jaxspreeze.score import tasks as score_tasks
+from jaxspreeze.setup import config
+from jaxspreeze.setup.plan import plan
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -49,7 +51,7 @@ def test_the_presets_ship_as_package_data(tmp_path):
     """The presets live in the package (pyproject's package-data names them) and
     ``jaxspreeze score`` reads them there: from a copy of the package alone, away from the
     source tree, every row's preset is found and loads."""
-    package = Path(config.__file__).parent
+    package = Path(config.__file__).parents[1]  # jaxspreeze/ (config: jaxspreeze/setup/)
     assert PRESETS == package / "presets"
     data = tomllib.loads((package.parent / "pyproject.toml").read_text())
     globs = data["tool"]["setuptools"]["package-data"]["jaxspreeze"]

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from jax._src import compilation_cache
 
-from jaxspreeze import cachedir, programs
 from jaxspreeze.cli import main as cli_main
-from jaxspreeze.programs import ProgramCache
+from jaxspreeze.core import cachedir, programs
+from jaxspreeze.core.programs import ProgramCache
 
 FN = staticmethod(lambda x: jnp.sin(x) * 2 + 1)
 X = jnp.arange(8.0)
@@ -233,7 +233,7 @@ def test_bad_sizes_and_directories_are_refused_in_one_line(tmp_path, capsys):
 
 
 def test_a_read_only_compile_cache_is_one_warning_line(tmp_path, capsys, monkeypatch):
-    from jaxspreeze.caches import enable_compile_cache
+    from jaxspreeze.run.caches import enable_compile_cache
 
     read_only = tmp_path / "ro"
     read_only.mkdir()
@@ -259,7 +259,7 @@ def test_entries_left_without_use_times_do_not_break_the_capped_cache(tmp_path, 
     Turning the cache on gives such entries a use time (their file's)."""
     from jax._src.lru_cache import LRUCache
 
-    from jaxspreeze.caches import enable_compile_cache
+    from jaxspreeze.run.caches import enable_compile_cache
 
     root = tmp_path / "xla"
     root.mkdir()

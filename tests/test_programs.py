@@ -1,4 +1,4 @@
-"""The program cache: compiled programs kept across processes (jaxspreeze.programs).
+"""The program cache: compiled programs kept across processes (jaxspreeze.core.programs).
 
 A kept program is found again only for the same code, run and argument shapes; it computes
 bitwise what the traced program computes; a damaged entry is compiled again; programs that
@@ -19,10 +19,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxspreeze import config, devices, programs, schedules
-from jaxspreeze.caches import program_run
-from jaxspreeze.plan import plan
-from jaxspreeze.programs import ProgramCache
+from jaxspreeze import schedules
+from jaxspreeze.core import programs
+from jaxspreeze.core.programs import ProgramCache
+from jaxspreeze.run.caches import program_run
+from jaxspreeze.setup import config, devices
+from jaxspreeze.setup.plan import plan
 
 ON = {"JAXSPREEZE_PROGRAM_CACHE": "on"}
 
@@ -173,7 +175,7 @@ LAPACK = textwrap.dedent(
     """
     import sys
     import jax, jax.numpy as jnp, numpy as np
-    from jaxspreeze.programs import ProgramCache
+    from jaxspreeze.core.programs import ProgramCache
     cache = ProgramCache(sys.argv[1], ("lapack",))
     a = jnp.array([[4.0, 1.0], [1.0, 3.0]])
     fn = lambda m: jnp.linalg.cholesky(m) @ jnp.linalg.inv(m)

@@ -1,7 +1,7 @@
 """One list per registry, read by everything.
 
 The algorithm registry (``jaxspreeze.algos``: each algorithm's config and ``SPEC`` in its
-no-JAX ``<name>_config.py``) and ``jaxspreeze.config`` import without JAX; each spec's maths
+no-JAX ``<name>_config.py``) and ``jaxspreeze.setup.config`` import without JAX; each spec's maths
 module is the one it names. A new env family registers once (``envids.FAMILIES``) and a
 new algorithm once (``algos._SPECS``): a fake of each, put into the registries before
 anything reads them, is accepted by every consumer (config's checks, the early check,
@@ -38,7 +38,7 @@ def test_config_and_the_algorithm_registry_import_without_jax():
     out = run_child(
         f"""
         import sys
-        import jaxspreeze.config as config
+        import jaxspreeze.setup.config as config
         from jaxspreeze import algos
         from jaxspreeze.cli import fastcheck
         for spec in algos.all_specs():
@@ -66,8 +66,8 @@ def test_each_spec_is_its_maths_modules_and_names_its_member_fields():
 # the fake family's adapter: gymnax's Pendulum under another family's name
 TOY_ADAPTER = """
 from jaxspreeze.envs import gymnax
-from jaxspreeze.errors import UnknownEnvError
-from jaxspreeze.types import EnvSpec
+from jaxspreeze.core.errors import UnknownEnvError
+from jaxspreeze.core.types import EnvSpec
 
 PREFIX = "toy"
 
@@ -116,7 +116,7 @@ algos._BY_NAME["toy"] = toy
 from jaxspreeze import config, programs, render
 from jaxspreeze.cli import fastcheck
 from jaxspreeze.envs import env_ids
-from jaxspreeze.plan import plan
+from jaxspreeze.setup.plan import plan
 
 cfg = config.RunConfig(algo="toy", env="toy/Swing-v0", toy=ToyConfig(hidden=(8,)))
 config.check_fields(config.resolve(cfg))

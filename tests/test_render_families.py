@@ -12,10 +12,13 @@ import jax
 import numpy as np
 import pytest
 
-from jaxspreeze import cli, hostenvs, render, rundir
-from jaxspreeze.config import RunConfig
-from jaxspreeze.plan import RunPlan
-from jaxspreeze.policy import save_policy
+from jaxspreeze import cli
+from jaxspreeze.agent import render
+from jaxspreeze.agent.policy import save_policy
+from jaxspreeze.host import hostenvs
+from jaxspreeze.setup.config import RunConfig
+from jaxspreeze.setup.plan import RunPlan
+from jaxspreeze.store import rundir
 
 
 def _backend() -> str | None:

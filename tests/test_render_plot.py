@@ -13,13 +13,16 @@ import numpy as np
 import pytest
 from test_host_train import tiny_ppo
 
-from jaxspreeze import cli, plots, render, rundir
+from jaxspreeze import cli
+from jaxspreeze.agent import render
+from jaxspreeze.agent.policy import save_policy
 from jaxspreeze.algos.ppo import PPOConfig
 from jaxspreeze.algos.sac import SACConfig
-from jaxspreeze.config import RunConfig
-from jaxspreeze.plan import RunPlan
-from jaxspreeze.policy import save_policy
+from jaxspreeze.setup.config import RunConfig
+from jaxspreeze.setup.plan import RunPlan
 from jaxspreeze.sinks import JsonlSink, NotebookPlotSink
+from jaxspreeze.sinks import figures as plots
+from jaxspreeze.store import rundir
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -157,7 +160,7 @@ def test_render_a_trained_gymnasium_cartpole_ppo_run(tmp_path, capsys):
     import imageio.v3 as iio
 
     import jaxspreeze
-    from jaxspreeze.trainer import train
+    from jaxspreeze.run.trainer import train
 
     # test_host_train's tiny PPO run (the compile cache serves its programs), one chunk
     cfg = tiny_ppo(tmp_path, run_name="gym", total_steps=256)

@@ -8,8 +8,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jaxspreeze import replay
-from jaxspreeze.types import EnvSpec, Transition
+from jaxspreeze.core.types import EnvSpec, Transition
+from jaxspreeze.data import replay
 
 
 def _example():

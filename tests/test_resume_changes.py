@@ -22,14 +22,15 @@ import optax
 import pytest
 from test_checkpoint import bitwise_equal, host_leaves
 
-from jaxspreeze import algos, checkpoint, cli, envs, resume
+from jaxspreeze import algos, cli, envs
 from jaxspreeze.algos import members
 from jaxspreeze.algos.base import AgentState
 from jaxspreeze.algos.sac import SACConfig
-from jaxspreeze.config import RunConfig, resolve
-from jaxspreeze.iteration import TrainState
-from jaxspreeze.plan import plan
-from jaxspreeze.trainer import train
+from jaxspreeze.run.trainer import train
+from jaxspreeze.schedules.iteration import TrainState
+from jaxspreeze.setup.config import RunConfig, resolve
+from jaxspreeze.setup.plan import plan
+from jaxspreeze.store import checkpoint, resume
 
 # 2 envs x 4 iterations = 8 env steps per chunk; an 8-step warm-up; a checkpoint per chunk
 TINY = dict(

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from jaxspreeze import checkpoint
+from jaxspreeze.store import checkpoint
 
 pytestmark = pytest.mark.slow  # two CLI trainings in subprocesses
 

@@ -6,8 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxspreeze.data.rollout import EnvCarry, env_init, rollout
 from jaxspreeze.envs import make_env
-from jaxspreeze.rollout import EnvCarry, env_init, rollout
 
 
 def test_scan_rollout_equals_python_loop():

@@ -22,9 +22,10 @@ import pytest
 from test_resume_changes import T1, T2, copy_run, snapshot, tiny_cfg, train_once
 from test_sinks import read_csv
 
-from jaxspreeze import checkpoint, cli, rundir
-from jaxspreeze.errors import ConfigError
-from jaxspreeze.trainer import train
+from jaxspreeze import cli
+from jaxspreeze.core.errors import ConfigError
+from jaxspreeze.run.trainer import train
+from jaxspreeze.store import checkpoint, rundir
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,10 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jaxspreeze import replay
 from jaxspreeze.algos import sac
-from jaxspreeze.config import RunConfig
-from jaxspreeze.types import EnvSpec, Transition
+from jaxspreeze.core.types import EnvSpec, Transition
+from jaxspreeze.data import replay
+from jaxspreeze.setup.config import RunConfig
 
 SPEC = EnvSpec("probe", (2,), False, 1, (-1.0,), (1.0,), 10)
 

@@ -14,8 +14,11 @@ import textwrap
 
 import pytest
 
-from jaxspreeze.bench import score_rows, score_run, score_sides, score_tasks
 from jaxspreeze.cli import main
+from jaxspreeze.score import rows as score_rows
+from jaxspreeze.score import runs as score_run
+from jaxspreeze.score import sides as score_sides
+from jaxspreeze.score import tasks as score_tasks
 
 ROW = "sac-Pendulum-v1"  # a gymnax row; the stand-ins run gymnax rows
 
@@ -24,8 +27,8 @@ FAKE = textwrap.dedent(
     """Stand-in sides for tests/test_score.py (no JAX)."""
     import os, time
     from pathlib import Path
-    from jaxspreeze.bench.score_rows import row
-    from jaxspreeze.bench.score_sides import Side
+    from jaxspreeze.score.rows import row
+    from jaxspreeze.score.sides import Side
 
     def _run(name, returns, task, run):
         cache = Path(run.compile_cache)
@@ -261,7 +264,8 @@ def test_a_real_tiny_row_end_to_end(tmp_path):
 def test_rejax_options_give_each_network_its_own_table(row):
     """rejax's create_agent pops "activation" from a network's table and writes the function
     back: two networks sharing one table (TD3's actor and critic) broke the second."""
-    from jaxspreeze.bench import score, score_peers
+    from jaxspreeze.score import peers as score_peers
+    from jaxspreeze.score import runners as score
 
     task = score_tasks.ROWS[row]
     first = score_peers._rejax_config(score.preset_config(task), task)

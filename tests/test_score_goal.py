@@ -8,8 +8,11 @@ import json
 
 import pytest
 
-from jaxspreeze.bench import score_goal, score_rows, score_run, score_tasks
 from jaxspreeze.cli import main
+from jaxspreeze.score import goal as score_goal
+from jaxspreeze.score import rows as score_rows
+from jaxspreeze.score import runs as score_run
+from jaxspreeze.score import tasks as score_tasks
 
 
 def _run(task, side, seed, *, before, per_step, returns, cache="cold", every=1000):

@@ -7,8 +7,8 @@ import json
 import jax
 import numpy as np
 
-from jaxspreeze.config import from_dict
-from jaxspreeze.trainer import train
+from jaxspreeze.run.trainer import train
+from jaxspreeze.setup.config import from_dict
 
 
 def _run(tmp_path, num_seeds: int, seed: int):

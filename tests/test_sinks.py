@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from tensorboardX.proto import event_pb2
 
-from jaxspreeze.metrics import MetricsThread
 from jaxspreeze.sinks import ConsoleSink, CsvSink, JsonlSink, TensorBoardSink, make_sinks
+from jaxspreeze.sinks.metrics import MetricsThread
 
 
 def read_csv(path: str | Path) -> list[dict[str, str]]:

@@ -19,10 +19,10 @@ import pytest
 from test_data_parallel import run_worker
 from test_multiprocess import clean_env, launched
 
-from jaxspreeze import devices
-from jaxspreeze.config import RunConfig
-from jaxspreeze.errors import ConfigError
-from jaxspreeze.plan import plan
+from jaxspreeze.core.errors import ConfigError
+from jaxspreeze.setup import devices
+from jaxspreeze.setup.config import RunConfig
+from jaxspreeze.setup.plan import plan
 
 TRAIN = ["--algo", "sac", "--num-envs", "4", "--batch-size", "16", "--buffer-size", "400",
          "--learning-starts", "64", "--chunk-iterations", "10", "--sac.hidden", "8",

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from jaxspreeze.stopping import GracefulStop, StopRequested
+from jaxspreeze.run.stopping import GracefulStop, StopRequested
 
 
 def wait_for(stop: GracefulStop) -> None:
@@ -69,7 +69,7 @@ def test_no_op_outside_the_main_thread():
 
 KILL_CHILD = """
 import os, signal, sys, time
-from jaxspreeze.stopping import GracefulStop, StopRequested
+from jaxspreeze.run.stopping import GracefulStop, StopRequested
 with GracefulStop(second="kill") as stop:
     os.kill(os.getpid(), signal.SIGINT)
     while not stop.requested:
@@ -107,7 +107,7 @@ def test_a_signal_while_starting_raises_stop_requested():
 BLOCKED_CHILD = """
 import contextlib, os, signal, sys, threading, time
 import jax, jax.numpy as jnp
-from jaxspreeze.stopping import GracefulStop, StopRequested
+from jaxspreeze.run.stopping import GracefulStop, StopRequested
 loop = jax.jit(lambda x, n: jax.lax.fori_loop(0, n, lambda i, x: x * 1.0000001 + 1e-9, x))
 x = jnp.ones(())
 loop(x, 10).block_until_ready()  # compiled
@@ -159,7 +159,8 @@ def test_the_stop_line_matches_the_checkpoint_on_disk(at, tiny_cfg, monkeypatch,
     """A stop after a middle chunk writes the checkpoint its line names; a stop after the
     last chunk ends the run as a complete one (its checkpoint and final evaluation), never
     a line promising a checkpoint that is not there."""
-    from jaxspreeze import checkpoint, evalwatch, trainer
+    from jaxspreeze.run import evalwatch, trainer
+    from jaxspreeze.store import checkpoint
 
     first = []
 

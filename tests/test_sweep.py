@@ -19,10 +19,11 @@ import numpy as np
 import pytest
 
 import jaxspreeze
-from jaxspreeze import algos, population
-from jaxspreeze.config import from_dict
-from jaxspreeze.errors import ConfigError
-from jaxspreeze.trainer import train
+from jaxspreeze import algos
+from jaxspreeze.core.errors import ConfigError
+from jaxspreeze.run.trainer import train
+from jaxspreeze.setup import population
+from jaxspreeze.setup.config import from_dict
 
 SAC = algos.get("sac")
 
@@ -104,7 +105,7 @@ def test_every_member_field_has_a_setter_on_a_state_leaf():
     """Each algorithm's member fields are float fields of its config, and the setter moves
     exactly the leaves it names (a plain init with another value gives the same leaves)."""
     from jaxspreeze.envs import env_spec
-    from jaxspreeze.plan import plan
+    from jaxspreeze.setup.plan import plan
 
     for spec in algos.all_specs():
         assert spec.member_fields, spec.name
@@ -125,8 +126,8 @@ def test_every_member_field_has_a_setter_on_a_state_leaf():
 
 
 def test_a_population_that_does_not_fit_names_the_members_that_would(monkeypatch):
-    from jaxspreeze import memory
-    from jaxspreeze.plan import plan
+    from jaxspreeze.setup import memory
+    from jaxspreeze.setup.plan import plan
 
     cfg = _cfg("/tmp", "unused", population=population.encode([{"gamma": 0.9}] * 8))
     planned = plan(cfg, on_devices=False)
@@ -291,7 +292,7 @@ PLACEMENT_CHILD = """
 import json, sys
 import jax, numpy as np
 import jaxspreeze
-from jaxspreeze.config import from_dict
+from jaxspreeze.setup.config import from_dict
 base = json.loads(sys.argv[1])
 grid = {"actor_lr": [1e-3, 3e-3], "gamma": [0.95]}
 out = {}
@@ -333,8 +334,8 @@ def test_split_and_data_parallel_populations(tmp_path):
 
 
 def test_a_population_run_acts_with_its_best_member_by_default(tmp_path):
-    from jaxspreeze.config import RunConfig
-    from jaxspreeze.policy import best_slot
+    from jaxspreeze.agent.policy import best_slot
+    from jaxspreeze.setup.config import RunConfig
 
     cfg = RunConfig(num_seeds=2, population=("actor_lr=0.001",) * 3)
     assert best_slot(tmp_path, cfg) == 0  # no summary yet

@@ -5,8 +5,8 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from jaxspreeze.config import RunConfig
-from jaxspreeze.trainer import train
+from jaxspreeze.run.trainer import train
+from jaxspreeze.setup.config import RunConfig
 
 
 def test_sac_learns_pendulum(tmp_path):

@@ -6,8 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxspreeze import transfer
-from jaxspreeze.types import Transition
+from jaxspreeze.core.types import Transition
+from jaxspreeze.data import transfer
 
 
 def example():

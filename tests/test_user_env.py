@@ -1,6 +1,6 @@
 """Your own gymnasium env, passed from Python: ``jaxspreeze.train(cfg, env=...)``.
 
-The env enters :mod:`jaxspreeze.hostenvs` under ``user/<ClassName>`` and is a host env
+The env enters :mod:`jaxspreeze.host.hostenvs` under ``user/<ClassName>`` and is a host env
 from then on; the run directory records it, ``jaxspreeze.load`` predicts with it in a
 later process, and what needs the env itself (stepping, resuming from the CLI) asks for it
 to be passed again.
@@ -16,12 +16,13 @@ import numpy as np
 import pytest
 
 import jaxspreeze
-from jaxspreeze import hostenvs, rundir
-from jaxspreeze.config import RunConfig
+from jaxspreeze.agent.policy import save_policy
+from jaxspreeze.core.errors import ConfigError, UnknownEnvError
 from jaxspreeze.envs import env_spec, is_host_env
-from jaxspreeze.errors import ConfigError, UnknownEnvError
-from jaxspreeze.plan import RunPlan
-from jaxspreeze.policy import save_policy
+from jaxspreeze.host import hostenvs
+from jaxspreeze.setup.config import RunConfig
+from jaxspreeze.setup.plan import RunPlan
+from jaxspreeze.store import rundir
 
 NAME = "user/PendulumEnv"
 

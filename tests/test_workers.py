@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxspreeze.hostenvs import make_host_env
-from jaxspreeze.workers import (
+from jaxspreeze.host.hostenvs import make_host_env
+from jaxspreeze.host.workers import (
     ParamSlot,
     Throttle,
     WorkerError,

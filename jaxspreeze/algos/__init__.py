@@ -21,7 +21,7 @@ from jaxspreeze.algos import (
     td3_config,
 )
 from jaxspreeze.algos.spec import AlgoSpec
-from jaxspreeze.errors import ConfigError
+from jaxspreeze.core.errors import ConfigError
 
 _SPECS: tuple[AlgoSpec, ...] = (
     sac_config.SPEC,

@@ -15,8 +15,6 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxspreeze import replay
-
 # the registry's no-JAX half (algos/spec.py), re-exported: what an algorithm is to the registry
 from jaxspreeze.algos.spec import (  # noqa: F401
     FIELD_KINDS,
@@ -34,7 +32,8 @@ from jaxspreeze.algos.spec import (  # noqa: F401
     filled,
     kinds,
 )
-from jaxspreeze.types import Carry, PyTree, Transition, reset_carry
+from jaxspreeze.core.types import Carry, PyTree, Transition, reset_carry
+from jaxspreeze.data import replay
 
 Metrics = dict[str, jax.Array]
 Phase = Callable[[PyTree, PyTree, Any, jax.Array], tuple[PyTree, Metrics]]
@@ -74,7 +73,7 @@ class Algorithm:
       whose leaves are ``[N, ...]``; ``initial_carry(N)`` is its value at an episode's
       first step, and whoever steps envs resets a row to it where an episode starts (at
       the start, and after a termination or a truncation:
-      :func:`~jaxspreeze.types.reset_carry`). A feed-forward policy's carry is ``()``
+      :func:`~jaxspreeze.core.types.reset_carry`). A feed-forward policy's carry is ``()``
       (:func:`no_carry`, the default ``initial_carry``) and its ``act`` is
       :func:`feed_forward` of a stateless one: an empty carry adds nothing to a program.
     - ``actor_view(actor)``: what the critic side needs from the actor side (e.g. the
@@ -123,7 +122,7 @@ class Algorithm:
 
     def start_rows(self, carry: Carry, starts: jax.Array) -> Carry:
         """``carry [N, ...]`` reset to :attr:`initial_carry` where ``starts [N]`` (episodes
-        start there): :func:`~jaxspreeze.types.reset_carry`."""
+        start there): :func:`~jaxspreeze.core.types.reset_carry`."""
         return reset_carry(carry, self.initial_carry(starts.shape[0]), starts)
 
 

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxspreeze.types import PyTree, Transition
+from jaxspreeze.core.types import PyTree, Transition
 
 # the named axes a data-parallel schedule is tracing one shard's step under (None: none)
 _DATA_AXES: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar(

@@ -10,7 +10,7 @@ from typing import Any
 
 from jaxspreeze.algos import base, deterministic
 from jaxspreeze.algos.ddpg_config import SPEC, DDPGConfig, supports, validate  # noqa: F401
-from jaxspreeze.types import EnvSpec
+from jaxspreeze.core.types import EnvSpec
 
 VARIANT = deterministic.Variant("ddpg")
 

@@ -9,7 +9,7 @@ from jaxspreeze.algos import deterministic_config
 from jaxspreeze.algos import spec as base
 
 if TYPE_CHECKING:
-    from jaxspreeze.types import EnvSpec
+    from jaxspreeze.core.types import EnvSpec
 
 
 @dataclass(frozen=True)

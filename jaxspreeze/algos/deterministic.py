@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from jaxspreeze import networks
 from jaxspreeze.algos import base, common, members, off_policy
 from jaxspreeze.algos.deterministic_config import DeterministicConfig
-from jaxspreeze.types import EnvSpec, PyTree, Transition
+from jaxspreeze.core.types import EnvSpec, PyTree, Transition
 
 
 class Smoothing(NamedTuple):

@@ -4,10 +4,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
 
 from jaxspreeze.algos import spec as base
-from jaxspreeze.errors import ConfigError
+from jaxspreeze.core.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -26,7 +25,7 @@ class DeterministicConfig:
     """Std of the Gaussian exploration noise, as a fraction of the action range half-width."""
     hidden: tuple[int, ...] = field(default=(256, 256), metadata=base.kinds("shape"))
     """Hidden layer widths of the actor and the critic."""
-    torso: Literal["auto", "mlp", "minatar", "nature", "impala"] = field(
+    torso: base.Torso = field(
         default="auto", metadata=base.kinds("shape", absent="mlp")
     )
     """The networks' torso before the hidden layers: auto = minatar for an image

@@ -40,7 +40,7 @@ from jaxspreeze.algos.fastsac_config import (  # noqa: F401
     supports,
     validate,
 )
-from jaxspreeze.types import EnvSpec, PyTree
+from jaxspreeze.core.types import EnvSpec, PyTree
 
 
 def _init(cfg: FastSACConfig, spec: EnvSpec, nets: Any, txs: Any, key: jax.Array):

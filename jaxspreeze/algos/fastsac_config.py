@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 from jaxspreeze.algos import fasttd3_config as fasttd3
 from jaxspreeze.algos import spec as base
-from jaxspreeze.errors import ConfigError
+from jaxspreeze.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from jaxspreeze.types import EnvSpec
+    from jaxspreeze.core.types import EnvSpec
 
 # The run-level defaults: FastTD3's (2 gradient steps of 256 per 8-env step, replay ratio
 # 64: the paper's 2 x 32,768 / 1,024 scaled to a 2-core CPU; on a GPU or TPU the paper's

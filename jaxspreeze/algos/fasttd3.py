@@ -25,7 +25,7 @@ needs no episode signal in ``act`` and gives the same spread of scales over the 
 Evaluation acts deterministically and uses none.
 
 *n-step returns* (``n_step``, default 1): the critic samples runs of ``n_step``
-consecutive transitions of one env (:func:`~jaxspreeze.replay.sample_sequences`) and folds
+consecutive transitions of one env (:func:`~jaxspreeze.data.replay.sample_sequences`) and folds
 them (:func:`~jaxspreeze.algos.common.nstep`: rewards summed with discount up to the first
 episode end; a termination bootstraps from 0, a truncation from its kept final
 observation) into a target ``R + gamma^m (1 - terminated) Z``. FastTD3 uses 1-step returns
@@ -43,7 +43,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxspreeze import networks, replay
+from jaxspreeze import networks
 from jaxspreeze.algos import base, common, deterministic, members, off_policy
 from jaxspreeze.algos.fasttd3_config import (  # noqa: F401
     ACCELERATOR_DEFAULTS,
@@ -59,7 +59,8 @@ from jaxspreeze.algos.fasttd3_config import (  # noqa: F401
     supports,
     validate,
 )
-from jaxspreeze.types import EnvSpec, PyTree, Transition
+from jaxspreeze.core.types import EnvSpec, PyTree, Transition
+from jaxspreeze.data import replay
 
 
 class FastTD3Actor(NamedTuple):

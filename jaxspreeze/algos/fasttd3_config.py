@@ -4,14 +4,14 @@ entry, without JAX (the maths: :mod:`jaxspreeze.algos.fasttd3`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from jaxspreeze.algos import deterministic_config
 from jaxspreeze.algos import spec as base
-from jaxspreeze.errors import ConfigError
+from jaxspreeze.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from jaxspreeze.types import EnvSpec
+    from jaxspreeze.core.types import EnvSpec
 
 # The run-level defaults: FastTD3's shape, 2 gradient steps per vectorised env step at a
 # replay ratio of 2 x 256 / 8 = 64 (the paper's 2 x 32,768 / 1,024), sized so that
@@ -70,7 +70,7 @@ class RecipeConfig:
     """Hidden layer widths of the actor (the paper's on a GPU: 512 256 128)."""
     critic_hidden: tuple[int, ...] = field(default=(256, 256), metadata=base.kinds("shape"))
     """Hidden layer widths of each critic, wider than the actor (on a GPU: 1024 512 256)."""
-    torso: Literal["auto", "mlp", "minatar", "nature", "impala"] = field(
+    torso: base.Torso = field(
         default="auto", metadata=base.kinds("shape", absent="mlp")
     )
     """The networks' torso before the hidden layers: auto = minatar for an image
@@ -147,7 +147,7 @@ def check_n_step(cfg: Any, prefix: str, run: Any) -> None:
     With ``run`` (the algorithm in use): the warm-up must hold a run of ``n_step``
     transitions of every env (``learning_starts >= (n_step - 1) * num_envs``), and one
     host worker must write the buffer (several interleave their envs' blocks, so an env's
-    next transition is not ``num_envs`` slots on: :func:`~jaxspreeze.replay.sample_sequences`).
+    next transition is not ``num_envs`` slots on: :func:`~jaxspreeze.data.replay.sample_sequences`).
     """
     _check_integer(cfg.n_step, f"{prefix}n_step")
     if cfg.n_step < 1:

@@ -15,9 +15,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxspreeze import networks, replay
+from jaxspreeze import networks
 from jaxspreeze.algos import base, common
-from jaxspreeze.types import EnvSpec, PyTree, Transition
+from jaxspreeze.core.types import EnvSpec, PyTree, Transition
+from jaxspreeze.data import replay
 
 # the off-policy actors: SAC's squashed Gaussian, TD3's and DDPG's deterministic policy
 Actor = networks.TanhGaussianActor | networks.DeterministicActor

@@ -35,7 +35,7 @@ from jaxspreeze.algos.ppo_config import (  # noqa: F401
     supports,
     validate,
 )
-from jaxspreeze.types import EnvSpec, PyTree, Transition
+from jaxspreeze.core.types import EnvSpec, PyTree, Transition
 
 
 class PPOActor(NamedTuple):

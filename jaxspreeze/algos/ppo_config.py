@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from jaxspreeze.algos import spec as base
-from jaxspreeze.errors import ConfigError
+from jaxspreeze.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from jaxspreeze.types import EnvSpec
+    from jaxspreeze.core.types import EnvSpec
 
 # the continuous policies (--ppo.policy) and the tanh policy's std forms (--ppo.tanh-std)
 CONTINUOUS = ("clipped", "tanh")
@@ -45,7 +45,7 @@ class PPOConfig:
     """Normalise advantages per minibatch."""
     hidden: tuple[int, ...] = field(default=(64, 64), metadata=base.kinds("shape"))
     """Hidden layer widths of the policy and the value network."""
-    torso: Literal["auto", "mlp", "minatar", "nature", "impala"] = field(
+    torso: base.Torso = field(
         default="auto", metadata=base.kinds("shape", absent="mlp")
     )
     """The networks' torso before the hidden layers: auto = minatar for an image

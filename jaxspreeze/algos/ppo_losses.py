@@ -14,7 +14,7 @@ import jax.numpy as jnp
 
 from jaxspreeze import networks
 from jaxspreeze.algos import common
-from jaxspreeze.types import PyTree, Transition
+from jaxspreeze.core.types import PyTree, Transition
 
 
 class PolicyLossInfo(NamedTuple):

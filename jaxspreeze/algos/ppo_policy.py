@@ -22,7 +22,7 @@ import jax.numpy as jnp
 
 from jaxspreeze import networks
 from jaxspreeze.algos.ppo_config import CONTINUOUS, TANH_STDS
-from jaxspreeze.types import EnvSpec, PyTree
+from jaxspreeze.core.types import EnvSpec, PyTree
 
 
 def categorical_log_prob_entropy(

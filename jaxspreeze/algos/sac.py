@@ -13,7 +13,7 @@ import optax
 from jaxspreeze import networks
 from jaxspreeze.algos import base, common, members, off_policy
 from jaxspreeze.algos.sac_config import SPEC, SACConfig, supports, validate  # noqa: F401
-from jaxspreeze.types import EnvSpec, PyTree, Transition
+from jaxspreeze.core.types import EnvSpec, PyTree, Transition
 
 
 class SACActor(NamedTuple):

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from jaxspreeze.algos import spec as base
 
 if TYPE_CHECKING:
-    from jaxspreeze.types import EnvSpec
+    from jaxspreeze.core.types import EnvSpec
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class SACConfig:
     hidden: tuple[int, ...] = field(default=(128, 128), metadata=base.kinds("shape"))
     """Hidden layer widths of the actor and the critic (2x128 keeps the default run short
     on a CPU; the benchmarks use 2x256)."""
-    torso: Literal["auto", "mlp", "minatar", "nature", "impala"] = field(
+    torso: base.Torso = field(
         default="auto", metadata=base.kinds("shape", absent="mlp")
     )
     """The networks' torso before the hidden layers: auto = minatar for an image

@@ -14,13 +14,12 @@ import importlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from jaxspreeze.errors import ConfigError
+from jaxspreeze.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from jaxspreeze.algos.base import Algorithm
-    from jaxspreeze.types import EnvSpec
+    from jaxspreeze.core.types import EnvSpec
 
 # RunConfig's run-level sizes whose default each algorithm chooses (AlgoSpec.defaults)
 RUN_SIZES = (
@@ -206,7 +205,7 @@ class AlgoSpec:
         if not self.label:
             object.__setattr__(self, "label", self.name.upper())
 
-    def make(self, cfg: Any, env_spec: EnvSpec, run: Any) -> Algorithm:
+    def make(self, cfg: Any, env_spec: EnvSpec, run: Any) -> Any:  # an algos.base.Algorithm
         """Bind the algorithm to its config, the env and the resolved run's sizes (imports
         its maths, and JAX)."""
         return importlib.import_module(self.maths).make(cfg, env_spec, run)
@@ -265,7 +264,9 @@ def check_hidden(cfg: Any, prefix: str) -> None:
 
 # the values of every algorithm's ``torso`` field (its Literal names the same): auto and
 # the names of jaxspreeze.networks.TORSOS (tests/test_networks.py compares)
-TORSOS = ("auto", "mlp", "minatar", "nature", "impala")
+# the --<algo>.torso choices (every algorithm's config types its field with it)
+Torso = Literal["auto", "mlp", "minatar", "nature", "impala"]
+TORSOS: tuple[str, ...] = get_args(Torso)
 
 
 def check_torso(cfg: Any, prefix: str) -> None:

@@ -17,7 +17,7 @@ from jaxspreeze.algos.td3_config import (  # noqa: F401
     supports,
     validate,
 )
-from jaxspreeze.types import EnvSpec
+from jaxspreeze.core.types import EnvSpec
 
 
 def make(cfg: TD3Config, spec: EnvSpec, run: Any) -> base.Algorithm:

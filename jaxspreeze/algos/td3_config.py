@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Any
 
 from jaxspreeze.algos import deterministic_config
 from jaxspreeze.algos import spec as base
-from jaxspreeze.errors import ConfigError
+from jaxspreeze.core.errors import ConfigError
 
 if TYPE_CHECKING:
-    from jaxspreeze.types import EnvSpec
+    from jaxspreeze.core.types import EnvSpec
 
 
 @dataclass(frozen=True)

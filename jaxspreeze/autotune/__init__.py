@@ -45,7 +45,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from jaxspreeze import algos, config, devices, envs
+from jaxspreeze import algos, envs
 from jaxspreeze.algos.base import AlgoSpec
 from jaxspreeze.autotune import choose, probes
 from jaxspreeze.autotune.choose import (
@@ -81,10 +81,11 @@ from jaxspreeze.autotune.profile import (
 )
 from jaxspreeze.autotune.profile import write as write_profile
 from jaxspreeze.autotune.report import describe_workers, table
-from jaxspreeze.caches import enable_compile_cache
-from jaxspreeze.config import RunConfig
-from jaxspreeze.errors import ConfigError
-from jaxspreeze.plan import plan
+from jaxspreeze.core.errors import ConfigError
+from jaxspreeze.run.caches import enable_compile_cache
+from jaxspreeze.setup import config, devices
+from jaxspreeze.setup.config import RunConfig
+from jaxspreeze.setup.plan import plan
 
 __all__ = [
     "HOST_TUNED",

@@ -46,10 +46,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from jaxspreeze import algos, config
-from jaxspreeze.config import RunConfig
-from jaxspreeze.errors import ConfigError
-from jaxspreeze.types import Record
+from jaxspreeze import algos
+from jaxspreeze.core.errors import ConfigError
+from jaxspreeze.core.types import Record
+from jaxspreeze.setup import config
+from jaxspreeze.setup.config import RunConfig
 
 TUNED = ("num_envs", "batch_size", "grad_steps", "chunk_iterations")
 HOST_TUNED = (*TUNED, "host_workers")  # host envs: the sampling workers too

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from jaxspreeze import algos, config
+from jaxspreeze import algos
 from jaxspreeze.autotune.choose import (
     BATCH_TOLERANCE,
     Point,
@@ -29,7 +29,8 @@ from jaxspreeze.autotune.choose import (
     target_replay_ratio,
 )
 from jaxspreeze.autotune.probes import MIN_REP_S, REPS
-from jaxspreeze.config import RunConfig
+from jaxspreeze.setup import config
+from jaxspreeze.setup.config import RunConfig
 
 SAMPLING_SHARE = (0.15, 0.5)  # of the budget, for the sampling grid (see sampling_share)
 WALK_SHARE = 0.85  # both grids (the rest: timing all points again, see retime)

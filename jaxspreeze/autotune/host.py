@@ -2,7 +2,7 @@
 
 For ``gymnasium/<id>`` and ``envpool/<task>`` runs (the host schedule,
 :class:`~jaxspreeze.schedules.HostAsync`) the envs step on the host CPU in W worker
-threads (:class:`~jaxspreeze.workers.WorkerPool`) while the learner updates on the
+threads (:class:`~jaxspreeze.host.workers.WorkerPool`) while the learner updates on the
 device, at the target replay ratio. :class:`HostProber` measures both sides:
 
 - **sampling** (:meth:`HostProber.host_sampling`): a worker pool with W workers over n
@@ -28,14 +28,16 @@ import time
 
 import jax
 
-from jaxspreeze import config, replay, schedules
+from jaxspreeze import schedules
 from jaxspreeze.autotune.choose import Point
 from jaxspreeze.autotune.grid import geometric, plan_grids
 from jaxspreeze.autotune.probes import REPS, RealProber
-from jaxspreeze.config import RunConfig
-from jaxspreeze.plan import plan
+from jaxspreeze.data import replay
+from jaxspreeze.host.workers import ParamSlot, WorkerPool
 from jaxspreeze.schedules.host_async import AHEAD_ITERATIONS, QUEUE_BLOCKS
-from jaxspreeze.workers import ParamSlot, WorkerPool
+from jaxspreeze.setup import config
+from jaxspreeze.setup.config import RunConfig
+from jaxspreeze.setup.plan import plan
 
 CHECK_S = 3.0  # seconds the check of the choice trains (after its first chunk)
 CHECK_CHUNK_S = 0.5  # seconds per chunk in the check (the first one is not timed)

@@ -5,7 +5,7 @@ runs it once untimed, then times ``REPS`` repetitions of enough chained calls to
 ``MIN_REP_S`` each, blocking until the results are ready before each timer stops; the
 rate is the median. Memory is estimated before anything is allocated (``replay.nbytes``,
 ``jax.eval_shape``) and checked again against XLA's own count after compiling. The update
-probe times :func:`jaxspreeze.iteration.update_step`, the training loop's own
+probe times :func:`jaxspreeze.schedules.iteration.update_step`, the training loop's own
 critic-then-actor step.
 """
 
@@ -22,11 +22,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxspreeze import envs, iteration, replay
+from jaxspreeze import envs
 from jaxspreeze.autotune.choose import Point
-from jaxspreeze.plan import RunPlan
-from jaxspreeze.rollout import env_init, rollout
-from jaxspreeze.types import EnvSpec, Transition
+from jaxspreeze.core.types import EnvSpec, Transition
+from jaxspreeze.data import replay
+from jaxspreeze.data.rollout import env_init, rollout
+from jaxspreeze.schedules import iteration
+from jaxspreeze.setup.plan import RunPlan
 
 REPS = 5  # timed repetitions per point (the rate is their median)
 MIN_REP_S = 0.05  # each repetition runs enough calls to last at least this long

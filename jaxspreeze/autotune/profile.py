@@ -14,7 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from jaxspreeze import config, devices
 from jaxspreeze.autotune.choose import (
     BATCH_TOLERANCE,
     HOST_TUNED,
@@ -25,9 +24,10 @@ from jaxspreeze.autotune.choose import (
     update_ratio,
 )
 from jaxspreeze.autotune.report import plot, table
-from jaxspreeze.config import RunConfig
-from jaxspreeze.errors import ConfigError
-from jaxspreeze.plan import plan
+from jaxspreeze.core.errors import ConfigError
+from jaxspreeze.setup import config, devices
+from jaxspreeze.setup.config import RunConfig
+from jaxspreeze.setup.plan import plan
 
 FORMAT = "jaxspreeze-autotune"
 VERSION = 2  # 2: the choice keeps the configured gradient steps per env step (issue 17)

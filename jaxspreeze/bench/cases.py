@@ -17,7 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxspreeze import algos, devices, iteration, replay, schedules
+from jaxspreeze import algos, schedules
+from jaxspreeze.agent.evaluate import make_evaluate
 from jaxspreeze.algos.base import AgentState
 from jaxspreeze.bench.record import (
     Record,
@@ -28,14 +29,15 @@ from jaxspreeze.bench.record import (
     flops_of,
     throughput_record,
 )
-from jaxspreeze.config import RunConfig, resolve
+from jaxspreeze.core.types import EnvSpec, Transition
+from jaxspreeze.data import replay
+from jaxspreeze.data.rollout import env_init, rollout
 from jaxspreeze.envs import VecEnv, env_spec, make_env
-from jaxspreeze.evaluate import make_evaluate
-from jaxspreeze.iteration import TrainState
-from jaxspreeze.plan import plan, steps_per_iteration, warmup_steps
-from jaxspreeze.rollout import env_init, rollout
-from jaxspreeze.schedules import Schedule
-from jaxspreeze.types import EnvSpec, Transition
+from jaxspreeze.schedules import Schedule, iteration
+from jaxspreeze.schedules.iteration import TrainState
+from jaxspreeze.setup import devices
+from jaxspreeze.setup.config import RunConfig, resolve
+from jaxspreeze.setup.plan import plan, steps_per_iteration, warmup_steps
 
 HIDDEN = (256, 256)
 # the fast recipes' widths in FastTD3's paper (a GPU's): a categorical twin critic wider
@@ -182,7 +184,7 @@ def _update_program(
 ):
     """(step(agent, data, key), agent, data, algorithm) for one update call.
 
-    ``step`` is :func:`~jaxspreeze.iteration.update_step` (the critic-then-actor step
+    ``step`` is :func:`~jaxspreeze.schedules.iteration.update_step` (the critic-then-actor step
     under the staleness rule) with a fresh key per call. ``abstract``: agent and data are
     shapes only (for lowering, e.g. cost analysis).
     """

@@ -31,12 +31,13 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxspreeze import autotune, config, schedules
+from jaxspreeze import autotune, schedules
+from jaxspreeze.agent.evaluate import make_seed_evaluate
 from jaxspreeze.bench.record import Record, versions, with_reference
-from jaxspreeze.config import RunConfig
 from jaxspreeze.envs import make_env
-from jaxspreeze.evaluate import make_seed_evaluate
-from jaxspreeze.plan import plan
+from jaxspreeze.setup import config
+from jaxspreeze.setup.config import RunConfig
+from jaxspreeze.setup.plan import plan
 
 SEEDS = 3
 AUTOTUNE_BUDGET_S = 30.0

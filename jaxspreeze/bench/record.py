@@ -18,7 +18,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxspreeze import devices
+from jaxspreeze.setup import devices
 
 Record = dict[str, Any]
 

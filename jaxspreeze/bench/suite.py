@@ -31,8 +31,8 @@ from jaxspreeze.bench.record import (
     with_reference,
 )
 from jaxspreeze.bench.report import row
-from jaxspreeze.config import RunConfig
 from jaxspreeze.envs import playground
+from jaxspreeze.setup.config import RunConfig
 
 SAMPLING_ENVS = ("gymnax/Pendulum-v1", "gymnax/CartPole-v1", "brax/ant")
 UPDATE_ALGOS = ("sac", "td3", "ppo")

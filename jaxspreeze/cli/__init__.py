@@ -15,9 +15,9 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from jaxspreeze import clock
 from jaxspreeze.cli.common import BAD_INPUT, FAULT, config_error, fail, os_error
-from jaxspreeze.errors import (
+from jaxspreeze.core import clock
+from jaxspreeze.core.errors import (
     CheckpointError,
     ConfigError,
     HostEnvError,
@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             raise
         return report(e)
-    except KeyboardInterrupt as e:  # jaxspreeze.stopping.StopRequested: stopped while starting
+    except KeyboardInterrupt as e:  # jaxspreeze.run.stopping.StopRequested: stopped while starting
         name = getattr(e, "signal_name", None)
         if debug or name is None:
             raise

@@ -19,8 +19,8 @@ from typing import Annotated
 import tyro
 
 from jaxspreeze.cli.train import parse_run_args, pinned_fields
-from jaxspreeze.config import RunConfig
-from jaxspreeze.errors import ConfigError
+from jaxspreeze.core.errors import ConfigError
+from jaxspreeze.setup.config import RunConfig
 
 DESCRIPTION = (
     "Measure env steps/s over num_envs and the time of a gradient step over batch sizes on "

@@ -59,7 +59,7 @@ def main(argv: Sequence[str]) -> int:
         return code
     from jaxspreeze.bench import references, report, suite
     from jaxspreeze.bench.record import best_matmul_peak_flops, matmul_peak_flops, versions
-    from jaxspreeze.devices import describe_hardware
+    from jaxspreeze.setup.devices import describe_hardware
     selected = suite.selection(args.full, args.scale)
     if args.only:
         selected = [c for c in selected if any(s in c.id for s in args.only)]

@@ -14,9 +14,9 @@ from typing import Annotated, Literal
 
 import tyro
 
-from jaxspreeze import cachedir
 from jaxspreeze.cli.args import parse
 from jaxspreeze.cli.common import fail
+from jaxspreeze.core import cachedir
 
 DESCRIPTION = (
     "The compile cache (JAX's compiled programs and jaxspreeze's kept programs): list it, "

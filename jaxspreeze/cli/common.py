@@ -14,7 +14,7 @@ from __future__ import annotations
 import errno
 import sys
 
-from jaxspreeze.errors import ConfigError
+from jaxspreeze.core.errors import ConfigError
 
 BAD_INPUT = 2
 FAULT = 1
@@ -81,7 +81,7 @@ def member_slots(run_dir: str, member: int) -> range:
     ValueError for a member the run does not have."""
     from pathlib import Path
 
-    from jaxspreeze import config
+    from jaxspreeze.setup import config
 
     cfg = config.load(Path(run_dir) / "config.json")
     if not 0 <= member < cfg.members:
@@ -95,7 +95,8 @@ def member_slot(run_dir: str, member: int | None, seed_index: int) -> int:
     if member is None:
         from pathlib import Path
 
-        from jaxspreeze import config, policy
+        from jaxspreeze.agent import policy
+        from jaxspreeze.setup import config
 
         path = Path(run_dir)
         if not path.is_dir() and path.name != policy.POLICY_FILE:

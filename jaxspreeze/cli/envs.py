@@ -14,10 +14,10 @@ from typing import Annotated
 
 import tyro
 
-from jaxspreeze import envids
 from jaxspreeze.cli.args import parse
 from jaxspreeze.cli.common import fail
-from jaxspreeze.errors import UnknownEnvError
+from jaxspreeze.core import envids
+from jaxspreeze.core.errors import UnknownEnvError
 
 # the env registry (and JAX) is imported in main, after parsing
 DESCRIPTION = (

@@ -16,7 +16,7 @@ import tyro
 
 from jaxspreeze.cli.args import parse
 from jaxspreeze.cli.common import at_least_one, fail, member_slots
-from jaxspreeze.errors import CheckpointError, ConfigError
+from jaxspreeze.core.errors import CheckpointError, ConfigError
 
 DESCRIPTION = (
     "Evaluate the newest intact checkpoint of a run directory (or the checkpoint directory "
@@ -53,7 +53,7 @@ def main(argv: Sequence[str]) -> int:
         return fail(str(e))
     import numpy as np  # after parsing: a refused command line does not wait for JAX
 
-    from jaxspreeze.checkpoint_eval import evaluate_checkpoint
+    from jaxspreeze.run.checkpoint_eval import evaluate_checkpoint
 
     try:
         result = evaluate_checkpoint(args.run_dir, args.episodes, args.seed)

@@ -13,7 +13,7 @@ its heavy imports wait for ``main``) and the dataclasses inside it (``RunConfig`
 algorithm's config, from the no-JAX registry), by tyro's rules; ``tests/test_fast_cli.py``
 compares them with tyro's parsers (:func:`live_flags`). The algorithm names and placements
 are the registries' (``algos.NAMES``, ``config.PLACEMENTS``, read through the flags); the
-families and their ids are the family table's (:data:`jaxspreeze.envids.FAMILIES`). An id
+families and their ids are the family table's (:data:`jaxspreeze.core.envids.FAMILIES`). An id
 list is used only while the installed simulator is the version it was taken from; another
 version, a family without a list (envpool) or a gymnasium id naming its module
 (``pkg.mod:Env-v0``) is left to the full check after JAX starts (slower, never wrong). A
@@ -33,8 +33,8 @@ from collections.abc import Sequence
 from types import ModuleType, UnionType
 from typing import Any
 
-from jaxspreeze import envids
 from jaxspreeze.cli.common import fail
+from jaxspreeze.core import envids
 
 # A flag's kind: "0" takes no value, "*" any number of values (not checked here),
 # "int"/"float"/"str" one value ("int?"/"float?": or None), a tuple: one of these choices.
@@ -288,7 +288,7 @@ def live_flags(command: str) -> dict[str, Kind]:
     cls = args_class(module)
     kwargs = {"config": tuple(getattr(module, "FLAGS", ()))}
     if command in ("train", "autotune", "sweep"):
-        from jaxspreeze.config import RunConfig
+        from jaxspreeze.setup.config import RunConfig
 
         kwargs["default"] = cls(run=RunConfig())
     with warnings.catch_warnings():

@@ -1,10 +1,10 @@
 """``jaxspreeze launch --processes N [options] -- [train] <train args>``: N local processes, one run.
 
 Starts ``jaxspreeze train <train args>`` N times on this machine, each told (through the
-``JAXSPREEZE_*`` environment, :mod:`jaxspreeze.distributed`) the coordinator address
+``JAXSPREEZE_*`` environment, :mod:`jaxspreeze.setup.distributed`) the coordinator address
 (a free local port), the process count and its index, so the N processes join one
 data-parallel run. ``--exec`` runs the command after ``--`` as it is instead (any
-program that calls :func:`jaxspreeze.distributed.initialize`).
+program that calls :func:`jaxspreeze.setup.distributed.initialize`).
 
 Ctrl-C and SIGTERM are forwarded to every process (a training run stops at a chunk
 boundary with a checkpoint). When a process fails (exits non-zero or is killed), the
@@ -114,7 +114,7 @@ def launch(
     was killed). ``debug``: every line of the processes' standard error passes through.
     """
     # the launcher itself starts no JAX: only the names of the variables it sets
-    from jaxspreeze.distributed import (
+    from jaxspreeze.setup.distributed import (
         ENV_COORDINATOR,
         ENV_LOCAL_DEVICE_IDS,
         ENV_NUM_PROCESSES,

@@ -32,7 +32,10 @@ def main(argv: Sequence[str]) -> int:
     args = parse(PlotArgs, argv, "jaxspreeze plot", description=DESCRIPTION)
     if not args.run_dirs:
         return fail("RUN_DIR: give at least one run directory")
-    from jaxspreeze.plots import compare_runs, write_run_plots  # after parsing: JAX, matplotlib
+    from jaxspreeze.sinks.figures import (  # after parsing: JAX, matplotlib
+        compare_runs,
+        write_run_plots,
+    )
     try:
         if args.out is None and len(args.run_dirs) == 1:
             paths = write_run_plots(args.run_dirs[0])

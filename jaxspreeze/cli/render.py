@@ -44,7 +44,7 @@ class RenderArgs:
 def main(argv: Sequence[str]) -> int:
     """Render and print the output path."""
     args = parse(RenderArgs, argv, "jaxspreeze render", description=DESCRIPTION)
-    from jaxspreeze.render import render_run  # after parsing: a refused command line is quick
+    from jaxspreeze.agent.render import render_run  # after parsing: a refused command line is quick
 
     try:
         path = render_run(

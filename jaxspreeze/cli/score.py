@@ -73,7 +73,8 @@ def main(argv: Sequence[str]) -> int:
         return code
     if args.merge:
         return _merge(args, argv)
-    from jaxspreeze.bench import score_run, score_tasks
+    from jaxspreeze.score import runs as score_run
+    from jaxspreeze.score import tasks as score_tasks
 
     tasks = score_tasks.select(args.rows)
     if not tasks:
@@ -116,7 +117,7 @@ def _merge(args: ScoreArgs, argv: Sequence[str]) -> int:
     given = [f for n, f in RUN_OPTIONS.items() if getattr(args, n) != getattr(defaults, n)]
     if given:
         return fail(f"--merge runs nothing: leave out {given[0]} (it takes --out and --note)")
-    from jaxspreeze.bench import score_merge
+    from jaxspreeze.score import merge as score_merge
 
     out = Path(args.out)
     if out.resolve() in {Path(d).resolve() for d in args.merge}:

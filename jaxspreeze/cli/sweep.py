@@ -20,11 +20,11 @@ from typing import Annotated, Any
 
 import tyro
 
-from jaxspreeze import config
 from jaxspreeze.cli.args import Group, option_value, parse_grouped
 from jaxspreeze.cli.train import RUN_GROUPS, TrainArgs, train
-from jaxspreeze.config import RunConfig
-from jaxspreeze.errors import ConfigError
+from jaxspreeze.core.errors import ConfigError
+from jaxspreeze.setup import config
+from jaxspreeze.setup.config import RunConfig
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -82,7 +82,7 @@ def _table(preset: str | None) -> tuple[RunConfig, dict[str, Any]]:
 
 def parse(argv: Sequence[str]) -> tuple[SweepArgs, RunConfig]:
     """The options and the population's RunConfig (refusals: ConfigError, before JAX)."""
-    from jaxspreeze.sweeping import population_config
+    from jaxspreeze.run.sweeping import population_config
 
     base, table = _table(option_value(argv, "--config"))
     config.check_types(base)
@@ -107,8 +107,8 @@ def main(argv: Sequence[str]) -> int:
     args, cfg = parse(argv)
     if args.autotune or args.profile:
         return fail("--autotune: tune a single run, then sweep with its sizes")
-    from jaxspreeze import terminal
-    from jaxspreeze.plan import plan
+    from jaxspreeze.core import terminal
+    from jaxspreeze.setup.plan import plan
 
     terminal.quiet_third_party(cfg.env)
     plan(cfg, on_devices=False)  # exit 2 on a bad config or member, before any compile

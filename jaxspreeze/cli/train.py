@@ -3,11 +3,11 @@
 Every RunConfig field is a flag (``--total-steps``, ``--sac.actor-lr``); ``--config FILE``
 (a TOML preset or a run's ``config.json``) supplies the defaults that the flags override.
 ``--resume RUN_DIR`` continues a run (its config.json supplies the defaults; every flag
-that changes a setting is listed, then applied or refused: see :mod:`jaxspreeze.resume`);
+that changes a setting is listed, then applied or refused: see :mod:`jaxspreeze.store.resume`);
 a run directory that already holds a run is refused unless resumed or ``--overwrite``.
 ``--coordinator HOST:PORT --num-processes N --process-id I`` (or the environment of
 ``jaxspreeze launch``, or a SLURM job) makes this process one of N of one data-parallel
-run (:mod:`jaxspreeze.distributed`).
+run (:mod:`jaxspreeze.setup.distributed`).
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from typing import Annotated, Any, TypeVar
 
 import tyro
 
-from jaxspreeze import config
 from jaxspreeze.cli.args import Group, option_value, parse_grouped
 from jaxspreeze.cli.common import fail
-from jaxspreeze.config import RunConfig
-from jaxspreeze.errors import ConfigError
+from jaxspreeze.core.errors import ConfigError
+from jaxspreeze.setup import config
+from jaxspreeze.setup.config import RunConfig
 
 # autotune, distributed, envs, plan, rundir and the trainer are imported after parsing (in
 # the functions that use them): a refused command line does not wait for them, and the
@@ -176,7 +176,8 @@ def _record_tuning(
     run_dir: Path, cfg: RunConfig, choice: dict[str, Any] | None, profile: str | None
 ) -> None:
     """Add the autotuned sizes (and where they came from) to the run's summary.json."""
-    from jaxspreeze import envs, rundir
+    from jaxspreeze import envs
+    from jaxspreeze.store import rundir
 
     path = rundir.RunDir(Path(run_dir)).summary_file
     summary = json.loads(path.read_text())
@@ -215,8 +216,8 @@ def profile_file(profile: str) -> Path:
 
 
 def train(cfg: RunConfig, **kwargs: Any) -> Any:
-    """:func:`jaxspreeze.trainer.train`, imported when a run starts (after parsing)."""
-    from jaxspreeze.trainer import train as run
+    """:func:`jaxspreeze.run.trainer.train`, imported when a run starts (after parsing)."""
+    from jaxspreeze.run.trainer import train as run
 
     return run(cfg, **kwargs)
 
@@ -234,8 +235,11 @@ def main(argv: Sequence[str]) -> int:
         if base_file is None or option_value(argv, "--config"):
             raise
         raise ConfigError("resume", f"{base_file}: {str(e).split(': ', 1)[1]}") from None
-    from jaxspreeze import autotune, distributed, envs, rundir, terminal
-    from jaxspreeze.plan import plan
+    from jaxspreeze import autotune, envs
+    from jaxspreeze.core import terminal
+    from jaxspreeze.setup import distributed
+    from jaxspreeze.setup.plan import plan
+    from jaxspreeze.store import rundir
 
     if args.resume and (args.autotune or args.profile):
         return fail("--resume: a resumed run keeps its sizes; drop --autotune/--profile")

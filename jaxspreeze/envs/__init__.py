@@ -4,13 +4,13 @@
 ``make_env("playground/CartpoleBalance", n)``: every family is driven through the
 contract of :mod:`jaxspreeze.envs.base`. A family is one module exposing ``PREFIX``,
 ``names()``, ``check(env_name)`` and ``make(env_name) -> EnvParts``, registered once in
-the family table (:data:`jaxspreeze.envids.FAMILIES`, its ``adapter``): :data:`FAMILIES`
+the family table (:data:`jaxspreeze.core.envids.FAMILIES`, its ``adapter``): :data:`FAMILIES`
 here reads that table and imports each adapter when first used. A family whose envs may observe dicts sets
 ``OBS_KEYS = True`` and takes the keys to read, ``make(env_name, keys: ObsKeys)``
 (asymmetric actor-critic, see :func:`check_obs_keys`); the others refuse keys.
 
 Host envs (``gymnasium/<id>``, ``envpool/<task>``, and ``user/<ClassName>``: a gymnasium
-env passed to ``jaxspreeze.train(cfg, env=...)``, :mod:`jaxspreeze.hostenvs`) step on the
+env passed to ``jaxspreeze.train(cfg, env=...)``, :mod:`jaxspreeze.host.hostenvs`) step on the
 host CPU, through the sampling workers of the host schedule: their names are checked and
 their specs built here like the others', but :func:`make_env` gives only a placeholder
 (the shapes of the env carry, no device step), see :func:`host_placeholder`.
@@ -27,7 +27,9 @@ from types import ModuleType
 import jax
 import jax.numpy as jnp
 
-from jaxspreeze import envids, hostenvs
+from jaxspreeze.core import envids
+from jaxspreeze.core.errors import ConfigError, UnknownEnvError
+from jaxspreeze.core.types import DEFAULT_OBS_KEYS, EnvSpec, ObsKeys
 from jaxspreeze.envs.base import (
     REFRESH_EVERY,
     EnvParts,
@@ -37,8 +39,7 @@ from jaxspreeze.envs.base import (
     VecEnv,
     auto_reset,
 )
-from jaxspreeze.errors import ConfigError, UnknownEnvError
-from jaxspreeze.types import DEFAULT_OBS_KEYS, EnvSpec, ObsKeys
+from jaxspreeze.host import hostenvs
 
 __all__ = [
     "FAMILIES",
@@ -63,7 +64,7 @@ is_host_env = hostenvs.is_host_env
 
 
 class _Adapters(Mapping[str, ModuleType]):
-    """The device families of the table (:data:`jaxspreeze.envids.FAMILIES`), name prefix ->
+    """The device families of the table (:data:`jaxspreeze.core.envids.FAMILIES`), name prefix ->
     adapter module, read at each use (each adapter imports its library lazily)."""
 
     def __getitem__(self, prefix: str) -> ModuleType:
@@ -180,7 +181,7 @@ def env_spec(name: str, keys: ObsKeys = DEFAULT_OBS_KEYS) -> EnvSpec:
     """The :class:`EnvSpec` of a named environment (builds the env once, no jit).
 
     ``keys`` choose what the actor and the critic observe of a dict observation
-    (:class:`~jaxspreeze.types.ObsKeys`); ConfigError for keys that do not fit the env.
+    (:class:`~jaxspreeze.core.types.ObsKeys`); ConfigError for keys that do not fit the env.
     A user env's spec (``user/...``) is the one registered now, never a cached one.
     """
     if hostenvs.is_user_env(name):
@@ -212,7 +213,7 @@ def host_placeholder(spec: EnvSpec, num_envs: int) -> VecEnv:
 
     Its reset gives zero observations ``[N, *obs_shape]`` and no library state (so a
     training state, a memory estimate and a checkpoint have the usual layout); stepping it
-    raises: host envs are stepped by :mod:`jaxspreeze.workers`, never inside a jitted
+    raises: host envs are stepped by :mod:`jaxspreeze.host.workers`, never inside a jitted
     rollout.
     """
 

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxspreeze.types import EnvSpec, PyTree
+from jaxspreeze.core.types import EnvSpec, PyTree
 
 ResetOne = Callable[[jax.Array], tuple[PyTree, PyTree]]  # key -> (obs, inner)
 StepBatch = Callable[[jax.Array, PyTree, jax.Array], tuple]  # keys [N], inner [N], action [N]

@@ -16,10 +16,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxspreeze.envids import BRAX_NAMES
+from jaxspreeze.core.envids import BRAX_NAMES
+from jaxspreeze.core.errors import UnknownEnvError
+from jaxspreeze.core.types import EnvSpec
 from jaxspreeze.envs.base import EnvParts, auto_reset
-from jaxspreeze.errors import UnknownEnvError
-from jaxspreeze.types import EnvSpec
 
 PREFIX = "brax"
 NAMES = BRAX_NAMES

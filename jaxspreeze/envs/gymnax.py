@@ -14,9 +14,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from jaxspreeze.core.errors import UnknownEnvError
+from jaxspreeze.core.types import EnvSpec
 from jaxspreeze.envs.base import EnvParts
-from jaxspreeze.errors import UnknownEnvError
-from jaxspreeze.types import EnvSpec
 
 PREFIX = "gymnax"
 

@@ -8,7 +8,7 @@ states; the final observation kept; termination apart from the time limit), not 
 Playground's training wrapper, which drops the final observation.
 
 Dict observations (the locomotion tasks' ``{"state", "privileged_state"}``) are read at
-the keys of :class:`~jaxspreeze.types.ObsKeys` (asymmetric actor-critic): the actor's,
+the keys of :class:`~jaxspreeze.core.types.ObsKeys` (asymmetric actor-critic): the actor's,
 ``state`` by default, and the critic's, the actor's by default. When the two differ the
 env's observation is both, flattened and concatenated (the actor's first), and the spec's
 ``actor_obs`` / ``critic_obs`` columns tell each network which part it reads.
@@ -29,9 +29,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from jaxspreeze.core.errors import ConfigError, UnknownEnvError
+from jaxspreeze.core.types import DEFAULT_OBS_KEYS, EnvSpec, ObsKeys
 from jaxspreeze.envs.base import EnvParts, auto_reset
-from jaxspreeze.errors import ConfigError, UnknownEnvError
-from jaxspreeze.types import DEFAULT_OBS_KEYS, EnvSpec, ObsKeys
 
 PREFIX = "playground"
 INSTALL = 'pip install "jaxspreeze[playground]"'

@@ -11,7 +11,7 @@ algorithm's ``--<algo>.torso`` (``auto`` by :func:`choose_torso`: convolutional 
 rank-3 observation, ``mlp`` otherwise). ``mlp`` flattens the observation to ``[B, D]`` and
 reads the columns ``obs_cols`` of it (``(start, stop)``; None: all): with asymmetric
 observations the env observes the actor's part and the critic's part side by side
-(:attr:`~jaxspreeze.types.EnvSpec.actor_obs`, ``critic_obs``) and each network sees only
+(:attr:`~jaxspreeze.core.types.EnvSpec.actor_obs`, ``critic_obs``) and each network sees only
 its own, so its first layer is as wide as its part. With ``mlp`` a network's parameters
 are the MLP it always was (the same tree, the same values for the same key).
 """

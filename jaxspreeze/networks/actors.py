@@ -13,9 +13,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxspreeze.core.types import Columns
 from jaxspreeze.networks import heads
 from jaxspreeze.networks.torsos import encode
-from jaxspreeze.types import Columns
 
 
 def action_scale(low: Sequence[float], high: Sequence[float]) -> tuple[jax.Array, jax.Array]:

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 import flax.linen as nn
 import jax
 
+from jaxspreeze.core.types import Columns
 from jaxspreeze.networks import heads
 from jaxspreeze.networks.torsos import encode
-from jaxspreeze.types import Columns
 
 
 class QEnsemble(nn.Module):

@@ -19,7 +19,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxspreeze.types import Carry, PyTree, reset_carry
+from jaxspreeze.core.types import Carry, PyTree, reset_carry
 
 # gru's carry: h [B, F]; lstm's: (c [B, F], h [B, F])
 CELLS: dict[str, type[nn.Module]] = {"gru": nn.GRUCell, "lstm": nn.OptimizedLSTMCell}

@@ -31,7 +31,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxspreeze.types import Columns
+from jaxspreeze.core.types import Columns
 
 AUTO = "auto"
 IMAGE_SIDE = 32  # auto: a rank-3 observation with min(H, W) below this is a grid (minatar)

@@ -16,7 +16,7 @@ Every schedule has the same API: ``init``, ``place``, ``warmup``, ``compile``, `
 and the attributes ``cfg placement algo env iterations_per_chunk num_chunks split
 policy_lag host`` (``cfg`` and ``placement`` are the run plan's), and ``close()`` (the
 host schedule's workers). :func:`make` builds the one a
-:class:`~jaxspreeze.plan.RunPlan` names (its ``schedule``).
+:class:`~jaxspreeze.setup.plan.RunPlan` names (its ``schedule``).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from jaxspreeze.schedules.split import Split
 from jaxspreeze.schedules.split_data_parallel import SplitDataParallel
 
 if TYPE_CHECKING:
-    from jaxspreeze.plan import RunPlan
+    from jaxspreeze.setup.plan import RunPlan
 
 __all__ = [
     "DataParallel",

@@ -1,6 +1,6 @@
 """What every schedule shares: the run's env, algorithm and per-seed pieces, init, placing.
 
-A schedule runs :class:`~jaxspreeze.iteration.Iteration` for all seeds, chunk by chunk;
+A schedule runs :class:`~jaxspreeze.schedules.iteration.Iteration` for all seeds, chunk by chunk;
 the subclasses differ in how one chunk of K iterations reaches the devices.
 """
 
@@ -19,14 +19,14 @@ import jax
 import jax.numpy as jnp
 
 from jaxspreeze.algos.base import AgentState, Algorithm
+from jaxspreeze.core.programs import ProgramCache
+from jaxspreeze.core.types import Placement, PyTree
 from jaxspreeze.envs import VecEnv, make_env
-from jaxspreeze.iteration import Iteration, Metrics, TrainState
-from jaxspreeze.programs import ProgramCache
-from jaxspreeze.types import Placement, PyTree
+from jaxspreeze.schedules.iteration import Iteration, Metrics, TrainState
 
 if TYPE_CHECKING:
-    from jaxspreeze.config import RunConfig
-    from jaxspreeze.plan import RunPlan
+    from jaxspreeze.setup.config import RunConfig
+    from jaxspreeze.setup.plan import RunPlan
 
 
 def chunking(plan: RunPlan) -> tuple[int, int]:
@@ -76,7 +76,7 @@ class Schedule(ABC):
     ``algo`` defaults to the plan's algorithm (``plan.make_algorithm()`` on the envs'
     spec); pass one to train a custom
     :class:`~jaxspreeze.algos.base.Algorithm`. ``programs`` keeps the compiled programs
-    across processes (:class:`~jaxspreeze.programs.ProgramCache`; the trainer sets it for
+    across processes (:class:`~jaxspreeze.core.programs.ProgramCache`; the trainer sets it for
     its run): off by default, every program is traced and compiled.
     """
 

@@ -4,7 +4,7 @@ The run's global sizes are split evenly over D shards: ``--num-envs``, ``--batch
 and ``--buffer-size`` (and ``learning_starts``, ``total_steps``) are for the whole run,
 and each shard steps ``num_envs / D`` envs, keeps ``buffer_size / D`` replay rows and
 samples ``batch_size / D`` of every update's batch from them. Each shard runs the same
-per-seed :class:`~jaxspreeze.iteration.Iteration` as the one-device schedule, traced
+per-seed :class:`~jaxspreeze.schedules.iteration.Iteration` as the one-device schedule, traced
 under :func:`~jaxspreeze.algos.common.data_parallel`: every optimiser averages its
 gradients over the shards (one all-reduce per gradient step, inside the compiled chunk),
 so the parameters stay the same on every device. A chunk is one program:
@@ -26,7 +26,6 @@ samples. Multi-seed runs vmap the seeds inside every shard.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,53 +37,18 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxspreeze import replay
 from jaxspreeze.algos import common
 from jaxspreeze.algos.base import AgentState, Algorithm
+from jaxspreeze.core.errors import ConfigError, PlacementError
+from jaxspreeze.core.types import DATA_AXIS, PyTree
+from jaxspreeze.data import replay
 from jaxspreeze.envs import VecEnv, make_env
-from jaxspreeze.errors import ConfigError, PlacementError
-from jaxspreeze.iteration import Iteration, Metrics, Shards, TrainState, reduce_metrics
 from jaxspreeze.schedules.base import DeviceSchedule, chunking
-from jaxspreeze.types import DATA_AXIS, PyTree
+from jaxspreeze.schedules.iteration import Iteration, Metrics, Shards, TrainState, reduce_metrics
+from jaxspreeze.setup.plan import shard_plan
 
 LOCAL_AXIS = "local"  # the vmapped axis of the shards one device carries (shards > devices)
 DEBUG_ENV = "JAXSPREEZE_DEBUG"  # "1": check after every chunk that all replicas agree
-
-
-def shard_sizes(plan: Any, shards: int) -> dict[str, int]:
-    """The run-level sizes of one shard of ``shards`` of a run plan (ConfigError unless
-    they divide).
-
-    ``num_envs``, ``batch_size`` and (off-policy) ``buffer_size`` must be multiples of
-    ``shards``; ``total_steps`` and ``learning_starts`` are divided rounding up (the
-    rounding of the plan's ``num_iterations`` and ``warmup_steps`` is then the same).
-    """
-    cfg = plan.cfg
-    must_divide = ["num_envs", "batch_size"]
-    if not plan.on_policy:
-        must_divide.append("buffer_size")
-    for name in must_divide:
-        value = getattr(cfg, name)
-        if value % shards:
-            raise ConfigError(
-                name,
-                f"{value} does not split evenly over {shards} data-parallel devices; "
-                f"use a multiple of {shards} (sizes are global, split over the devices)",
-            )
-    return {
-        "num_envs": cfg.num_envs // shards,
-        "batch_size": cfg.batch_size // shards,
-        "buffer_size": cfg.buffer_size // shards,
-        "total_steps": math.ceil(cfg.total_steps / shards),
-        "learning_starts": math.ceil(cfg.learning_starts / shards),
-    }
-
-
-def shard_plan(plan: Any, shards: int) -> Any:
-    """The run plan of one shard: ``plan`` with the run-level sizes of one shard of
-    ``shards`` (what its algorithm is bound to; checked by :func:`bind_shard`)."""
-    shard_cfg = dataclasses.replace(plan.cfg, **shard_sizes(plan, shards))
-    return dataclasses.replace(plan, cfg=shard_cfg)
 
 
 def bind_shard(plan: Any, shards: int, algo: Algorithm | None) -> tuple[Any, VecEnv, Algorithm]:
@@ -316,7 +280,7 @@ class DataParallel(DeviceSchedule):
         """Lay ``state`` (global values, e.g. a restored checkpoint) out over the mesh.
 
         Leaves already laid out are kept; host values (numpy, as from
-        :func:`jaxspreeze.distributed.host_copy`; keys as raw key data) must be the same
+        :func:`jaxspreeze.setup.distributed.host_copy`; keys as raw key data) must be the same
         in every process: each process keeps its devices' part.
         """
         abstract = self.init_abstract()

@@ -1,6 +1,6 @@
 """The fused one-device chunk: ``scan(vmap(iteration))``, compiled ahead of time.
 
-Collect, the critic side and the actor side of :class:`~jaxspreeze.iteration.Iteration`
+Collect, the critic side and the actor side of :class:`~jaxspreeze.schedules.iteration.Iteration`
 are composed into one function, vmapped over seeds and fused over K iterations into one
 ``lax.scan`` program; the state is donated to it, so a chunk updates it in place.
 Compile logs and profiles name the program ``fused_chunk`` (and ``warmup``).
@@ -13,8 +13,8 @@ from typing import Any
 
 import jax
 
-from jaxspreeze.iteration import Metrics, TrainState
 from jaxspreeze.schedules.base import DeviceSchedule
+from jaxspreeze.schedules.iteration import Metrics, TrainState
 
 
 @dataclass(eq=False)

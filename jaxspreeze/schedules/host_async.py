@@ -1,7 +1,7 @@
 """The host schedule: sampling workers step host envs while the learner updates, asynchronously.
 
-For ``gymnasium/<id>`` and ``envpool/<task>`` envs (:mod:`jaxspreeze.hostenvs`), which
-step on the host CPU. ``cfg.host_workers`` worker threads (:class:`~jaxspreeze.workers.
+For ``gymnasium/<id>`` and ``envpool/<task>`` envs (:mod:`jaxspreeze.host.hostenvs`), which
+step on the host CPU. ``cfg.host_workers`` worker threads (:class:`~jaxspreeze.host.workers.
 WorkerPool`) each step ``num_envs / host_workers`` envs with a jitted policy on the actor
 device, acting with the newest parameters of a versioned slot, and hand ``[T, N/W]``
 blocks of valid transitions (``T = rollout_steps``) to the learner through a bounded
@@ -11,7 +11,7 @@ iteration at a time::
     # data     take every queued block; while the learner is ahead of the target replay
     #          ratio, wait for more (Throttle.learner_may); store them in the device buffer
     # update   one jitted critic-then-actor step (grad_steps gradient steps, the staleness
-    #          rule of jaxspreeze.iteration), env_steps += num_envs x rollout_steps
+    #          rule of jaxspreeze.schedules.iteration), env_steps += num_envs x rollout_steps
     # publish  the new actor (version + 1) for the workers
 
 **Replay ratio.** The target is the device path's: ``grad_steps x batch_size`` update
@@ -55,13 +55,13 @@ starts new episodes (the policy's carries from ``initial_carry``), and its worke
 with new env seeds.
 
 **Faults.** An exception in a worker (env step or policy) raises
-:class:`~jaxspreeze.workers.WorkerError` naming the env and the worker from the next
+:class:`~jaxspreeze.host.workers.WorkerError` naming the env and the worker from the next
 chunk; a worker silent for ``stall_timeout`` seconds raises
-:class:`~jaxspreeze.workers.WorkerStalledError`. :meth:`HostAsync.close` stops the workers
+:class:`~jaxspreeze.host.workers.WorkerStalledError`. :meth:`HostAsync.close` stops the workers
 and closes the envs (the trainer calls it on every exit path).
 
 Threads: the pool sets Python's switch interval to 0.5 ms while it runs (see
-:mod:`jaxspreeze.workers`). XLA's CPU settings are left as they are: on a 2-core CPU the
+:mod:`jaxspreeze.host.workers`). XLA's CPU settings are left as they are: on a 2-core CPU the
 learner's update is most of an iteration's work and runs faster on XLA's own threads;
 :func:`cpu_settings` (one XLA thread per computation, no CPU async dispatch) made SAC on
 gymnasium's Pendulum 1.1-2.4x slower there, in both the async and a synchronous loop
@@ -78,13 +78,13 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 
-from jaxspreeze import transfer
 from jaxspreeze.algos.base import AgentState
-from jaxspreeze.iteration import Metrics, TrainState, actor_update, critic_update
+from jaxspreeze.core.types import PyTree, Transition
+from jaxspreeze.data import transfer
+from jaxspreeze.host.workers import Batch, Throttle
 from jaxspreeze.schedules.base import abstract_on
 from jaxspreeze.schedules.host_base import EPISODE_AND_LAG_METRICS, HostFns, HostSchedule
-from jaxspreeze.types import PyTree, Transition
-from jaxspreeze.workers import Batch, Throttle
+from jaxspreeze.schedules.iteration import Metrics, TrainState, actor_update, critic_update
 
 AHEAD_ITERATIONS = 2  # how many iterations' worth of env steps the workers may run ahead
 QUEUE_BLOCKS = 2  # blocks the queue holds beside that

@@ -3,7 +3,7 @@
 :class:`~jaxspreeze.schedules.HostAsync` (off-policy) and
 :class:`~jaxspreeze.schedules.HostRollout` (on-policy) run host envs (``gymnasium/<id>``,
 ``envpool/<task>``) on ``cfg.host_workers`` sampling threads
-(:class:`~jaxspreeze.workers.WorkerPool`) and one learner on ``placement.critic``. They
+(:class:`~jaxspreeze.host.workers.WorkerPool`) and one learner on ``placement.critic``. They
 differ in how one learner iteration gets its data and when it publishes; the rest is
 :class:`HostSchedule`'s::
 
@@ -34,10 +34,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxspreeze.algos.base import AgentState
-from jaxspreeze.iteration import Metrics, TrainState, update_step
+from jaxspreeze.core.types import PyTree
+from jaxspreeze.host.workers import Batch, ParamSlot, WorkerPool
 from jaxspreeze.schedules.base import Schedule, abstract_on
-from jaxspreeze.types import PyTree
-from jaxspreeze.workers import Batch, ParamSlot, WorkerPool
+from jaxspreeze.schedules.iteration import Metrics, TrainState, update_step
 
 STALL_TIMEOUT = 60.0  # seconds a worker may stay inside one env step or policy call
 CLOSE_TIMEOUT = 10.0  # seconds close() waits for the workers to stop
@@ -173,7 +173,7 @@ class HostSchedule(Schedule):
     @abstractmethod
     def policy(self, params: Any, carry: Any, obs: jax.Array, key: jax.Array) -> Any:
         """The workers' policy on published params, with the envs' carries (a worker keeps
-        and resets them: :class:`~jaxspreeze.workers.WorkerPool`'s ``initial_carry``)."""
+        and resets them: :class:`~jaxspreeze.host.workers.WorkerPool`'s ``initial_carry``)."""
 
     # ------------------------------------------------------------ publish and start
     def _published(self, state: TrainState) -> PyTree:

@@ -2,7 +2,7 @@
 
 For PPO (any algorithm with ``on_policy`` and a ``behaviour`` function) on ``gymnasium/<id>``
 and ``envpool/<task>`` envs. ``cfg.host_workers`` worker threads
-(:class:`~jaxspreeze.workers.WorkerPool`) each step ``num_envs / host_workers`` envs and
+(:class:`~jaxspreeze.host.workers.WorkerPool`) each step ``num_envs / host_workers`` envs and
 deliver ``[T, N/W]`` blocks (``T = rollout_steps``); one block from every worker, in worker
 order, is one rollout ``[T, N]``. A double-buffered pipeline, Cleanba's::
 
@@ -55,11 +55,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxspreeze.algos.base import BehaviourRollout
-from jaxspreeze.iteration import Metrics, TrainState
+from jaxspreeze.core.types import PyTree, Transition
+from jaxspreeze.host.workers import Batch
 from jaxspreeze.schedules.base import abstract_on
 from jaxspreeze.schedules.host_base import EPISODE_AND_LAG_METRICS, HostFns, HostSchedule
-from jaxspreeze.types import PyTree, Transition
-from jaxspreeze.workers import Batch
+from jaxspreeze.schedules.iteration import Metrics, TrainState
 
 MAX_LAG = 1  # versions between the learner's parameters and those that collect its data
 

@@ -5,7 +5,7 @@ key (packed into one buffer) to the critic device, the critic side and the actor
 back to back without waiting, and one ``device_put`` of the new critic view to the actor
 device for the next iteration. Data dependencies alone order the work: collect(i+1)
 waits for actor(i), actor(i+1) for the critic view of critic(i); critic(i) and actor(i)
-overlap. The pieces are those of :class:`~jaxspreeze.iteration.Iteration`, so the split
+overlap. The pieces are those of :class:`~jaxspreeze.schedules.iteration.Iteration`, so the split
 agrees with the fused chunk to float rounding (bitwise where XLA compiles the pieces
 alike). On one device (``dispatched=True``) it is the fused program cut at the split's
 seams, for measuring the pieces. Compile logs and profiles name the pieces
@@ -23,13 +23,13 @@ from typing import Any, ClassVar, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxspreeze import replay, transfer
 from jaxspreeze.algos.base import AgentState
-from jaxspreeze.iteration import Metrics, TrainState
-from jaxspreeze.programs import Piece
-from jaxspreeze.rollout import EnvCarry
+from jaxspreeze.core.programs import Piece
+from jaxspreeze.core.types import PyTree
+from jaxspreeze.data import replay, transfer
+from jaxspreeze.data.rollout import EnvCarry
 from jaxspreeze.schedules.base import DeviceSchedule, abstract_on
-from jaxspreeze.types import PyTree
+from jaxspreeze.schedules.iteration import Metrics, TrainState
 
 ACTOR, CRITIC = "actor", "critic"  # the two sides
 SHARD = "shard"  # an output with one value per data-parallel shard (see Split._lower)

@@ -1,7 +1,7 @@
 """The two-device split composed with data parallelism (``--placement split-data``).
 
 With 2k devices over all processes, k carry the actor side and k the critic side
-(:func:`jaxspreeze.devices.split_data_parallel`), and each side is data-parallel over its
+(:func:`jaxspreeze.setup.devices.split_data_parallel`), and each side is data-parallel over its
 k devices. Shard i is a pair of devices in one process: actor device i steps the shard's
 ``num_envs / k`` envs and keeps its observation-only replay rows, critic device i keeps the
 shard's ``buffer_size / k`` replay rows; each update samples ``batch_size / k`` rows from
@@ -13,7 +13,7 @@ view the other) go from each device to its pair only.
 It is :class:`Split`'s host-dispatched iteration (the same per-seed pieces, transfers and
 staleness rule), each piece a ``shard_map`` over its side's mesh of one shard's ``vmap``
 over seeds, traced under :func:`~jaxspreeze.algos.common.data_parallel` with the shard
-keys of :class:`~jaxspreeze.iteration.Shards`, as :class:`DataParallel` traces its fused
+keys of :class:`~jaxspreeze.schedules.iteration.Shards`, as :class:`DataParallel` traces its fused
 chunk: so split-data over 2k devices computes what data-parallel over k devices computes
 from the same seed and global sizes (bitwise where XLA compiles the pieces alike, as the
 split equals the fused chunk).
@@ -39,8 +39,8 @@ from jax.sharding import PartitionSpec as P
 
 from jaxspreeze.algos import common
 from jaxspreeze.algos.base import AgentState
-from jaxspreeze.errors import PlacementError
-from jaxspreeze.iteration import Iteration, Metrics, Shards, TrainState, reduce_metrics
+from jaxspreeze.core.errors import PlacementError
+from jaxspreeze.core.types import DATA_AXIS, PyTree
 from jaxspreeze.schedules.base import chunking
 from jaxspreeze.schedules.data_parallel import (
     DEBUG_ENV,
@@ -51,8 +51,8 @@ from jaxspreeze.schedules.data_parallel import (
     spec_of,
     state_layout,
 )
+from jaxspreeze.schedules.iteration import Iteration, Metrics, Shards, TrainState, reduce_metrics
 from jaxspreeze.schedules.split import ACTOR, CRITIC, METRICS, SHARD, Split
-from jaxspreeze.types import DATA_AXIS, PyTree
 
 PER_SHARD = P(DATA_AXIS)  # a value per shard, stacked on a leading axis
 

@@ -1,8 +1,8 @@
 """Metric sinks: where a run's records go. One module per family.
 
 A sink is any object with ``name``, ``write(record)`` and ``close()``
-(:class:`~jaxspreeze.types.Sink`); the metrics thread
-(:class:`~jaxspreeze.metrics.MetricsThread`) gives each sink its own queue and thread.
+(:class:`~jaxspreeze.core.types.Sink`); the metrics thread
+(:class:`~jaxspreeze.sinks.metrics.MetricsThread`) gives each sink its own queue and thread.
 The built-in sinks, named in ``RunConfig.sinks``:
 
 - ``console``: a live progress bar, or plain lines when not a TTY (:mod:`.console`);
@@ -22,14 +22,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jaxspreeze.metrics import Report, warn
+from jaxspreeze.core.types import Record, Sink
 from jaxspreeze.sinks.base import scalars
 from jaxspreeze.sinks.console import ConsoleSink
 from jaxspreeze.sinks.files import CsvSink, JsonlSink, csv_row, eval_columns, keep_until
+from jaxspreeze.sinks.metrics import Report, warn
 from jaxspreeze.sinks.plots import NotebookPlotSink, PlotsSink, in_notebook
 from jaxspreeze.sinks.tensorboard import TensorBoardSink
 from jaxspreeze.sinks.wandb import WandbSink
-from jaxspreeze.types import Record, Sink
 
 __all__ = [
     "ConsoleSink",

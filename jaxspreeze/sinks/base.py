@@ -1,7 +1,7 @@
 """What the sinks share: the number helpers they write records with.
 
-The sink contract itself (:class:`~jaxspreeze.types.Sink`: ``name``, ``write(record)``,
-``close()``) lives in :mod:`jaxspreeze.types`, where the metrics thread reads it too.
+The sink contract itself (:class:`~jaxspreeze.core.types.Sink`: ``name``, ``write(record)``,
+``close()``) lives in :mod:`jaxspreeze.core.types`, where the metrics thread reads it too.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from jaxspreeze.types import Record
+from jaxspreeze.core.types import Record
 
 
 def finite_number(v: Any) -> bool:

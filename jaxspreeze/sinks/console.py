@@ -11,9 +11,9 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-from jaxspreeze import terminal
+from jaxspreeze.core import terminal
+from jaxspreeze.core.types import Record
 from jaxspreeze.sinks.base import finite_number
-from jaxspreeze.types import Record
 
 
 def _fmt(value: Any, spec: str = ",.0f") -> str:
@@ -74,7 +74,7 @@ class ConsoleSink:
 
     def note(self, note: Any) -> None:
         """An evaluation queued (its line holds the lines after it), skipped or failed
-        (:class:`jaxspreeze.metrics.Note`)."""
+        (:class:`jaxspreeze.sinks.metrics.Note`)."""
         if note.kind == "queued":
             self._held.append([note.env_steps, None])
             return

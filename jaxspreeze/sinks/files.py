@@ -17,9 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jaxspreeze.plots import line_record
-from jaxspreeze.records import EVAL_FIELDS, clean
-from jaxspreeze.types import Record
+from jaxspreeze.core.types import EVAL_FIELDS, Record, clean
+from jaxspreeze.sinks.figures import line_record
 
 # columns that eval records add; declared up front so the CSV header rarely changes
 EVAL_COLUMNS = (*EVAL_FIELDS, "eval_s", "final")

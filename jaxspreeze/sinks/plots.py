@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jaxspreeze import plots
-from jaxspreeze.types import Record
+from jaxspreeze.core.types import Record
+from jaxspreeze.sinks import figures as plots
 
 
 class PlotsSink:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from jaxspreeze.core.types import Record
 from jaxspreeze.sinks.base import scalars
-from jaxspreeze.types import Record
 
 
 class WandbSink:

@@ -17,11 +17,12 @@ import time
 import jax
 import pytest
 
-from jaxspreeze import devices, schedules
+from jaxspreeze import schedules
 from jaxspreeze.bench.record import Workload, throughput_record
-from jaxspreeze.config import RunConfig, resolve
-from jaxspreeze.plan import plan
 from jaxspreeze.schedules import Schedule
+from jaxspreeze.setup import devices
+from jaxspreeze.setup.config import RunConfig, resolve
+from jaxspreeze.setup.plan import plan
 
 pytestmark = pytest.mark.benchmark
 

@@ -1,0 +1,312 @@
+"""Evaluation: a pure jitted ``evaluate`` of deterministic episodes on vmapped envs (or a
+loop over host envs, :func:`make_host_evaluate`), and the :class:`Evaluator` thread that
+runs it on parameter snapshots beside training."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxspreeze.algos.base import Algorithm
+from jaxspreeze.core.programs import ProgramCache
+from jaxspreeze.core.types import PyTree, reset_carry
+from jaxspreeze.envs import VecEnv
+from jaxspreeze.host.hostenvs import make_host_env
+from jaxspreeze.sinks.metrics import Note, Report, warn
+
+_STOP = object()
+
+
+class EvalResult(NamedTuple):
+    """Mean/std of the return and the mean length over the evaluated episodes."""
+
+    return_mean: jax.Array
+    return_std: jax.Array
+    length_mean: jax.Array
+
+
+def make_evaluate(
+    algo: Algorithm, env: VecEnv, max_steps: int | None = None
+) -> Callable[[PyTree, jax.Array], EvalResult]:
+    """``evaluate(actor, key)``: one deterministic episode of ``algo``'s policy in each of
+    ``env.num_envs`` envs.
+
+    Each env's first finished episode counts; the scan runs ``max_steps`` (default: the
+    env's time limit) so every episode ends. Envs are stepped without resets
+    (:meth:`VecEnv.step_no_reset`): the program holds no initial-state draw in its step.
+    The policy's carry starts each episode at ``algo.initial_carry`` (one episode per env:
+    no episode starts later).
+    """
+    steps = max_steps or env.spec.max_episode_steps
+
+    def evaluate(actor: PyTree, key: jax.Array) -> EvalResult:
+        k_reset, k_run = jax.random.split(key)
+        obs, env_state = env.reset(k_reset)
+        n = env.num_envs
+        zeros = (jnp.zeros(n, bool), jnp.zeros(n), jnp.zeros(n, jnp.int32))
+        init = (obs, env_state, algo.initial_carry(n), *zeros)
+
+        def step(carry, key):
+            obs, env_state, policy, finished, ret, length = carry
+            k_act, k_env = jax.random.split(key)
+            action, policy = algo.act(actor, policy, obs, k_act, True)
+            obs, env_state, reward, term, trunc, _ = env.step_no_reset(k_env, env_state, action)
+            live = ~finished
+            ret = ret + jnp.where(live, reward, 0.0)
+            length = length + live.astype(jnp.int32)
+            finished = finished | term | trunc
+            return (obs, env_state, policy, finished, ret, length), None
+
+        (*_, ret, length), _ = jax.lax.scan(step, init, jax.random.split(k_run, steps))
+        return EvalResult(ret.mean(), ret.std(), length.astype(jnp.float32).mean())
+
+    return evaluate
+
+
+class SeedEvaluate:
+    """``evaluate(actor)`` for every seed at once: actor leaves ``[S, ...]``, results ``[S]``.
+
+    Seed ``i`` always uses ``keys[i]`` (common random numbers: evaluations of one run
+    differ only by the policy). Jitted; it runs where ``actor`` and ``keys`` live.
+    :meth:`compile` compiles it ahead of time for an (abstract) actor: later calls run
+    that executable and never compile (the trainer does it beside the chunk's compile).
+    """
+
+    def __init__(self, algo: Algorithm, env: VecEnv, keys: jax.Array):
+        self._fn = jax.vmap(make_evaluate(algo, env))
+        self._jit = jax.jit(self._fn)
+        self._keys = keys
+        self._compiled: jax.stages.Compiled | None = None
+
+    def compile(self, actor_like: PyTree, programs: ProgramCache | None = None) -> SeedEvaluate:
+        """Lower and compile for actors shaped (and placed) like ``actor_like`` (arrays or
+        ``jax.ShapeDtypeStruct``\\ s with shardings), or load the program ``programs`` kept
+        for them; returns self."""
+        programs = programs if programs is not None else ProgramCache.off()
+        jitted = programs.jit("evaluate", self._fn) if programs.on else self._jit
+        self._compiled = programs.compile("evaluate", jitted, actor_like, self._keys)
+        return self
+
+    @property
+    def compiled(self) -> bool:
+        """True once :meth:`compile` has run."""
+        return self._compiled is not None
+
+    def __call__(self, actor: PyTree) -> EvalResult:
+        fn = self._compiled if self._compiled is not None else self._jit
+        return fn(actor, self._keys)
+
+
+def make_seed_evaluate(algo: Algorithm, env: VecEnv, keys: jax.Array) -> SeedEvaluate:
+    """``evaluate(actor)`` of ``algo``'s policy for every seed at once (:class:`SeedEvaluate`)."""
+    return SeedEvaluate(algo, env, keys)
+
+
+def make_host_evaluate(
+    algo: Algorithm, env_name: str, episodes: int, seed: int, max_steps: int | None = None
+) -> Callable[[PyTree], EvalResult]:
+    """``evaluate(actor)`` on host envs (``gymnasium/...``, ``envpool/...``), every seed.
+
+    Actor leaves ``[S, ...]``, results ``[S]``. Seed ``i`` plays one deterministic episode
+    in each of ``episodes`` envs built for the call (env ``j`` reset with seed
+    ``seed + 1000 i + j``: common random numbers across evaluations; envpool seeds its
+    pool at creation with ``seed + 1000 i``) and closed after it; each env's first
+    finished episode counts. The policy is jitted once; it runs where ``actor`` lives. Its
+    carry starts at ``algo.initial_carry`` and is reset where an episode starts (a reset
+    row, or the row after an episode's end).
+    """
+    policy = jax.jit(lambda actor, carry, obs: algo.act(actor, carry, obs, jax.random.key(0), True))
+    initial = jax.device_get(algo.initial_carry(episodes))
+
+    def one_seed(actor: PyTree, s: int) -> tuple[float, float, float]:
+        with make_host_env(env_name, episodes, seed=seed + 1000 * s) as env:
+            steps = max_steps or env.spec.max_episode_steps
+            obs = env.reset(seed + 1000 * s)
+            finished = np.zeros(episodes, bool)
+            ret = np.zeros(episodes, np.float64)
+            length = np.zeros(episodes, np.int64)
+            carry = initial
+            for _ in range(steps + 1):  # (+1: a next-step reset row may come first)
+                action, carry = policy(actor, carry, obs)
+                out = env.step(np.asarray(action))
+                starts = ~out.valid | out.terminated | out.truncated
+                carry = reset_carry(jax.device_get(carry), initial, starts)
+                live = ~finished & out.valid
+                ret += np.where(live, out.reward, 0.0)
+                length += live
+                finished |= live & (out.terminated | out.truncated)
+                obs = out.obs
+                if finished.all():
+                    break
+        return float(ret.mean()), float(ret.std()), float(length.mean())
+
+    def evaluate(actor: PyTree) -> EvalResult:
+        num_seeds = jax.tree.leaves(actor)[0].shape[0]
+        rows = [one_seed(jax.tree.map(lambda x: x[i], actor), i) for i in range(num_seeds)]
+        return EvalResult(*(np.asarray(col, np.float32) for col in zip(*rows, strict=True)))
+
+    return evaluate
+
+
+# ------------------------------------------------------------------------ the thread
+@dataclass
+class Snapshot:
+    """A copy of the actor parameters taken at a chunk boundary, waiting to be evaluated."""
+
+    actor: PyTree
+    env_steps: int
+    chunk: int
+    final: bool
+    future: Future = field(default_factory=Future)
+
+
+OnResult = Callable[[Snapshot, EvalResult, float], None]
+OnNote = Callable[[Note], None]
+
+
+def snapshot_copy(actor: PyTree, device: jax.Device | None = None) -> PyTree:
+    """A fresh copy of ``actor`` (on ``device`` if given); dispatched, never awaited.
+
+    The copy is enqueued before the next chunk donates ``actor``'s buffers, so the
+    evaluator never reads a donated buffer.
+    """
+    if device is None:
+        return jax.tree.map(jnp.copy, actor)
+    return jax.device_put(actor, device, may_alias=False)
+
+
+class Evaluator:
+    """Evaluates actor snapshots on a host thread, beside training.
+
+    The queue holds one snapshot: a newer one replaces a waiting one (latest wins; the
+    replaced one is counted in :attr:`skipped` and its future cancelled). Errors are
+    reported and counted, never raised into training. :meth:`close` sends the sentinel
+    and waits for the queued snapshot to finish.
+
+    ``on_note`` hears, in order, each snapshot queued (before the evaluator can take it),
+    each one skipped and why (the evaluation it waited behind) and each one that failed:
+    with the records, what the console needs to print every evaluation in step order.
+    """
+
+    def __init__(
+        self,
+        evaluate: Callable[[PyTree], EvalResult],
+        *,
+        device: jax.Device | None = None,
+        on_result: OnResult | None = None,
+        report: Report | None = None,
+        on_note: OnNote | None = None,
+    ):
+        self._evaluate = evaluate
+        self.device = device
+        self._on_result = on_result
+        self._on_note = on_note or (lambda note: None)
+        self._busy: Snapshot | None = None  # the snapshot being evaluated
+        self._report = report or warn
+        self._queue: queue.Queue = queue.Queue(maxsize=1)
+        self._lock = threading.Lock()
+        self.submitted = 0
+        self.done = 0
+        self.skipped = 0
+        self.failed = 0
+        self.eval_s = 0.0
+        self.errors: list[str] = []
+        self._thread = threading.Thread(target=self._run, name="jaxspreeze-eval", daemon=True)
+        self._thread.start()
+
+    def submit(
+        self, actor: PyTree, *, env_steps: int, chunk: int = -1, final: bool = False
+    ) -> Future:
+        """Queue a copy of ``actor`` for evaluation; never waits. Returns its future.
+
+        The future gives ``(snapshot, EvalResult of numpy arrays)``, or is cancelled if a
+        newer snapshot replaced this one before it started.
+        """
+        snap = Snapshot(snapshot_copy(actor, self.device), env_steps, chunk, final)
+        with self._lock:
+            self.submitted += 1
+            try:
+                old = self._queue.get_nowait()
+            except queue.Empty:
+                pass
+            else:
+                old.future.cancel()
+                self.skipped += 1
+                self._on_note(Note("skipped", old.env_steps, _why_skipped(self._busy, env_steps)))
+            self._on_note(Note("queued", env_steps))  # before the evaluator can take it
+            self._queue.put_nowait(snap)
+        return snap.future
+
+    def _run(self) -> None:
+        while True:
+            snap = self._queue.get()
+            if snap is _STOP:
+                return
+            if not snap.future.set_running_or_notify_cancel():
+                continue
+            self._busy = snap
+            t0 = time.perf_counter()
+            try:
+                result = jax.device_get(self._evaluate(snap.actor))
+                result = EvalResult(*(np.asarray(x) for x in result))
+            except Exception as e:
+                self.failed += 1
+                self._fail(f"evaluation at {snap.env_steps} env steps failed", e)
+                self._on_note(Note("failed", snap.env_steps, f"{type(e).__name__}: {e}"))
+                snap.actor = None  # free the copy
+                snap.future.set_exception(e)
+                continue
+            finally:
+                self.eval_s += time.perf_counter() - t0
+                self._busy = None
+            self.done += 1
+            if self._on_result is not None:
+                try:  # (it may keep the actor: the best evaluation's policy)
+                    self._on_result(snap, result, time.perf_counter() - t0)
+                except Exception as e:
+                    self._fail("handling an evaluation result failed", e)
+            snap.actor = None  # free the copy
+            snap.future.set_result((snap, result))
+
+    def _fail(self, what: str, e: BaseException) -> None:
+        message = f"{what}: {type(e).__name__}: {e}"
+        self.errors.append(message)
+        if len(self.errors) == 1:
+            self._report(f"evaluator: {message} (training goes on; later errors are counted)")
+
+    def close(self, timeout: float | None = None) -> None:
+        """Finish the queued snapshot, then stop the thread (sentinel)."""
+        try:
+            self._queue.put(_STOP, timeout=timeout)
+        except queue.Full:
+            self._report("evaluator: still busy at shutdown; its last snapshot is abandoned")
+            return
+        self._thread.join(timeout)
+
+    def stats(self) -> dict[str, float | int]:
+        """Evaluations done, skipped and failed, and the wall time spent evaluating."""
+        return {
+            "evaluations_done": self.done,
+            "evaluations_skipped": self.skipped,
+            "evaluations_failed": self.failed,
+            "eval_wall_s": self.eval_s,
+        }
+
+
+def _why_skipped(busy: Snapshot | None, newer: int) -> str:
+    """Why a waiting snapshot was replaced by the one at ``newer`` env steps."""
+    if busy is None:  # (between two evaluations)
+        return f"the snapshot at {newer:,} steps replaced it while it waited"
+    return (
+        f"the evaluator was still busy with {busy.env_steps:,} steps when {newer:,} came; "
+        "only the newest snapshot waits"
+    )

@@ -1,0 +1,1 @@
+"""Device data: the replay buffer, the packed device-to-device transfers, rollouts."""

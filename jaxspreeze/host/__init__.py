@@ -1,0 +1,1 @@
+"""Host simulators (gymnasium, envpool) and the sampling threads that step them."""

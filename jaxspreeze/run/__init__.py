@@ -1,0 +1,1 @@
+"""One run, wired: set up, start, the chunk loop and its threads, faults, the summary."""

@@ -1,0 +1,1 @@
+"""The time-to-score yardstick (``jaxspreeze score``): rows, sides, runs, reports."""

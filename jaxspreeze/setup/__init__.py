@@ -1,0 +1,2 @@
+"""Run setup: the config, the plan, the devices and processes, a population, the
+memory estimate."""
