@@ -45,13 +45,15 @@ from jaxspreeze.data import replay
 from jaxspreeze.envs import VecEnv, make_env
 from jaxspreeze.schedules.base import DeviceSchedule, chunking
 from jaxspreeze.schedules.iteration import Iteration, Metrics, Shards, TrainState, reduce_metrics
-from jaxspreeze.setup.plan import shard_plan
+from jaxspreeze.setup.plan import RunPlan, shard_plan
 
 LOCAL_AXIS = "local"  # the vmapped axis of the shards one device carries (shards > devices)
 DEBUG_ENV = "JAXSPREEZE_DEBUG"  # "1": check after every chunk that all replicas agree
 
 
-def bind_shard(plan: Any, shards: int, algo: Algorithm | None) -> tuple[Any, VecEnv, Algorithm]:
+def bind_shard(
+    plan: RunPlan, shards: int, algo: Algorithm | None
+) -> tuple[RunPlan, VecEnv, Algorithm]:
     """One shard's plan, envs and algorithm (bound to the shard's sizes) of ``shards``.
 
     ConfigError when the global sizes do not split evenly, or when the algorithm refuses
