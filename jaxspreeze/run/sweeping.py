@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from jaxspreeze import algos
+from jaxspreeze.core.errors import ConfigError
 from jaxspreeze.run.trainer import RunResult, train
 from jaxspreeze.setup import population as sweep_lib
 from jaxspreeze.setup.config import RunConfig, resolve
@@ -29,6 +30,20 @@ def _items(spec: Grid | Sample | None, join: Any) -> list[str]:
     return [str(s) for s in spec]
 
 
+def _grid_values(values: Any) -> str:
+    """A grid entry's values (a list or tuple of numbers) as the flag's ``a,b,c``; a
+    string or a scalar is a ConfigError naming ``grid`` (a string would split into its
+    characters: ``"01"`` is not ``[0, 1]``)."""
+    numbers = isinstance(values, (list, tuple)) and all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in values
+    )
+    if not numbers or not values:
+        raise ConfigError(
+            "grid", f"each grid entry must be a list of numbers, e.g. [1e-3, 3e-4]; got {values!r}"
+        )
+    return ",".join(repr(float(v)) for v in values)
+
+
 def population_config(
     cfg: RunConfig, grid: Grid | None = None, sample: Sample | None = None, members: int = 1
 ) -> RunConfig:
@@ -38,7 +53,7 @@ def population_config(
     ``cfg.algo`` (it changes the program or the shapes), a bad value or distribution.
     """
     spec = algos.get(resolve(cfg).algo)
-    g = sweep_lib.parse_grid(spec, _items(grid, lambda v: ",".join(map(repr, map(float, v)))))
+    g = sweep_lib.parse_grid(spec, _items(grid, _grid_values))
     s = sweep_lib.parse_sample(spec, _items(sample, str))
     values = sweep_lib.members_of(cfg.seed, g, s, members)
     return dataclasses.replace(cfg, population=sweep_lib.encode(values))
