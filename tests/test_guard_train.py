@@ -77,7 +77,8 @@ def test_nan_before_any_checkpoint_says_none_was_kept(tiny_cfg, monkeypatch):
     assert "is kept" not in message
     run = rundir.RunDir(rundir.path_of(cfg))
     assert not checkpoint.list_checkpoints(run.path) and run.not_started
-    assert "set --checkpoint-every" in message  # it checkpoints only at the end
+    # no cadence could have kept one: the first chunk was already non-finite
+    assert "it came in the run's first chunk" in message and "--checkpoint-every" not in message
 
 
 def test_the_nan_advice_speaks_of_the_checkpoint_cadence_the_run_had():
@@ -85,3 +86,19 @@ def test_the_nan_advice_speaks_of_the_checkpoint_cadence_the_run_had():
     assert "due at 800 env steps" in with_cadence and "smaller --checkpoint-every" in with_cadence
     assert "set --checkpoint-every" not in with_cadence
     assert "set --checkpoint-every" in guards.checkpoint_note(None, "runs/r", 0)
+    for every in (0, 800):  # a NaN in the first chunk: no checkpoint could come before it
+        first = guards.checkpoint_note(None, "runs/r", every, first_chunk=True)
+        assert "--checkpoint-every" not in first and "--chunk-iterations" in first
+
+
+def test_the_tripwire_says_whether_a_finite_chunk_came_first():
+    def raised(*records):
+        wire = guards.Tripwire()
+        for r in records:
+            wire.check(r)
+        with pytest.raises(NonFiniteError) as err:
+            wire.raise_if_tripped()
+        return err.value.first_chunk
+
+    bad, good = {"chunk": 1, "critic_finite": False}, {"chunk": 0, "critic_finite": True}
+    assert raised(bad) is True and raised(good, bad) is False

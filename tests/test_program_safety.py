@@ -156,6 +156,116 @@ def test_a_mark_of_a_process_still_running_is_not_a_crash(tmp_path, capsys, cach
     assert cache.loaded == ["f"] and warnings == [] and mark.exists()
 
 
+FIRST_RUN = textwrap.dedent(
+    """
+    import os, sys
+    import jax.numpy as jnp
+    from jaxspreeze.core import programs
+    if sys.argv[2] == "abort":  # a kept program whose code kills the process when it runs
+        real = programs._deserialize
+
+        class Aborts:
+            def __init__(self, program):
+                self.out_info = program.out_info
+
+            def __call__(self, *args):
+                os.abort()
+
+        programs._deserialize = lambda data: Aborts(real(data))
+    cache = programs.ProgramCache(sys.argv[1], ("first run",))
+    program = cache.compile("f", cache.jit("f", lambda x: jnp.sin(x) * 2 + 1), jnp.arange(8.0))
+    print(cache.report()["programs_loaded"], cache.report()["programs_discarded"], program(jnp.arange(8.0))[1])
+    """
+)
+
+
+def test_a_program_whose_first_execution_killed_a_process_is_discarded_by_the_next(tmp_path):
+    """One process keeps the program; the next loads it and dies (SIGABRT) when it first
+    runs it; the third discards it with one warning line instead of dying too, compiles
+    it, keeps it again; the fourth loads and runs it, leaving no mark."""
+    directory = tmp_path / "xla" / "programs"
+    env = {**os.environ, "JAXSPREEZE_PROGRAM_CACHE": "on", "JAX_PLATFORMS": "cpu"}
+    run = lambda how: subprocess.run(
+        [sys.executable, "-c", FIRST_RUN, str(directory), how],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run("keep").returncode == 0
+    (entry,) = directory.glob(f"*{programs.SUFFIX}")
+    aborted = run("abort")
+    assert aborted.returncode == -6  # SIGABRT while it ran; its mark stays
+    (mark,) = programs._marks(entry)
+    assert mark.name.startswith(f".{entry.name}.running-")
+    third = run("load")
+    assert third.returncode == 0, third.stderr[-2000:]
+    assert third.stdout.split("\n")[0].startswith("[] ['f']")
+    (line,) = [x for x in third.stderr.splitlines() if "jaxspreeze" in x]
+    assert "died while running it for the first time" in line and entry.name in line
+    assert entry.exists() and programs._marks(entry) == []  # kept again
+    assert not programs._discarded(entry).exists()
+    fourth = run("load")
+    assert fourth.stdout.startswith("['f'] []") and fourth.stderr.strip() == ""
+    assert programs._marks(entry) == []
+
+
+def test_a_loaded_program_runs_first_under_a_mark_then_freely(tmp_path, cache_on, monkeypatch):
+    run = ("marked", str(tmp_path))
+    directory, entry = _kept(tmp_path, run)
+    seen = []
+    cache = ProgramCache(directory, run)
+    program = cache.compile("f", cache.jit("f", FN), X)
+    assert cache.loaded == ["f"] and isinstance(program, programs.FirstRun)
+    real = program._program
+    monkeypatch.setattr(
+        program, "_program", lambda x: (seen.append(programs._marks(entry)), real(x))[1]
+    )
+    np.testing.assert_allclose(program(X), FN(X))
+    np.testing.assert_allclose(program(X), FN(X))
+    (first,), second = seen
+    assert first.name == f".{entry.name}.running-{os.getpid()}" and second == []
+    assert programs._marks(entry) == [] and real.out_info.shape == X.shape
+    monkeypatch.undo()
+    assert program.out_info.shape == X.shape  # the compiled program's own
+
+
+def test_a_key_built_on_another_cpu_misses(tmp_path, capsys, cache_on, monkeypatch):
+    """The key holds the CPU's model and features: a cache copied to a machine with
+    another CPU (or a program built for features this one lacks) is not loaded there."""
+    run = ("cpu", str(tmp_path))
+    directory, _ = _kept(tmp_path, run)
+    here = cachedir.cpu_identity()
+    assert here == cachedir.cpu_identity() and here.startswith(os.uname().machine)
+    fake = tmp_path / "cpuinfo"
+    fake.write_text("processor\t: 0\nmodel name\t: Other CPU\nflags\t\t: fpu sse2 avx512f\n\n")
+    monkeypatch.setattr(cachedir.cpu_identity, "__defaults__", (str(fake),))
+    assert cachedir.cpu_identity().endswith("| Other CPU | avx512f fpu sse2")
+    cache, _, warnings = _again(directory, run, capsys)
+    assert cache.loaded == [] and cache.compiled == ["f"] and warnings == []
+    assert len(list(directory.glob(f"*{programs.SUFFIX}"))) == 2  # one per CPU, side by side
+    monkeypatch.undo()
+    monkeypatch.setenv("JAXSPREEZE_PROGRAM_CACHE", "on")
+    back, _, _ = _again(directory, run, capsys)
+    assert back.loaded == ["f"]
+
+
+def test_a_program_discarded_by_one_cache_is_kept_again_by_another(
+    tmp_path, capsys, cache_on, jax_cache
+):
+    """The discard is on disk: whoever compiles the program next (another cache of the
+    process, another process) compiles it past JAX's cache, which would give a copy XLA
+    cannot keep, and keeps it again."""
+    run = ("across", str(tmp_path))
+    directory, entry = _kept(tmp_path, run)
+    entry.write_bytes(entry.read_bytes()[:100])
+    assert ProgramCache(directory, run).load("f", X) is None  # discarded, not compiled
+    assert not entry.exists() and programs._discarded(entry).exists()
+    capsys.readouterr()
+    other, _, warnings = _again(directory, run, capsys)
+    assert other.compiled == ["f"] and entry.exists() and warnings == []
+    assert not programs._discarded(entry).exists()
+    third, _, _ = _again(directory, run, capsys)
+    assert third.loaded == ["f"]
+
+
 @pytest.mark.skipif(not hasattr(os, "getuid"), reason="POSIX permissions")
 def test_a_directory_others_can_write_is_not_loaded_from(tmp_path, capsys, cache_on):
     run = ("shared", str(tmp_path))

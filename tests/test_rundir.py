@@ -206,3 +206,13 @@ def test_two_processes_with_the_same_run_name(tmp_path, run_main):
     chunks = [r["chunk"] for r in jsonl(run_dir) if r["kind"] == "chunk"]
     assert chunks == list(range(len(chunks))), "one writer: every chunk once, in order"
     assert not (run_dir / rundir.LOCK).exists()
+
+
+def test_a_run_name_too_long_is_named_before_anything_is_made(tmp_path):
+    from jaxspreeze.setup.config import RunConfig
+
+    cfg = RunConfig(logdir=str(tmp_path / "runs"), run_name="r" * 300)
+    with pytest.raises(ConfigError) as e:
+        rundir.claim(cfg)
+    assert e.value.field == "run_name" and "choose a shorter --run-name" in str(e.value)
+    assert not (tmp_path / "runs").exists()

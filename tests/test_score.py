@@ -176,6 +176,33 @@ def test_refusals_and_the_list(fake_sides, capsys):
     assert "sides: fake-a, fake-missing (not installed)" in listed
 
 
+@pytest.mark.parametrize(
+    "flags, says",
+    [
+        (["--run-timeout-s", "-1"], "--run-timeout-s: must be a number of seconds > 0, got -1"),
+        (["--run-timeout-s", "0"], "--run-timeout-s: must be a number of seconds > 0, got 0"),
+        (["--run-timeout-s", "nan"], "--run-timeout-s: must be a number of seconds > 0"),
+        (["--out", "{file}/report"], "--out: {file} is a file, so {file}/report cannot be made"),
+        (["--out", "{file}"], "--out: {file} is a file; give a folder for the report"),
+        (["--out", "{tmp}/" + "n" * 300], "--out: nnnn"),
+        (["--merge", "{tmp}", "--out", "{file}"], "--out: {file} is a file"),
+    ],
+)
+def test_score_flags_are_checked_before_any_side_runs(
+    fake_sides, capsys, tmp_path, monkeypatch, flags, says
+):
+    from jaxspreeze.score import runs as score_runs
+
+    monkeypatch.setattr(score_runs, "run_one", lambda *a, **k: pytest.fail("a side ran"))
+    file = tmp_path / "a-file"
+    file.write_text("")
+    fill = lambda text: text.format(file=file, tmp=tmp_path)
+    capsys.readouterr()
+    assert main(["score", "--rows", ROW, "--sides", "fake-a", *map(fill, flags)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"jaxspreeze: error: {fill(says)}") and "--logdir" not in line
+
+
 def test_which_sides_run_which_rows():
     """brax's trainers on brax and Playground rows, rejax on gymnax, SBX on gymnasium."""
     table = {s.name: s for s in score_sides.BUILTIN}

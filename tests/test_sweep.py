@@ -12,7 +12,11 @@ member 0 bitwise equal (the other members do not leak into it).
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+import textwrap
 
 import jax
 import numpy as np
@@ -110,8 +114,10 @@ def test_every_member_field_has_a_setter_on_a_state_leaf():
     for spec in algos.all_specs():
         assert spec.member_fields, spec.name
         section = spec.config_cls()
-        cfg = _cfg("/tmp", "unused", algo=spec.name)
-        env = "gymnax/Pendulum-v1"
+        env = "gymnax/Pendulum-v1"  # CartPole for the discrete-only algorithms (PQN)
+        if spec.supports(env_spec(env)) is not None:
+            env = "gymnax/CartPole-v1"
+        cfg = _cfg("/tmp", "unused", algo=spec.name, env=env)
         run = plan(cfg, on_devices=False).cfg
         for name, setter in spec.member_fields.items():
             assert isinstance(getattr(section, name), float), (spec.name, name)
@@ -142,6 +148,27 @@ def test_a_population_that_does_not_fit_names_the_members_that_would(monkeypatch
         * 8
         == memory.estimate_memory(planned)["replay_buffer"]
     )
+
+
+def test_where_one_flag_cannot_make_room_the_flags_that_can_are_named(monkeypatch):
+    from jaxspreeze.setup import memory
+    from jaxspreeze.setup.plan import plan
+
+    planned = plan(_cfg("/tmp", "unused", buffer_size=100_000), on_devices=False)
+    est = memory.estimate_memory(planned)
+    buffer = est["replay_buffer"]
+    rest = est["total"] - buffer
+    assert buffer > rest  # the buffer is the biggest share
+    monkeypatch.setattr(memory, "available_memory", lambda device: (rest + 8, "the host"))
+    with pytest.raises(ConfigError) as one:  # lowering the buffer alone makes room
+        memory.check_memory(planned)
+    assert one.value.field == "buffer_size" and " and --" not in str(one.value)
+    monkeypatch.setattr(memory, "available_memory", lambda device: (rest // 2, "the host"))
+    with pytest.raises(ConfigError) as two:  # it cannot: the others are named too
+        memory.check_memory(planned)
+    message = str(two.value)
+    assert two.value.field == "buffer_size" and "lower --buffer-size (now 100000) and --" in message
+    assert "lowering --buffer-size alone cannot fit the run" in message
 
 
 def test_a_toml_preset_carries_a_sweep_table(tmp_path):
@@ -175,6 +202,102 @@ def test_the_cli_refuses_a_shape_field_before_compiling(run_main, tmp_path, monk
     )
     assert out.returncode == 2 and "--env" in out.stderr
     assert not list(tmp_path.iterdir())  # no run directory
+
+
+@pytest.mark.parametrize(
+    "table, says",
+    [
+        ('grid = {tau = "01"}', "grid.tau must be a list of numbers, e.g. [0.005, 0.01]; got '01'"),
+        ("grid = {tau = 0.01}", "grid.tau must be a list of numbers"),
+        ("grid = {tau = [0.01, true]}", "grid.tau must be a list of numbers"),
+        ("grid = {tau = []}", "grid.tau must be a list of numbers"),
+        ('grid = "tau=0.01"', "grid must be a table, e.g. grid = {gamma = [0.9, 0.99]}"),
+        ("sample = {tau = 0.01}", "sample.tau must be a string"),
+        ('members = "2"', "members must be an integer >= 1; got '2'"),
+        ("members = 0", "members must be an integer >= 1; got 0"),
+        ("runs = 3", "[sweep] holds grid, sample and members only"),
+    ],
+)
+def test_a_toml_sweep_table_of_the_wrong_types_is_refused_in_one_line(
+    run_main, tmp_path, monkeypatch, table, says
+):
+    import jaxspreeze.cli.sweep as cli_sweep
+
+    monkeypatch.setattr(cli_sweep, "train", lambda *a, **k: pytest.fail("trained"))
+    preset = tmp_path / "pop.toml"
+    preset.write_text(f"[sweep]\n{table}\n")
+    out = run_main("sweep", "--config", str(preset), "--logdir", str(tmp_path / "runs"))
+    (line,) = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and line.startswith(f"jaxspreeze: error: --config: {preset}")
+    assert says in line
+    assert not (tmp_path / "runs").exists()
+
+
+SWEEP_OF = textwrap.dedent(
+    """
+    import resource, sys
+    from jaxspreeze import cli
+    from jaxspreeze.run import sweeping  # JAX and the trainer loaded: what a sweep imports
+    with open("/proc/self/statm") as f:
+        now = int(f.read().split()[0]) * resource.getpagesize()
+    cap = now + 512 * 2**20  # a population of 10^8 needs gigabytes to be built
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    sys.exit(cli.main(["sweep", *sys.argv[1:]]))
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and RLIMIT_AS")
+@pytest.mark.parametrize(
+    "flags, says",
+    [
+        (
+            ["--sample", "actor_lr=log-uniform:1e-4:1e-2", "--members", "100000000"],
+            "--members: 100,000,000 draws x 1 grid point(s) = 100,000,000 members; one "
+            "population holds at most 65,536: give --members 65,536 or fewer",
+        ),
+        (
+            [
+                "--grid",
+                "gamma=" + ",".join(["0.9"] * 300),
+                "--grid",
+                "tau=" + ",".join(["0.01"] * 300),
+            ],
+            "--grid: the grids give 90,000 points (90,000 members)",
+        ),
+        (
+            [
+                "--grid",
+                "gamma=0.9,0.99",
+                "--sample",
+                "tau=uniform:0.001:0.01",
+                "--members",
+                "40000",
+            ],
+            "--members: 40,000 draws x 2 grid point(s) = 80,000 members; one population holds "
+            "at most 65,536: give --members 32,768 or fewer",
+        ),
+    ],
+)
+def test_a_population_too_big_is_refused_before_it_is_built(tmp_path, flags, says):
+    """Refused with one line naming the flag, in a process whose memory could not hold the
+    population: the count is checked before any member is drawn."""
+    out = subprocess.run(
+        [sys.executable, "-c", SWEEP_OF, *flags, "--logdir", str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr[-2000:]
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("jaxspreeze: error: --") and says in line
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_population_size_guard_counts_without_building():
+    population.check_size({"gamma": [0.9] * 256}, {}, 1)  # 256 members: fine
+    population.check_size({}, {"tau": ("uniform", 0.0, 1.0)}, population.MAX_MEMBERS)
+    with pytest.raises(ConfigError, match=r"members: .*give --members 65,536 or fewer"):
+        population.members_of(0, {}, {"tau": ("uniform", 0.0, 1.0)}, population.MAX_MEMBERS + 1)
 
 
 # ------------------------------------------------------------------ end to end
@@ -342,3 +465,16 @@ def test_a_population_run_acts_with_its_best_member_by_default(tmp_path):
     (tmp_path / "summary.json").write_text(json.dumps({"best_member": 2}))
     assert best_slot(tmp_path, cfg) == 4  # member 2's first seed
     assert best_slot(tmp_path, RunConfig(num_seeds=2)) == 0  # a plain run: slot 0
+
+
+@pytest.mark.parametrize("values", ["01", 0.1, [], ["a"], [True]])
+def test_a_python_grid_entry_must_be_a_list_of_numbers(values):
+    """``jaxspreeze.sweep(grid=...)``: a string is not split into its characters ("01" is
+    not [0, 1]) and a scalar is not an unexpected TypeError: one ConfigError naming grid."""
+    from jaxspreeze.run.sweeping import population_config
+
+    with pytest.raises(ConfigError) as e:
+        population_config(jaxspreeze.RunConfig(), grid={"sac.tau": values})
+    assert e.value.field == "grid" and "list of numbers" in str(e.value)
+    cfg = population_config(jaxspreeze.RunConfig(), grid={"sac.tau": [0.01, 0.02]})
+    assert cfg.population == ("tau=0.01", "tau=0.02")

@@ -259,6 +259,27 @@ def test_env_exception_names_env_and_worker_and_ends_cleanly():
     assert all(env.vec.closed for env in pool.envs)
 
 
+class _BadReset(_Counter):
+    def reset(self, *, seed=None, options=None):
+        if self.fail_at == 0 or self.t:  # at the first reset, or at an episode's end
+            raise ValueError("no reset today")
+        return super().reset(seed=seed, options=options)
+
+
+@pytest.mark.parametrize("fail_at", [0, None])
+def test_a_reset_failure_is_called_a_reset_failure(fail_at):
+    """The first reset (answered at the worker's first recv) and an auto-reset inside a
+    step are named as resets, not as steps."""
+    env = lambda: gym.wrappers.TimeLimit(_BadReset(fail_at=fail_at), 3)
+    pool = WorkerPool(env, _policy, _slot(), envs_per_worker=2)
+    pool.start()
+    with pytest.raises(WorkerError, match=r"worker 0 \(gymnasium/_BadReset\) failed while "
+                       r"resetting the env: ValueError: no reset today"):  # fmt: skip
+        for _ in range(10):
+            pool.get(timeout=60)
+    assert pool.close() == [] and not _worker_threads()
+
+
 def test_stalled_worker_is_detected_and_reported():
     release = threading.Event()
     pool = WorkerPool(

@@ -11,6 +11,7 @@ actor's columns of it.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -73,10 +74,18 @@ def save_policy_file(path: str | Path, policy: Policy, seed_index: int = 0) -> P
         "seed_index": int(seed_index),
         "actor": serialization.to_state_dict(host),
     }
+    if path.is_dir():  # os.replace would fail after the temporary file is written
+        raise IsADirectoryError(
+            errno.EISDIR, "is a directory: give a file path, e.g. DIR/agent.msgpack", str(path)
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(serialization.msgpack_serialize(data))
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(serialization.msgpack_serialize(data))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # no temporary file left behind
+        raise
     return path
 
 

@@ -71,9 +71,13 @@ def main(argv: Sequence[str]) -> int:
     args = parse(ScoreArgs, argv, "jaxspreeze score", markers=FLAGS, description=DESCRIPTION)
     if code := at_least_one(seeds=args.seeds, total_steps=args.total_steps):
         return code
+    from jaxspreeze.score import runs as score_run
+
+    out = None if args.list_rows else Path(args.out)
+    if bad := score_run.check_options(out, args.run_timeout_s):
+        return fail(f"{bad[0]}: {bad[1]}")
     if args.merge:
         return _merge(args, argv)
-    from jaxspreeze.score import runs as score_run
     from jaxspreeze.score import tasks as score_tasks
 
     tasks = score_tasks.select(args.rows)

@@ -74,10 +74,37 @@ def _table(preset: str | None) -> tuple[RunConfig, dict[str, Any]]:
     except tomllib.TOMLDecodeError as e:
         raise ConfigError("config", f"{preset} is not valid TOML: {e}") from None
     table = data.pop("sweep", {})
-    unknown = set(table) - {"grid", "sample", "members"}
-    if not isinstance(table, dict) or unknown:
-        raise ConfigError("sweep", f"{preset}: [sweep] holds grid, sample and members only")
+    if not isinstance(table, dict) or set(table) - {"grid", "sample", "members"}:
+        raise ConfigError("config", f"{preset}: [sweep] holds grid, sample and members only")
+    _check_table(preset, table)
     return config.from_dict(data), table
+
+
+def _check_table(preset: str, table: dict[str, Any]) -> None:
+    """ConfigError naming the file for a ``[sweep]`` value of the wrong type: ``grid`` a
+    table of lists of numbers, ``sample`` a table of strings, ``members`` an integer >= 1
+    (a string grid would be split into its characters, a number not iterated at all)."""
+    where = f"{preset}: [sweep]"
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+    examples = {
+        "grid": "grid = {gamma = [0.9, 0.99]}",
+        "sample": 'sample = {tau = "uniform:0.001:0.01"}',
+    }
+    for key, example in examples.items():
+        if not isinstance(table.get(key, {}), dict):
+            raise ConfigError("config", f"{where} {key} must be a table, e.g. {example}; got "
+                              f"{table[key]!r}")  # fmt: skip
+    for name, values in table.get("grid", {}).items():
+        if not isinstance(values, list) or not values or not all(map(number, values)):
+            raise ConfigError("config", f"{where} grid.{name} must be a list of numbers, e.g. "
+                              f"[0.005, 0.01]; got {values!r}")  # fmt: skip
+    for name, law in table.get("sample", {}).items():
+        if not isinstance(law, str):
+            raise ConfigError("config", f"{where} sample.{name} must be a string such as "
+                              f"\"log-uniform:1e-4:1e-2\"; got {law!r}")  # fmt: skip
+    members = table.get("members", 1)
+    if not isinstance(members, int) or isinstance(members, bool) or members < 1:
+        raise ConfigError("config", f"{where} members must be an integer >= 1; got {members!r}")
 
 
 def parse(argv: Sequence[str]) -> tuple[SweepArgs, RunConfig]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import re
 import shutil
 import stat
@@ -215,6 +216,52 @@ def age(seconds_since_epoch: float) -> str:
         if s >= size:
             return f"{s / size:.0f} {unit}"
     return f"{s:.0f} s"
+
+
+CPUINFO = "/proc/cpuinfo"
+NVIDIA_DRIVER = "/proc/driver/nvidia/version"
+
+
+def cpu_identity(cpuinfo: str = CPUINFO) -> str:
+    """What machine code built here assumes of the CPU: its model and its features (Linux:
+    the first processor's ``model name`` and ``flags`` in ``/proc/cpuinfo``; ARM: its
+    ``CPU implementer``/``CPU part`` and ``Features``), with the architecture; elsewhere
+    the architecture and ``platform.processor()``. A program kept on one CPU is not
+    loaded on another: XLA builds for the features of the CPU it compiles on, and a
+    program using one the CPU lacks dies at its first instruction (SIGILL)."""
+    fields: dict[str, str] = {}
+    try:
+        with open(cpuinfo, errors="replace") as f:
+            for line in f:
+                if not line.strip():
+                    if fields:
+                        break  # the first processor's block
+                    continue
+                key, colon, value = line.partition(":")
+                if colon:
+                    fields.setdefault(key.strip().lower(), value.strip())
+    except OSError:
+        pass
+    features = fields.get("flags") or fields.get("features") or ""
+    model = (
+        fields.get("model name")
+        or " ".join(
+            fields.get(k, "") for k in ("cpu implementer", "cpu part", "cpu variant")
+        ).strip()
+    )
+    if not model and not features:  # no /proc/cpuinfo: what the platform says
+        model = platform.processor() or "-"
+    return f"{platform.machine()} | {model} | {' '.join(sorted(features.split()))}"
+
+
+def driver_version(path: str = NVIDIA_DRIVER) -> str:
+    """The accelerator driver's version line where the system says it (NVIDIA on Linux),
+    else "-": a program built for one driver's GPU code is not loaded under another."""
+    try:
+        with open(path, errors="replace") as f:
+            return f.readline().strip() or "-"
+    except OSError:
+        return "-"
 
 
 def header(payload: bytes, name: str, label: str) -> bytes:

@@ -19,8 +19,10 @@ key holds:
   distributions that trace (jax, jaxlib, flax, optax, chex, numpy, ml_dtypes and each env
   family's: ``envids.FAMILIES``) and the size and modification time of every Python
   file of the packages that trace (an edited library, an editable install);
-- the machine: the backend, its version, the devices, ``XLA_FLAGS`` and JAX's settings
-  (those not about caches, logs or dumps);
+- the machine: the backend, its version, the devices, the CPU's model and features and
+  an accelerator's driver version (:func:`jaxspreeze.core.cachedir.cpu_identity`: a
+  program built for another CPU dies at its first instruction), ``XLA_FLAGS`` and JAX's
+  settings (those not about caches, logs or dumps);
 - the program: its name and the shapes, dtypes, weak types and placements of its
   arguments, with their tree structure.
 
@@ -40,9 +42,11 @@ serialize it again (its kernels are missing from the copy), hence the names of
 A kept program is machine code that runs when loaded, so it is verified first. Each entry
 starts with a header line holding the SHA-256 and length of what follows (written with it
 in one atomic rename); an entry whose bytes do not match (flipped, truncated), that does not
-load, or whose load killed an earlier process (a ``.loading-<pid>`` mark left beside it by
-a process that no longer runs) is discarded with one warning line, and the program is
-compiled (past JAX's cache, which would give a copy XLA cannot keep) and kept again.
+load, or whose load or first execution killed an earlier process (a ``.loading-<pid>`` or
+``.running-<pid>`` mark left beside it by a process that no longer runs: :class:`FirstRun`)
+is discarded with one warning line, and the program is compiled (past JAX's cache, which
+would give a copy XLA cannot keep: a ``.discarded`` mark says so to any later process) and
+kept again.
 Programs are loaded only from a directory the user owns and nobody else can write
 (:func:`jaxspreeze.core.cachedir.distrust`); otherwise every program is compiled and none kept,
 with one warning line saying why. After each program kept, the cache directory is held
@@ -76,6 +80,8 @@ ENV_VAR = "JAXSPREEZE_PROGRAM_CACHE"  # "off": trace every program, keep none
 FORMAT = cachedir.FORMAT
 SUFFIX = cachedir.PROGRAM_SUFFIX
 _MARK = ".loading-"  # ".<entry>.loading-<pid>": a process is loading the entry
+_RUN_MARK = ".running-"  # ".<entry>.running-<pid>": a process runs the loaded entry first
+_DISCARDED = ".discarded"  # ".<entry>.discarded": compile past JAX's cache, keep it again
 # the distributions whose code or build shapes a traced program: JAX's and each env
 # family's (envids.FAMILIES), read when a key is made
 distributions = envids.distributions
@@ -151,6 +157,8 @@ def code_fingerprint() -> str:
     machine = (
         jax.default_backend(),
         backend.platform_version,
+        cachedir.cpu_identity(),  # the CPU's model and features: XLA builds for them
+        cachedir.driver_version() if jax.default_backend() != "cpu" else "-",
         [(d.id, d.device_kind, d.process_index) for d in jax.devices()],
         jax.process_count(),
         jax.process_index(),
@@ -237,7 +245,7 @@ class ProgramCache:
         self.discarded: list[str] = []
         self.load_s = 0.0
         self._lock = threading.Lock()
-        self._fresh: set[str] = set()  # discarded: compile past JAX's cache, keep again
+        self._fresh: set[Path] = set()  # discarded: compile past JAX's cache, keep again
         if self.directory is not None and (why := cachedir.distrust(self.directory)):
             self._warn(f"kept programs not loaded nor kept: {why}")
             self.directory = None
@@ -283,8 +291,8 @@ class ProgramCache:
         path = self._path(name, args)
         start = time.perf_counter()
         try:
-            if _crashed(path):
-                return self._discard(name, path, "a process died while loading it")
+            if crash := _crashed(path):
+                return self._discard(name, path, f"a process died while {crash}")
             with open(path, "rb") as f:
                 data = f.read()
         except FileNotFoundError:
@@ -298,7 +306,7 @@ class ProgramCache:
         try:
             with contextlib.suppress(OSError):
                 mark.touch()
-            program = _deserialize(payload)
+            program = FirstRun(_deserialize(payload), path)
         except Exception as e:  # from another build, or its kernels are missing here
             return self._discard(name, path, f"it does not load ({type(e).__name__})")
         finally:
@@ -315,9 +323,11 @@ class ProgramCache:
         for p in (path, *_marks(path)):
             with contextlib.suppress(OSError):
                 p.unlink()
+        with contextlib.suppress(OSError):  # any process compiles it past JAX's cache
+            _discarded(path).touch()
         with self._lock:
             self.discarded.append(name)
-            self._fresh.add(name)
+            self._fresh.add(path)
         self._warn(f"kept program {path.name} discarded: {why}; compiling it again")
         return None
 
@@ -351,6 +361,8 @@ class ProgramCache:
                 raise
         except Exception:
             return False
+        with contextlib.suppress(OSError):
+            _discarded(path).unlink(missing_ok=True)  # kept again
         limit = cachedir.max_size()
         if limit is not None and self.directory.name == cachedir.PROGRAMS:
             with contextlib.suppress(OSError):
@@ -370,7 +382,9 @@ class ProgramCache:
     ) -> jax.stages.Compiled:
         """Compile ``lowered`` (the program ``name`` lowered for ``args``) and keep it when
         XLA compiled it (not JAX's cache) and another process can load it."""
-        past_jax_cache = name in self._fresh  # JAX's copy could not be kept again
+        # a discarded entry (here or by an earlier process): JAX's copy could not be kept
+        path = self._path(name, args) if self.on else None
+        past_jax_cache = path is not None and (path in self._fresh or _discarded(path).exists())
         with _persistent_cache_hits() as hits:
             if past_jax_cache:
                 with jax_config.enable_compilation_cache(False):
@@ -415,6 +429,51 @@ def loadable(calls: set[str]) -> bool:
     """True when a program making the custom ``calls`` (:func:`custom_calls`) can be loaded
     in another process: every one is a call :data:`_LOADABLE_CALLS` allows."""
     return all(c.startswith(_LOADABLE_CALLS) and "callback" not in c for c in calls)
+
+
+_RUNNING: set[Path] = set()  # this process's first-run marks still on disk
+
+
+class FirstRun:
+    """A loaded program whose first execution is marked on disk: ``.<entry>.running-<pid>``
+    lies beside its entry from the call until its outputs are ready (the call waits for
+    them, once), so that an entry whose code kills the process (SIGILL: built for another
+    CPU; a crash in the program) is discarded by the next process instead of killing it
+    too. Anything else is the compiled program's (``out_info``, ...)."""
+
+    def __init__(self, program: jax.stages.Compiled, entry: Path) -> None:
+        self._program = program
+        self._entry: Path | None = entry  # None once the first execution has finished
+        self._first = threading.Lock()
+
+    def __call__(self, *args: Any) -> Any:
+        if self._entry is None:
+            return self._program(*args)
+        with self._first:
+            if self._entry is None:
+                return self._program(*args)
+            mark = self._entry.with_name(f".{self._entry.name}{_RUN_MARK}{os.getpid()}")
+            with contextlib.suppress(OSError):
+                mark.touch()
+            _RUNNING.add(mark)
+            try:
+                return jax.block_until_ready(self._program(*args))
+            finally:  # finished, or refused its arguments (an error, no crash)
+                self._entry = None
+                _RUNNING.discard(mark)
+                mark.unlink(missing_ok=True)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._program, name)
+
+
+def release_marks() -> None:
+    """Remove this process's first-run marks (a process about to end by a signal or
+    ``os._exit`` on purpose: a stop is not a crash of the program it ran)."""
+    for mark in list(_RUNNING):
+        _RUNNING.discard(mark)
+        with contextlib.suppress(OSError):
+            mark.unlink()
 
 
 class Piece:
@@ -503,7 +562,12 @@ def _warn(message: str) -> None:
 
 
 def _marks(path: Path) -> list[Path]:
-    return list(path.parent.glob(f".{path.name}{_MARK}*"))
+    """The crash marks beside ``path``'s entry: a process loading it, or running it first."""
+    return [m for kind in (_MARK, _RUN_MARK) for m in path.parent.glob(f".{path.name}{kind}*")]
+
+
+def _discarded(path: Path) -> Path:
+    return path.with_name(f".{path.name}{_DISCARDED}")
 
 
 def _alive(pid: int) -> bool:
@@ -516,11 +580,13 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _crashed(path: Path) -> bool:
-    """True when a process that no longer runs left a loading mark on ``path``'s entry
-    (its load killed it): loading it again would kill this one too."""
+def _crashed(path: Path) -> str | None:
+    """How a process that no longer runs died of ``path``'s entry (a mark it left: its
+    load or its first execution killed it), or None: using it again would kill this one
+    too."""
     for mark in _marks(path):
-        pid = mark.name.rpartition(_MARK)[2]
+        kind = _MARK if _MARK in mark.name else _RUN_MARK
+        pid = mark.name.rpartition(kind)[2]
         if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-            return True
-    return False
+            return "loading it" if kind == _MARK else "running it for the first time"
+    return None

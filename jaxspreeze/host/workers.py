@@ -632,8 +632,9 @@ class WorkerPool:
         try:
             _Sampler(self, w).run()
         except BaseException as e:
+            stage = "resetting the env" if _in_reset(e) else st.stage
             err = WorkerError(
-                f"worker {w} ({env.name}) failed while {st.stage}: {type(e).__name__}: {e}",
+                f"worker {w} ({env.name}) failed while {stage}: {type(e).__name__}: {e}",
                 w,
                 env.name,
             )
@@ -641,6 +642,18 @@ class WorkerPool:
             self._fail(err)
         finally:
             st.done = True
+
+
+def _in_reset(error: BaseException) -> bool:
+    """True when ``error`` was raised inside an env's ``reset`` (a vector env answers its
+    reset at the next ``recv``, and an auto-reset happens inside its step: the stage alone
+    would say stepping)."""
+    tb = error.__traceback__
+    names = []
+    while tb is not None:
+        names.append(tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    return any(n in ("reset", "async_reset", "reset_async", "reset_wait") for n in names[1:])
 
 
 @contextlib.contextmanager
@@ -728,8 +741,8 @@ class _Sampler:
         st, env = self.st, self.env
         st.stage = "resetting the env"
         env.async_reset(self.pool.seeds[self.w])
+        step = env.recv()  # the reset's answer
         st.stage = "stepping the env"
-        step = env.recv()
         while not self.stop.is_set():
             st.beat = time.monotonic()
             self.store(step)

@@ -46,7 +46,8 @@ def explained(
         raise
     except NonFiniteError as e:
         close(timeout=10.0)
-        note = checkpoint_note(checkpoint.latest(run_dir), run_dir, checkpoint_every)
+        first = getattr(e, "first_chunk", False)
+        note = checkpoint_note(checkpoint.latest(run_dir), run_dir, checkpoint_every, first)
         raise NonFiniteError(f"{e} {note}") from None
     except HostEnvError as e:
         # a host env's worker failed or stalled: the message names them; add what is kept

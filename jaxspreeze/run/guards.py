@@ -52,13 +52,23 @@ def nonfinite_message(record: dict[str, Any]) -> str | None:
     )
 
 
-def checkpoint_note(latest: Any, run_dir: Any, checkpoint_every: int = 0) -> str:
+def checkpoint_note(
+    latest: Any, run_dir: Any, checkpoint_every: int = 0, first_chunk: bool = False
+) -> str:
     """What a non-finite stop leaves: the newest checkpoint (a path or None) and how to go on
-    (``checkpoint_every``: the run's cadence, 0 for a checkpoint only at the end).
+    (``checkpoint_every``: the run's cadence, 0 for a checkpoint only at the end;
+    ``first_chunk``: the run's first chunk was already non-finite, so no cadence could
+    have kept a checkpoint before it: they are written at chunk boundaries).
 
     A resumed run takes changed learning rates from its new config, so resuming with
     smaller ones is a real way on.
     """
+    if latest is None and first_chunk:
+        return (
+            "No checkpoint was written before it, nor could be: it came in the run's first chunk, "
+            "and checkpoints are written at chunk boundaries (a smaller --chunk-iterations gives "
+            "earlier ones); start the run again with smaller learning rates."
+        )
     if latest is None and checkpoint_every > 0:
         return (
             f"No checkpoint was written before it (the first was due at {checkpoint_every:,} "
@@ -87,16 +97,30 @@ class Tripwire:
     def __init__(self) -> None:
         self._tripped = threading.Event()
         self._message: str | None = None
+        self._chunk: int | None = None  # the first non-finite chunk
+        self._finite_seen = False  # a finite chunk came before it
 
     def check(self, record: Record) -> Record:
         """Trip on the first record whose guard flags are False; returns ``record``."""
         message = nonfinite_message(record)
         if message is not None and not self._tripped.is_set():
             self._message = message
+            self._chunk = record.get("chunk")
             self._tripped.set()
+        elif message is None and record.get("kind", "chunk") == "chunk":
+            self._finite_seen = True
         return record
+
+    def tripped_by(self, chunk: int) -> bool:
+        """True once a non-finite chunk at or before ``chunk`` was seen (a chunk record
+        without its number counts as before any)."""
+        if not self._tripped.is_set():
+            return False
+        return self._chunk is None or self._chunk <= chunk
 
     def raise_if_tripped(self) -> None:
         """Raise :class:`~jaxspreeze.core.errors.NonFiniteError` with the message, once tripped."""
         if self._tripped.is_set():
-            raise NonFiniteError(self._message)
+            error = NonFiniteError(self._message)
+            error.first_chunk = not self._finite_seen  # no checkpoint could come before it
+            raise error

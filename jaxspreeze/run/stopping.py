@@ -67,6 +67,8 @@ def _die(signum: int) -> None:
     """End the process at once by ``signum``'s default action (from any thread)."""
     sys.stdout.flush()
     sys.stderr.flush()
+    if (programs := sys.modules.get("jaxspreeze.core.programs")) is not None:
+        programs.release_marks()  # a stop is no crash of a kept program running first
     try:  # reset the handler in C (signal.signal() works in the main thread only)
         ctypes.CDLL(None).signal(signum, 0)  # 0: SIG_DFL
         os.kill(os.getpid(), signum)

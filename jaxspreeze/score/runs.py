@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import shutil
@@ -153,6 +154,31 @@ def run_one(
         elif "error" not in entry:
             entry["error"] = f"the side's process exited with {rc} and wrote no row"
     return entry
+
+
+def check_options(out: Path | None, timeout_s: float | None) -> tuple[str, str] | None:
+    """(the flag, why) for an option of a score run that cannot work, checked before any
+    side runs (a report that cannot be written would be found only after the first run):
+    ``--out`` a folder that can be made and written (None: no report), ``--run-timeout-s``
+    > 0."""
+    if timeout_s is not None and not (math.isfinite(timeout_s) and timeout_s > 0):
+        return "--run-timeout-s", f"must be a number of seconds > 0, got {timeout_s:g}"
+    if out is None:  # nothing is written (--list)
+        return None
+    out = Path(out).absolute()
+    for part in out.parts:
+        if len(part.encode()) > 255:
+            return "--out", f"{part[:40]}... is longer than a file name may be (255 bytes)"
+    probe = out
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if probe == out and not out.is_dir():
+        return "--out", f"{out} is a file; give a folder for the report"
+    if not probe.is_dir():
+        return "--out", f"{probe} is a file, so {out} cannot be made; give another folder"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return "--out", f"{probe} is not writable; give a folder you may write"
+    return None
 
 
 def run(

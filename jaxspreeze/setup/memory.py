@@ -180,10 +180,15 @@ def _fit(cfg: RunConfig, est: dict[str, int], keys: tuple[str, ...], device: Any
     free, where = available_memory(device)
     if free is None or need <= free:
         return
-    biggest = max(keys, key=lambda k: est[k])
-    name = _MEMORY_FIELDS[biggest]
-    field_name = f"{cfg.algo}.{name}" if name == "hidden" else name
-    flag = "--" + field_name.replace("_", "-")
+    fields = _fields_to_lower(cfg, est, keys, free)
+    field_name = fields[0]
+    lower = " and ".join(f"--{f.replace('_', '-')} (now {_get_field(cfg, f)!r})" for f in fields)
+    if len(fields) > 1:  # the biggest share alone cannot make room: say what the rest needs
+        rest = sum(est[k] for k in keys if _field(cfg, k) != field_name)
+        lower += (
+            f" (lowering --{field_name.replace('_', '-')} alone cannot fit the run: the rest "
+            f"needs {rest / GiB:.2f} GiB)"
+        )
     parts = ", ".join(
         f"{_MEMORY_LABELS[k]} {est[k] / GiB:.2f}" for k in keys if est[k] >= 0.01 * need
     )
@@ -194,14 +199,38 @@ def _fit(cfg: RunConfig, est: dict[str, int], keys: tuple[str, ...], device: Any
             "population",
             f"a population of {cfg.members} members needs about {need / GiB:.2f} GiB ({parts} "
             f"GiB) but {where} has {free / GiB:.2f} GiB available: {fit} members would fit; "
-            f"sweep fewer members, or lower {flag} (now {_get_field(cfg, field_name)!r}){seeds}",
+            f"sweep fewer members, or lower {lower}{seeds}",
         )
     raise ConfigError(
         field_name,
         f"the run needs about {need / GiB:.2f} GiB ({parts} GiB) but {where} has "
-        f"{free / GiB:.2f} GiB available; lower {flag} (now {_get_field(cfg, field_name)!r})"
-        f"{seeds}",
+        f"{free / GiB:.2f} GiB available; lower {lower}{seeds}",
     )
+
+
+def _field(cfg: RunConfig, key: str) -> str:
+    """The config field that sizes the estimate's part ``key`` (``sac.hidden``, ...)."""
+    name = _MEMORY_FIELDS[key]
+    return f"{cfg.algo}.{name}" if name == "hidden" else name
+
+
+def _fields_to_lower(
+    cfg: RunConfig, est: dict[str, int], keys: tuple[str, ...], free: int
+) -> list[str]:
+    """The fields to lower, biggest share first, until what the others size fits in
+    ``free``: one field when lowering it alone can make room, else the ones that can."""
+    shares: dict[str, int] = {}
+    for k in keys:
+        shares[_field(cfg, k)] = shares.get(_field(cfg, k), 0) + est[k]
+    order = sorted(shares, key=lambda f: -shares[f])
+    left = sum(shares.values())
+    fields = []
+    for f in order:
+        fields.append(f)
+        left -= shares[f]
+        if left <= free:
+            break
+    return fields
 
 
 def check_memory(

@@ -28,6 +28,7 @@ import numpy as np
 from jaxspreeze.algos.base import AgentState, AlgoSpec
 from jaxspreeze.core.errors import ConfigError
 
+MAX_MEMBERS = 65_536  # slots of one program: beyond, a population is refused before it is built
 LINEAGE = "pbt.jsonl"  # a PBT run's lineage: one line per copy (jaxspreeze.run.pbt)
 DISTRIBUTIONS = ("log-uniform", "uniform")
 SAMPLE_SALT = 7_919  # the sampler's seed is the run's seed plus this (not an env's key)
@@ -105,6 +106,30 @@ def parse_sample(spec: AlgoSpec, items: Iterable[str]) -> dict[str, tuple[str, f
     return sample
 
 
+def check_size(
+    grid: dict[str, list[float]], sample: dict[str, tuple[str, float, float]], members: int
+) -> None:
+    """ConfigError naming the flag that shrinks it for a population of more than
+    :data:`MAX_MEMBERS` members, counted before any member is drawn or stored (a population
+    of 10^8 would take minutes and gigabytes to build before any later guard saw it)."""
+    points = math.prod(len(v) for v in grid.values())
+    count = points * (members if sample else 1)
+    if count <= MAX_MEMBERS:
+        return
+    if sample and points <= MAX_MEMBERS:
+        fit = MAX_MEMBERS // points
+        raise ConfigError(
+            "members",
+            f"{members:,} draws x {points:,} grid point(s) = {count:,} members; one population "
+            f"holds at most {MAX_MEMBERS:,}: give --members {fit:,} or fewer",
+        )
+    raise ConfigError(
+        "grid",
+        f"the grids give {points:,} points ({count:,} members); one population holds at "
+        f"most {MAX_MEMBERS:,}: give fewer --grid values (or split the sweep)",
+    )
+
+
 def members_of(
     seed: int,
     grid: dict[str, list[float]],
@@ -118,6 +143,7 @@ def members_of(
         raise ConfigError("sample", f"{sorted(overlap)[0]} is both in --grid and --sample")
     if members < 1:
         raise ConfigError("members", f"must be >= 1, got {members}")
+    check_size(grid, sample, members)
     points = [dict(zip(grid, p, strict=True)) for p in itertools.product(*grid.values())]
     rng = np.random.default_rng(seed + SAMPLE_SALT)
     out = []

@@ -303,6 +303,7 @@ def claim(cfg: RunConfig, *, resume: str | Path | None = None) -> RunDir:
         field_name = "resume"
     else:
         field_name = "run_name"
+        _check_name(cfg)
         try:
             run = _make_new(cfg)
         except OSError as e:
@@ -316,6 +317,36 @@ def claim(cfg: RunConfig, *, resume: str | Path | None = None) -> RunDir:
             e, "logdir" if resume is None else "resume", "write in", "choose a writable --logdir"
         ) from None
     return run
+
+
+def _check_name(cfg: RunConfig) -> None:
+    """ConfigError naming ``run_name`` for a name the file system cannot hold (longer than
+    its longest file name: 255 bytes on most; a default name made from a long env id
+    too), before the directory is made; a part of ``--logdir`` too long names ``logdir``."""
+    name = cfg.run_name or default_run_name(cfg)
+    try:
+        longest = os.pathconf(_existing(Path(cfg.logdir)), "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        longest = 255
+    if len(name.encode()) > longest:
+        raise ConfigError(
+            "run_name",
+            f"{len(name.encode())} bytes is longer than a file name may be here ({longest}); "
+            "choose a shorter --run-name",
+        )
+    for part in Path(cfg.logdir).parts:
+        if len(part.encode()) > longest:
+            raise ConfigError(
+                "logdir", f"{part[:40]}... is longer than a file name may be here ({longest})"
+            )
+
+
+def _existing(path: Path) -> Path:
+    """``path``, or the nearest of its parents that exists."""
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
 
 
 def _make_new(cfg: RunConfig) -> RunDir:
