@@ -120,6 +120,21 @@ def test_save_then_load_acts_the_same(runs, algo, tmp_path):
     np.testing.assert_array_equal(direct.predict(obs), load(runs[algo]).predict(obs))
 
 
+@pytest.mark.parametrize("algo", ["ppo", "sac"])
+def test_an_empty_batch_predicts_no_actions(runs, algo):
+    agent = load(runs[algo])
+    one = agent.predict(observations(agent.spec, 1))
+    none = agent.predict(np.zeros((0, *agent.spec.obs_shape), np.float32))
+    assert none.shape == (0, *one.shape[1:]) and none.dtype == one.dtype
+
+
+def test_save_onto_a_directory_is_refused_and_leaves_nothing(runs, tmp_path):
+    agent = load(runs["sac"])
+    with pytest.raises(IsADirectoryError, match="give a file path"):
+        agent.save(tmp_path)
+    assert list(tmp_path.iterdir()) == []  # no temporary file left
+
+
 def test_load_refuses_a_missing_or_damaged_file(runs, tmp_path):
     with pytest.raises(FileNotFoundError, match="policy file"):
         load(tmp_path / "nothing.msgpack")

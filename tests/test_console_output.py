@@ -107,7 +107,7 @@ def test_notes_reach_only_the_sinks_that_take_them_in_their_place():
 def test_a_skipped_evaluation_is_noted_with_the_evaluation_it_waited_behind():
     started, gate, notes = threading.Event(), threading.Event(), []
 
-    def evaluate(actor):
+    def evaluate(actor, env_steps):
         started.set()
         assert gate.wait(60)
         return EvalResult(actor["v"], jnp.zeros(()), jnp.ones(()))
@@ -135,7 +135,7 @@ def test_a_skipped_evaluation_is_noted_with_the_evaluation_it_waited_behind():
 def test_a_failed_evaluation_is_noted():
     notes = []
 
-    def evaluate(actor):
+    def evaluate(actor, env_steps):
         raise RuntimeError("nan policy")
 
     ev = Evaluator(evaluate, on_note=notes.append, report=lambda message: None)
@@ -196,10 +196,10 @@ def held_run(tmp_path_factory):
         fn = real(act, env, keys)
         first = []
 
-        def evaluate(actor):
+        def evaluate(actor, env_steps):
             if not first:
                 first.append(gate.wait(300))
-            return fn(actor)
+            return fn(actor, env_steps)
 
         return evaluate
 

@@ -8,7 +8,8 @@ from flax import serialization
 
 from jaxspreeze import cli
 from jaxspreeze.agent.evaluate import EvalResult, Snapshot
-from jaxspreeze.run.evalwatch import BEST_POLICY_FILE, REACHED, EvalWatch
+from jaxspreeze.agent.policy import save_policy
+from jaxspreeze.run.evalwatch import BEST_POLICY_FILE, REACHED, BestPolicies, EvalWatch
 from jaxspreeze.run.trainer import train
 from jaxspreeze.store import checkpoint
 
@@ -24,7 +25,8 @@ def _result(mean):
 
 
 def test_the_best_evaluation_is_kept_and_a_target_asks_to_stop(tmp_path):
-    watch = EvalWatch(tmp_path, stop_at_return=-50.0)
+    bests = BestPolicies(tmp_path, {None: range(1)}, lambda p, a, u: save_policy(p.parent, a, p.name))
+    watch = EvalWatch(tmp_path, stop_at_return=-50.0, bests=bests)
     for i, mean in enumerate([-300.0, -120.0, -200.0]):
         watch.seen(Snapshot({"w": np.full(2, float(i))}, 100 * (i + 1), i, False), _result(mean))
     best = serialization.msgpack_restore((tmp_path / BEST_POLICY_FILE).read_bytes())

@@ -13,7 +13,13 @@ import numpy as np
 import pytest
 from test_sinks import read_csv, read_tensorboard
 
-from jaxspreeze.agent.evaluate import EvalResult, Evaluator, make_seed_evaluate, snapshot_copy
+from jaxspreeze.agent.evaluate import (
+    EvalResult,
+    Evaluator,
+    make_seed_evaluate,
+    snapshot_copy,
+    start_key,
+)
 from jaxspreeze.agent.policy import load_policy
 from jaxspreeze.algos.sac import SACConfig
 from jaxspreeze.run import threads, trainer
@@ -58,7 +64,7 @@ def test_snapshot_is_a_copy_that_survives_donation():
 def test_evaluator_latest_wins_counts_skips_and_survives_errors():
     started, gate, reports = threading.Event(), threading.Event(), []
 
-    def evaluate(actor):
+    def evaluate(actor, env_steps):
         if not started.is_set():
             started.set()
             gate.wait(60)
@@ -91,12 +97,14 @@ def test_evaluator_return_equals_a_direct_call_of_evaluate(tmp_path):
     env = make_env(cfg.env, 3)
     keys = jax.random.split(jax.random.key(7), 2)
     direct = jax.jit(make_evaluate(algo, env))
+    # the evaluation at 300 env steps: each seed's key folded with the step
     expected = [
-        jax.device_get(direct(jax.tree.map(lambda x: x[i], actor), keys[i])) for i in (0, 1)
+        jax.device_get(direct(jax.tree.map(lambda x: x[i], actor), start_key(keys[i], 300)))
+        for i in (0, 1)
     ]
 
     ev = Evaluator(make_seed_evaluate(algo, env, keys), device=jax.devices()[0])
-    _, result = ev.submit(actor, env_steps=0).result(300)
+    _, result = ev.submit(actor, env_steps=300).result(300)
     ev.close()
     for i in (0, 1):
         for got, want in zip(result, expected[i], strict=True):
@@ -152,7 +160,7 @@ def held_run(tmp_path_factory):
     def held_eval_fn(act, env, keys):
         fn = real(act, env, keys)
 
-        def evaluate(actor):
+        def evaluate(actor, env_steps):
             if "timed_out" not in held:  # the first evaluation waits for the last chunk
                 held["timed_out"] = not gate.wait(300)
                 raise RuntimeError("evaluator exploded")

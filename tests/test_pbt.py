@@ -109,14 +109,41 @@ def test_the_lineage_and_the_summary_say_what_was_copied(runs):
         assert set(e["new"]) == {"actor_lr", "gamma"}
     rows = a.summary["members"]
     assert [r["initial_values"]["actor_lr"] for r in rows] == GRID["actor_lr"]
-    last = events[-1]
-    assert rows[last["member"]]["values"] == last["new"]
+    last = events[-1]  # made after the last chunk: the checkpoint's, never trained with
+    assert rows[last["member"]]["next_values"] == last["new"]
+    first = events[0]
+    trained = first["new"] if first["member"] == last["member"] else None
+    trained = trained or rows[last["member"]]["initial_values"]
+    assert rows[last["member"]]["values"] == trained  # what it trained with, to the end
+    assert rows[last["member"]]["values"] != last["new"]
     assert a.summary["pbt"]["copies"] == 2 and a.summary["pbt"]["interval"] == 1000
+    assert a.summary["pbt"]["copies_after_training"] == 1
     # the final state holds the lineage's values (member m's seeds: slots 2m, 2m + 1)
     lr = np.asarray(optax.tree_utils.tree_get(a.state.agent.actor.opt_state, "learning_rate"))
     for r in rows:
         m = r["member"]
-        np.testing.assert_array_equal(lr[2 * m : 2 * m + 2], np.float32(r["values"]["actor_lr"]))
+        want = np.float32(r["next_values"]["actor_lr"])
+        np.testing.assert_array_equal(lr[2 * m : 2 * m + 2], want)
+
+
+def test_a_copy_after_the_last_chunk_makes_no_member_best(runs):
+    """The copy made after training ended is the checkpoint's (a longer run goes on from
+    it); the members' final evaluations, policy files and the best member are what each
+    member trained: the member perturbed then keeps its own actor, not the copied one."""
+    _, a, _ = runs
+    last = pbt.read_lineage(a.run_dir)[-1]
+    assert last["env_steps"] == a.summary["env_steps"]
+    loser, winner = last["member"], last["copied"]
+    own = jaxspreeze.load(a.run_dir / f"policy-{loser}.msgpack").actor
+    copied = jaxspreeze.load(a.run_dir / f"policy-{winner}.msgpack").actor
+    assert any(
+        x.tobytes() != y.tobytes() for x, y in zip(_leaves(own), _leaves(copied), strict=True)
+    )
+    # the state (the checkpoint's) holds the copy: the loser's seeds are the winner's
+    state = jax.tree.leaves(a.state.agent.actor.params)[0]
+    np.testing.assert_array_equal(state[2 * loser], state[2 * winner])
+    finals = [r["final_return"] for r in a.summary["members"]]
+    assert a.summary["best_member"] == int(np.argmax(finals))
 
 
 def test_the_same_seed_gives_the_same_lineage_and_states(runs):

@@ -31,7 +31,7 @@ import numpy as np
 from jaxspreeze.agent.evaluate import make_evaluate, make_host_evaluate
 from jaxspreeze.agent.policy import Policy, load_policy, save_policy_file
 from jaxspreeze.core.types import DEFAULT_OBS_KEYS, Carry, EnvSpec
-from jaxspreeze.envs import env_spec, is_host_env, make_env
+from jaxspreeze.envs import env_spec, is_host_env, load_env_record, make_env, register_env
 from jaxspreeze.host import hostenvs
 
 
@@ -52,12 +52,14 @@ def load(path: str | Path, seed_index: int | None = None, *, env: Any = None) ->
     A run trained on your own env (``jaxspreeze.train(cfg, env=...)``) loads from its run
     directory's record of the env: ``predict`` works at once; evaluating or rendering it
     by name needs the env, passed again as ``env`` (an instance, a factory or a vector
-    env, as for ``train``; also what a standalone policy file of such a run needs).
+    env, as for ``train``; also what a standalone policy file of such a run needs). A
+    JAX env object (``jax/<ClassName>``) likewise: ``load(run, env=obj)``, then
+    ``agent.evaluate(agent.cfg.env)`` steps it on the device.
     """
     if env is not None:
-        hostenvs.register_user_env(env)
+        register_env(env)
     run_dir = Path(path) if Path(path).is_dir() else Path(path).parent
-    hostenvs.load_user_env(run_dir)
+    load_env_record(run_dir)
     policy = load_policy(path)
     return Agent(policy, policy.seed_index if seed_index is None else seed_index)
 
@@ -125,10 +127,15 @@ class Agent:
                 self._key, key = jax.random.split(self._key)
         elif isinstance(key, int):
             key = jax.random.key(key)
+        empty = x.shape[0] == 0  # an empty batch: act on one zero row, return none
+        if empty:
+            x, state, episode_start = np.zeros((1, *shape), np.float32), None, None
         carry = self._carry(x.shape[0], state, episode_start)
         action, carry = self._act(self.actor, carry, x, key, bool(deterministic))
         action = np.asarray(action)
         action = action[0] if single else action
+        if empty:
+            action, carry = action[:0], jax.tree.map(lambda leaf: leaf[:0], carry)
         return (action, jax.device_get(carry)) if self.has_memory else action
 
     def _carry(self, batch: int, state: Carry | None, episode_start: Any) -> Carry:
@@ -170,7 +177,7 @@ class Agent:
         else:
             fn = jax.vmap(make_evaluate(self.policy.algo, make_env(env, episodes, keys), max_steps))
             res = jax.jit(fn)(actor, jax.random.key(seed)[None])
-        mean, std, length = (float(np.asarray(x)[0]) for x in res)
+        mean, std, length = (float(np.asarray(x)[0]) for x in res[:3])
         return Evaluation(mean, std, length, episodes)
 
     def _evaluate_gymnasium(

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -27,28 +27,49 @@ _STOP = object()
 
 
 class EvalResult(NamedTuple):
-    """Mean/std of the return and the mean length over the evaluated episodes."""
+    """The mean and std of the return over the evaluated episodes, their mean length and
+    the standard error of the mean return (``std(ddof=1) / sqrt(episodes)``; NaN for one
+    episode)."""
 
     return_mean: jax.Array
     return_std: jax.Array
     length_mean: jax.Array
+    return_se: Any = None
 
 
-def make_evaluate(
+EVAL_SALT = (
+    10_000  # a run's evaluation seed is its seed + EVAL_SALT (``jaxspreeze eval``'s default)
+)
+
+
+def eval_seed(seed: int) -> int:
+    """The evaluation seed of a run of seed ``seed``: its starts never share a key with
+    its training."""
+    return seed + EVAL_SALT
+
+
+def start_key(key: jax.Array, env_steps: Any) -> jax.Array:
+    """The key of the evaluation at ``env_steps`` (one seed's env steps) from a seed's
+    evaluation key: ``key`` folded with the step (mod 2**32), so every evaluation of a run
+    draws fresh start states, and the same step and seed draw the same ones."""
+    return jax.random.fold_in(key, jnp.asarray(env_steps, jnp.uint32))
+
+
+def summarize(ret: jax.Array, length: jax.Array) -> EvalResult:
+    """An :class:`EvalResult` of the episodes' returns and lengths ``[N]``."""
+    n = ret.shape[0]
+    se = ret.std(ddof=1) / jnp.sqrt(n) if n > 1 else jnp.float32(jnp.nan)
+    return EvalResult(ret.mean(), ret.std(), length.astype(jnp.float32).mean(), se)
+
+
+def make_episodes(
     algo: Algorithm, env: VecEnv, max_steps: int | None = None
-) -> Callable[[PyTree, jax.Array], EvalResult]:
-    """``evaluate(actor, key)``: one deterministic episode of ``algo``'s policy in each of
-    ``env.num_envs`` envs.
-
-    Each env's first finished episode counts; the scan runs ``max_steps`` (default: the
-    env's time limit) so every episode ends. Envs are stepped without resets
-    (:meth:`VecEnv.step_no_reset`): the program holds no initial-state draw in its step.
-    The policy's carry starts each episode at ``algo.initial_carry`` (one episode per env:
-    no episode starts later).
-    """
+) -> Callable[[PyTree, jax.Array], tuple[jax.Array, jax.Array]]:
+    """``episodes(actor, key) -> (returns, lengths)``, each ``[env.num_envs]``: one
+    deterministic episode of ``algo``'s policy in each env (see :func:`make_evaluate`)."""
     steps = max_steps or env.spec.max_episode_steps
 
-    def evaluate(actor: PyTree, key: jax.Array) -> EvalResult:
+    def episodes(actor: PyTree, key: jax.Array) -> tuple[jax.Array, jax.Array]:
         k_reset, k_run = jax.random.split(key)
         obs, env_state = env.reset(k_reset)
         n = env.num_envs
@@ -67,25 +88,56 @@ def make_evaluate(
             return (obs, env_state, policy, finished, ret, length), None
 
         (*_, ret, length), _ = jax.lax.scan(step, init, jax.random.split(k_run, steps))
-        return EvalResult(ret.mean(), ret.std(), length.astype(jnp.float32).mean())
+        return ret, length
 
-    return evaluate
+    return episodes
+
+
+def make_evaluate(
+    algo: Algorithm, env: VecEnv, max_steps: int | None = None
+) -> Callable[[PyTree, jax.Array], EvalResult]:
+    """``evaluate(actor, key)``: one deterministic episode of ``algo``'s policy in each of
+    ``env.num_envs`` envs, their starts drawn from ``key``.
+
+    Each env's first finished episode counts; the scan runs ``max_steps`` (default: the
+    env's time limit) so every episode ends. Envs are stepped without resets
+    (:meth:`VecEnv.step_no_reset`): the program holds no initial-state draw in its step.
+    The policy's carry starts each episode at ``algo.initial_carry`` (one episode per env:
+    no episode starts later).
+    """
+    episodes = make_episodes(algo, env, max_steps)
+    return lambda actor, key: summarize(*episodes(actor, key))
 
 
 class SeedEvaluate:
-    """``evaluate(actor)`` for every seed at once: actor leaves ``[S, ...]``, results ``[S]``.
+    """``evaluate(actor, env_steps)`` for every seed at once: actor leaves ``[S, ...]``,
+    results ``[S]``.
 
-    Seed ``i`` always uses ``keys[i]`` (common random numbers: evaluations of one run
-    differ only by the policy). Jitted; it runs where ``actor`` and ``keys`` live.
-    :meth:`compile` compiles it ahead of time for an (abstract) actor: later calls run
-    that executable and never compile (the trainer does it beside the chunk's compile).
+    Seed ``i``'s evaluation at ``env_steps`` draws its starts from ``keys[i]`` folded with
+    the step (:func:`start_key`): fresh starts at every evaluation, the same for the same
+    step. Jitted (the step is an argument: one program for every step); it runs where
+    ``actor`` and ``keys`` live. :meth:`compile` compiles it ahead of time for an
+    (abstract) actor: later calls run that executable and never compile (the trainer does
+    it beside the chunk's compile).
     """
 
     def __init__(self, algo: Algorithm, env: VecEnv, keys: jax.Array):
-        self._fn = jax.vmap(make_evaluate(algo, env))
+        each_seed = jax.vmap(make_evaluate(algo, env))
+
+        def evaluate(actor: PyTree, keys: jax.Array, step: jax.Array) -> Any:
+            # named: the program's name in the compile log and the summary
+            return each_seed(actor, jax.vmap(start_key, (0, None))(keys, step))
+
+        self._fn = evaluate
         self._jit = jax.jit(self._fn)
         self._keys = keys
+        self.episodes = env.num_envs
         self._compiled: jax.stages.Compiled | None = None
+
+    def _step(self, env_steps: int) -> jax.Array:
+        """The step as the program takes it: a uint32 beside the keys."""
+        device = next(iter(self._keys.devices()))
+        return jax.device_put(np.uint32(int(env_steps) % 2**32), device)
 
     def compile(self, actor_like: PyTree, programs: ProgramCache | None = None) -> SeedEvaluate:
         """Lower and compile for actors shaped (and placed) like ``actor_like`` (arrays or
@@ -93,7 +145,7 @@ class SeedEvaluate:
         for them; returns self."""
         programs = programs if programs is not None else ProgramCache.off()
         jitted = programs.jit("evaluate", self._fn) if programs.on else self._jit
-        self._compiled = programs.compile("evaluate", jitted, actor_like, self._keys)
+        self._compiled = programs.compile("evaluate", jitted, actor_like, self._keys, self._step(0))
         return self
 
     @property
@@ -101,36 +153,48 @@ class SeedEvaluate:
         """True once :meth:`compile` has run."""
         return self._compiled is not None
 
-    def __call__(self, actor: PyTree) -> EvalResult:
+    def __call__(self, actor: PyTree, env_steps: int = 0) -> EvalResult:
         fn = self._compiled if self._compiled is not None else self._jit
-        return fn(actor, self._keys)
+        return fn(actor, self._keys, self._step(env_steps))
 
 
 def make_seed_evaluate(algo: Algorithm, env: VecEnv, keys: jax.Array) -> SeedEvaluate:
-    """``evaluate(actor)`` of ``algo``'s policy for every seed at once (:class:`SeedEvaluate`)."""
+    """``evaluate(actor, env_steps)`` of ``algo``'s policy for every seed at once
+    (:class:`SeedEvaluate`)."""
     return SeedEvaluate(algo, env, keys)
+
+
+def host_start_seed(seed: int, slot: int, env_steps: int) -> int:
+    """The reset seed of slot ``slot``'s host envs at the evaluation of ``env_steps``
+    (env ``j`` is reset with it ``+ j``): drawn from ``(seed, slot, env_steps)``, so every
+    evaluation starts afresh and the same step and seed start alike."""
+    state = np.random.SeedSequence([seed, slot, int(env_steps) % 2**32]).generate_state(1)
+    return int(state[0] % 2**30)
 
 
 def make_host_evaluate(
     algo: Algorithm, env_name: str, episodes: int, seed: int, max_steps: int | None = None
-) -> Callable[[PyTree], EvalResult]:
-    """``evaluate(actor)`` on host envs (``gymnasium/...``, ``envpool/...``), every seed.
+) -> Callable[..., EvalResult]:
+    """``evaluate(actor, env_steps=None)`` on host envs (``gymnasium/...``, ``envpool/...``),
+    every seed.
 
     Actor leaves ``[S, ...]``, results ``[S]``. Seed ``i`` plays one deterministic episode
     in each of ``episodes`` envs built for the call (env ``j`` reset with seed
-    ``seed + 1000 i + j``: common random numbers across evaluations; envpool seeds its
-    pool at creation with ``seed + 1000 i``) and closed after it; each env's first
-    finished episode counts. The policy is jitted once; it runs where ``actor`` lives. Its
-    carry starts at ``algo.initial_carry`` and is reset where an episode starts (a reset
-    row, or the row after an episode's end).
+    ``host_start_seed(seed, i, env_steps) + j``: a run's evaluations, fresh starts at
+    every one, the same for the same step; without ``env_steps``, ``seed + 1000 i + j``:
+    :meth:`jaxspreeze.agent.agent.Agent.evaluate`'s seeds; envpool seeds its pool at
+    creation with that seed) and closed
+    after it; each env's first finished episode counts. The policy is jitted once; it runs
+    where ``actor`` lives. Its carry starts at ``algo.initial_carry`` and is reset where
+    an episode starts (a reset row, or the row after an episode's end).
     """
     policy = jax.jit(lambda actor, carry, obs: algo.act(actor, carry, obs, jax.random.key(0), True))
     initial = jax.device_get(algo.initial_carry(episodes))
 
-    def one_seed(actor: PyTree, s: int) -> tuple[float, float, float]:
-        with make_host_env(env_name, episodes, seed=seed + 1000 * s) as env:
+    def one_seed(actor: PyTree, start: int) -> tuple[float, ...]:
+        with make_host_env(env_name, episodes, seed=start) as env:
             steps = max_steps or env.spec.max_episode_steps
-            obs = env.reset(seed + 1000 * s)
+            obs = env.reset(start)
             finished = np.zeros(episodes, bool)
             ret = np.zeros(episodes, np.float64)
             length = np.zeros(episodes, np.int64)
@@ -147,13 +211,19 @@ def make_host_evaluate(
                 obs = out.obs
                 if finished.all():
                     break
-        return float(ret.mean()), float(ret.std()), float(length.mean())
+        se = float(ret.std(ddof=1) / np.sqrt(episodes)) if episodes > 1 else float("nan")
+        return float(ret.mean()), float(ret.std()), float(length.mean()), se
 
-    def evaluate(actor: PyTree) -> EvalResult:
+    def evaluate(actor: PyTree, env_steps: int | None = None) -> EvalResult:
         num_seeds = jax.tree.leaves(actor)[0].shape[0]
-        rows = [one_seed(jax.tree.map(lambda x: x[i], actor), i) for i in range(num_seeds)]
+        starts = [
+            seed + 1000 * i if env_steps is None else host_start_seed(seed, i, env_steps)
+            for i in range(num_seeds)
+        ]
+        rows = [one_seed(jax.tree.map(lambda x: x[i], actor), starts[i]) for i in range(num_seeds)]
         return EvalResult(*(np.asarray(col, np.float32) for col in zip(*rows, strict=True)))
 
+    evaluate.episodes = episodes  # type: ignore[attr-defined]
     return evaluate
 
 
@@ -256,7 +326,7 @@ class Evaluator:
             self._busy = snap
             t0 = time.perf_counter()
             try:
-                result = jax.device_get(self._evaluate(snap.actor))
+                result = jax.device_get(self._evaluate(snap.actor, snap.env_steps))
                 result = EvalResult(*(np.asarray(x) for x in result))
             except Exception as e:
                 self.failed += 1

@@ -137,10 +137,11 @@ class _Run:
         self.chunks_left -= 1
         steps = self.schedule.iterations_per_chunk * self.plan.steps_per_iteration
         self.per_step_s.append(seconds / steps)
-        result = jax.device_get(self._evaluate(self._actor(self.state)))
+        env_steps = int(np.asarray(self.state.env_steps).reshape(-1)[0])
+        result = jax.device_get(self._evaluate(self._actor(self.state), env_steps))  # fresh starts
         self.curve.append(
             {
-                "env_steps": int(np.asarray(self.state.env_steps).reshape(-1)[0]),
+                "env_steps": env_steps,
                 "wall_s": self.wall_s,
                 "return_per_seed": np.asarray(result.return_mean, np.float64).tolist(),
             }

@@ -20,7 +20,8 @@ from jaxspreeze.core.errors import CheckpointError, ConfigError
 
 DESCRIPTION = (
     "Evaluate the newest intact checkpoint of a run directory (or the checkpoint directory "
-    "given): one deterministic episode per env, N envs, every seed of the run."
+    "given): one deterministic episode per env, N envs, every seed of the run, with the "
+    "trainer's protocol (fresh starts from the evaluation seed and the checkpoint's env step)."
 )
 
 FLAGS = (tyro.conf.FlagCreatePairsOff,)  # a bool option is one flag (no --no- pair)
@@ -35,7 +36,8 @@ class EvalArgs:
     episodes: int | None = None
     """Episodes per seed (default: the run's eval_episodes)."""
     seed: int | None = None
-    """Evaluation seed."""
+    """Evaluation seed (default: the run's, its seed + 10000: the run's own evaluation at
+    the checkpoint's step, for the same episode count)."""
     member: int | None = None
     """A population's member (jaxspreeze sweep; RUN_DIR a run directory): its seeds only."""
     as_json: Annotated[bool, tyro.conf.arg(name="json")] = False
@@ -62,18 +64,31 @@ def main(argv: Sequence[str]) -> int:
     for path, why in result["damaged"]:
         print(f"jaxspreeze: warning: skipped damaged checkpoint {path}: {why}", file=sys.stderr)
     if slots is not None:  # a population's member: its slots, in the JSON too
-        for name in ("return_mean", "return_std", "length_mean"):
+        for name in ("return_mean", "return_se", "return_std", "length_mean"):
             result[name] = result[name][slots.start : slots.stop]
         result["member"] = args.member
+        result["mean_return"] = float(np.mean(result["return_mean"]))
+        result["mean_return_se"] = float(np.sqrt(np.sum(np.square(result["return_se"]))))
+        result["mean_return_se"] /= len(result["return_se"])
     if args.as_json:
         print(json.dumps(result))
         return 0
-    means, stds = result["return_mean"], result["return_std"]
+    means, stds, ses = result["return_mean"], result["return_std"], result["return_se"]
     if slots is not None:
         print(f"member {args.member} (its seeds):")
     print(f"checkpoint: {result['checkpoint']} ({result['env_steps']} env steps per seed)")
-    for i, (m, s) in enumerate(zip(means, stds, strict=True)):
-        print(f"  seed {i}: return {m:.2f} +- {s:.2f} over {result['episodes']} episodes")
+    print(
+        f"protocol: {result['episodes']} episodes per seed, {result['starts']} starts "
+        f"(eval_seed {result['eval_seed']}, env step {result['env_steps']})"
+    )
+    for i, (m, se, s) in enumerate(zip(means, ses, stds, strict=True)):
+        print(
+            f"  seed {i}: return {m:.2f} ± {se:.2f} s.e. (std {s:.2f}) over "
+            f"{result['episodes']} episodes"
+        )
     if len(means) > 1:
-        print(f"  mean over seeds: {np.mean(means):.2f} (std {np.std(means):.2f})")
+        print(
+            f"  mean over seeds: {result['mean_return']:.2f} ± {result['mean_return_se']:.2f} "
+            f"s.e. (std over seeds {np.std(means):.2f})"
+        )
     return 0

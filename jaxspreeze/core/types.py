@@ -185,7 +185,7 @@ class Sink(Protocol):
         """Flush and release resources."""
 
 
-EVAL_FIELDS = ("eval_return", "eval_return_std", "eval_length")
+EVAL_FIELDS = ("eval_return", "eval_return_std", "eval_length", "eval_return_se")
 
 
 def clean(value: Any) -> Any:

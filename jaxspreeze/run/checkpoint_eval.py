@@ -2,7 +2,10 @@
 
 The checkpoint (the run's newest intact one, or the one named) is restored into the
 run's agent and evaluated per seed, the deterministic policy for one episode in each of
-``episodes`` envs. On a device env the evaluation is the trainer's own program
+``episodes`` envs, by the trainer's protocol: the starts are drawn from the evaluation
+seed (default: the run's, ``seed + 10000``) folded with the checkpoint's env step, so the
+run's own evaluation at that step, with its episode count, is reproduced exactly, and
+another ``--seed`` draws other starts. On a device env the evaluation is the trainer's own program
 (:func:`jaxspreeze.run.threads.make_evaluate`), on the run's placement when this machine has
 its devices: with the run's compile cache on (its ``compile_cache`` setting) and its
 ``eval_episodes``, the evaluation program the run kept is loaded rather than compiled
@@ -20,11 +23,17 @@ import jax
 import numpy as np
 
 from jaxspreeze import schedules
-from jaxspreeze.agent.evaluate import EvalResult, make_host_evaluate, make_seed_evaluate
+from jaxspreeze.agent.evaluate import (
+    EvalResult,
+    eval_seed,
+    make_host_evaluate,
+    make_seed_evaluate,
+)
 from jaxspreeze.core.errors import PlacementError
 from jaxspreeze.core.programs import ProgramCache
 from jaxspreeze.envs import is_host_env, make_env
 from jaxspreeze.run.caches import enable_compile_cache, program_cache
+from jaxspreeze.run.records import STARTS, seeds_se
 from jaxspreeze.schedules.base import abstract_on
 from jaxspreeze.schedules.iteration import TrainState
 from jaxspreeze.setup import devices, population
@@ -40,7 +49,9 @@ def evaluate_checkpoint(
 
     ``run_dir`` is a run directory or one of its checkpoint directories
     (``RUN/checkpoints/000000021000``). Returns ``{"checkpoint", "env_steps", "episodes",
-    "return_mean", "return_std", "length_mean", "damaged"}`` (lists over seeds;
+    "return_mean", "return_se", "return_std", "length_mean", "damaged"}`` (lists over
+    seeds; ``return_se``: each seed's standard error over its episodes; ``mean_return``
+    and ``mean_return_se``: over seeds; ``eval_seed`` and ``starts``: the protocol;
     ``env_steps`` per seed; ``damaged``: the newer checkpoints skipped as damaged, with
     why; ``programs_loaded``: ``["evaluate"]`` when the run's kept evaluation program
     was loaded). Raises CheckpointError if there is none.
@@ -49,7 +60,7 @@ def evaluate_checkpoint(
     saved = RunPlan.saved(checkpoint.saved_config(path, run_dir))
     cfg = saved.cfg
     episodes = episodes or cfg.eval_episodes
-    seed = cfg.seed + 10_000 if seed is None else seed
+    seed = eval_seed(cfg.seed) if seed is None else seed
     cache_dir = enable_compile_cache(cfg.compile_cache)
     algo = saved.make_algorithm()
     # only the agent is needed: a template without the (possibly huge) replay buffer
@@ -59,14 +70,20 @@ def evaluate_checkpoint(
     actor = state.agent.actor
     loaded: list[str] = []  # the programs loaded from the run's kept ones
     if is_host_env(cfg.env):  # host envs: stepped on the host, seeded from ``seed``
-        result = make_host_evaluate(algo, cfg.env, episodes, seed)(actor)
+        result = make_host_evaluate(algo, cfg.env, episodes, seed)(actor, info["env_steps"])
     else:
-        result, loaded = _evaluate_on_device(saved, actor, episodes, seed, cache_dir)
+        result, loaded = _evaluate(saved, actor, episodes, (seed, info["env_steps"]), cache_dir)
+    se = np.asarray(result.return_se, np.float64).reshape(-1)
     return {
         "checkpoint": str(path),
         "env_steps": info["env_steps"],
         "episodes": episodes,
+        "eval_seed": seed,
+        "starts": STARTS,
+        "mean_return": float(np.mean(result.return_mean)),
+        "mean_return_se": seeds_se(se),
         "return_mean": np.asarray(result.return_mean).tolist(),
+        "return_se": se.tolist(),
         "return_std": np.asarray(result.return_std).tolist(),
         "length_mean": np.asarray(result.length_mean).tolist(),
         "damaged": [[str(p), why] for p, why in damaged],
@@ -74,12 +91,13 @@ def evaluate_checkpoint(
     }
 
 
-def _evaluate_on_device(
-    saved: RunPlan, actor: Any, episodes: int, seed: int, cache_dir: str | None
+def _evaluate(
+    saved: RunPlan, actor: Any, episodes: int, at: tuple[int, int], cache_dir: str | None
 ) -> tuple[EvalResult, list[str]]:
-    """The run's device evaluation of ``actor`` (every seed), loaded from the programs the
-    run kept where the placement and the episode count are the run's; the names of the
-    programs loaded."""
+    """The run's device evaluation of ``actor`` (every seed) with the evaluation seed and
+    env step ``at``, loaded from the programs the run kept where the placement and the
+    episode count are the run's; the names of the programs loaded."""
+    seed, env_steps = at
     cfg = saved.cfg
     try:
         placed = saved.placed(devices.resolve(cfg.placement))
@@ -94,4 +112,4 @@ def _evaluate_on_device(
     evaluate = make_seed_evaluate(schedule.algo, make_env(cfg.env, episodes, cfg.obs_keys), keys)
     actor = jax.device_put(actor, device)
     evaluate.compile(abstract_on(actor, device), programs)
-    return jax.device_get(evaluate(actor)), list(programs.loaded)
+    return jax.device_get(evaluate(actor, env_steps)), list(programs.loaded)

@@ -109,11 +109,12 @@ def last_line(cfg: RunConfig, summary: Record, stopped: str | None = None) -> st
     run's line (``stopped``: why, and how to go on) with its wall time."""
     if stopped is not None:
         return f"{stopped} ({wall_text(summary)})"
-    ret = summary["final_eval_return"]
+    ret, se = summary["final_eval_return"], summary.get("final_eval_return_se")
+    value = "n/a" if ret is None else f"{ret:.1f}" + (f" ± {se:.1f} s.e." if se is not None else "")
     return (
-        f"final eval return: {'n/a' if ret is None else f'{ret:.1f}'} (mean over "
-        f"{agents(cfg)}, {cfg.eval_episodes} episodes each) | "
-        f"{summary['env_steps_per_s']:,.0f} env steps/s | {wall_text(summary)}"
+        f"final eval return: {value} (mean over {agents(cfg)}, {cfg.eval_episodes} episodes "
+        f"each, fresh starts) | {summary['env_steps_per_s']:,.0f} env steps/s | "
+        f"{wall_text(summary)}"
     )
 
 

@@ -207,17 +207,22 @@ class PBT:
         return state._replace(agent=placed_exploit_explore(state.agent, self.cfg, events, place))
 
 
-def with_lineage(summary: Record, setup: Any) -> Record:
-    """A PBT run's summary: each member's final values (``values``) and first values
-    (``initial_values``), and ``pbt`` (interval, quantile, copies, the lineage file)."""
+def with_lineage(summary: Record, setup: Any, steps: int | None = None) -> Record:
+    """A PBT run's summary: each member's values as it trained with them (``values``: the
+    copies made after training ended, at ``steps``, excepted: a member they perturbed never
+    trained with its new values, which ``next_values`` holds, the checkpoint's for a longer
+    run), its first values (``initial_values``) and ``pbt`` (interval, quantile, copies,
+    those made after training, the lineage file)."""
     cfg = setup.cfg
     if not cfg.pbt or "members" not in summary:
         return summary
     events = read_lineage(setup.run.path)
     every = interval(cfg, setup.schedule.iterations_per_chunk * setup.plan.steps_per_iteration)
-    final, first = replay(cfg, events), population.member_table(cfg)
-    rows = [{**row, "values": final[row["member"]], "initial_values": first[row["member"]]}
+    during = [e for e in events if steps is None or e["env_steps"] < steps]
+    trained, after, first = replay(cfg, during), replay(cfg, events), population.member_table(cfg)
+    rows = [{**row, "values": trained[row["member"]], "initial_values": first[row["member"]],
+             "next_values": after[row["member"]]}
             for row in summary["members"]]  # fmt: skip
-    info = {"interval": every, "quantile": cfg.pbt_quantile,
-            "copies": len(events), "lineage": LINEAGE}  # fmt: skip
+    info = {"interval": every, "quantile": cfg.pbt_quantile, "copies": len(events),
+            "copies_after_training": len(events) - len(during), "lineage": LINEAGE}  # fmt: skip
     return {**summary, "members": rows, "pbt": info}

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import jax
 import numpy as np
 
-from jaxspreeze.agent.evaluate import EvalResult, Snapshot
+from jaxspreeze.agent.evaluate import EvalResult, Snapshot, eval_seed
 from jaxspreeze.core.types import EVAL_FIELDS, Record, clean
 from jaxspreeze.setup import devices, distributed
 
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
     from jaxspreeze.setup.plan import RunPlan
 
 SUMMED = ("episode_return_sum", "episode_length_sum", "episodes")
+
+
 def chunk_record(metrics: dict[str, Any], num_seeds: int) -> Record:
     """Reduce one chunk's per-iteration metrics ``[K, S]`` (host arrays) to a flat record.
 
@@ -68,10 +70,27 @@ def chunk_record(metrics: dict[str, Any], num_seeds: int) -> Record:
     return record
 
 
+STARTS = "fresh"  # every evaluation draws new starts (its env step folded into its key)
+
+
+def seeds_se(per_seed: Any) -> float:
+    """The standard error of the mean over seeds of the seeds' means (each with its own
+    standard error over its episodes): ``sqrt(sum se_i^2) / S``."""
+    se = np.asarray(per_seed, np.float64).reshape(-1)
+    return float(np.sqrt(np.sum(se**2)) / se.size) if se.size else math.nan
+
+
 def eval_record(
-    snap: Snapshot, result: EvalResult, wall_s: float, eval_s: float, num_seeds: int
+    snap: Snapshot,
+    result: EvalResult,
+    wall_s: float,
+    eval_s: float,
+    num_seeds: int,
+    episodes: int | None = None,
 ) -> Record:
-    """An eval record: mean over seeds, plus ``<name>_per_seed`` when ``num_seeds`` > 1."""
+    """An eval record: mean over seeds, plus ``<name>_per_seed`` when ``num_seeds`` > 1;
+    ``eval_return_se`` is the standard error of ``eval_return`` (:func:`seeds_se`);
+    ``eval_episodes`` (per seed) and ``eval_starts`` name the protocol."""
     record: Record = {
         "kind": "eval",
         "env_steps": snap.env_steps,
@@ -80,24 +99,50 @@ def eval_record(
         "final": snap.final,
         "eval_s": eval_s,
     }
-    values = dict(zip(EVAL_FIELDS, result, strict=True))
+    values = dict(zip(EVAL_FIELDS, _with_se(result), strict=True))
     for name, value in values.items():
         value = np.asarray(value, np.float64).reshape(-1)
-        record[name] = float(value.mean())
+        record[name] = seeds_se(value) if name == "eval_return_se" else float(value.mean())
         if num_seeds > 1:
             record[f"{name}_per_seed"] = value.tolist()
+    if episodes is not None:
+        record["eval_episodes"] = episodes
+    record["eval_starts"] = STARTS
     return record
+
+
+def _with_se(result: EvalResult) -> EvalResult:
+    """``result`` with a standard error (NaN where its maker gave none)."""
+    if result.return_se is not None:
+        return result
+    return result._replace(return_se=np.full(np.shape(result.return_mean), np.nan))
+
+
+def protocol(cfg: RunConfig) -> Record:
+    """How a run evaluates (the summary's ``eval_protocol``): the episodes per seed, the
+    starts (fresh at every evaluation: the key of ``eval_seed`` folded with the
+    evaluation's env step) and what the standard error is."""
+    return {
+        "episodes": cfg.eval_episodes,
+        "starts": STARTS,
+        "eval_seed": eval_seed(cfg.seed),
+        "standard_error": "std(ddof=1)/sqrt(episodes) per seed; over seeds sqrt(sum se^2)/seeds",
+    }
 
 
 def final_eval_fields(result: EvalResult | None, errors: list[str]) -> dict[str, Any]:
     """The summary's ``final_eval_*`` fields (``final_eval_error`` if it failed)."""
     if result is None:
         return {"final_eval_return": None, "final_eval_error": errors[-1] if errors else None}
+    result = _with_se(result)
     per_seed_return = np.asarray(result.return_mean).tolist()
+    per_seed_se = np.asarray(result.return_se, np.float64).reshape(-1).tolist()
     return {
         "final_eval_return": float(np.mean(per_seed_return)),
+        "final_eval_return_se": seeds_se(per_seed_se),
         "final_eval_return_std": float(np.std(per_seed_return)),
         "final_eval_return_per_seed": per_seed_return,
+        "final_eval_return_se_per_seed": per_seed_se,
         "final_eval_episode_return_std": np.asarray(result.return_std).tolist(),
         "final_eval_length": float(np.mean(result.length_mean)),
     }
@@ -163,8 +208,10 @@ class RecordBuilder:
         t_train: float,
         wall_offset: float = 0.0,
         member_seeds: int = 0,
+        episodes: int | None = None,
     ):
         self.num_seeds = num_seeds
+        self.episodes = episodes  # per seed and evaluation (the eval records say it)
         self.member_seeds = member_seeds  # a population: each member's seeds (0: none)
         self.evals: list[Record] = []  # the eval records built (a population's table)
         self.work = work
@@ -185,7 +232,7 @@ class RecordBuilder:
     def eval(self, snap: Snapshot, result: EvalResult, eval_s: float) -> Record:
         """The record of the evaluation of ``snap``."""
         wall_s = self._chunk_wall.get(snap.chunk, time.perf_counter() - self.t_start)
-        record = eval_record(snap, result, wall_s, eval_s, self.num_seeds)
+        record = eval_record(snap, result, wall_s, eval_s, self.num_seeds, self.episodes)
         if self.member_seeds:  # a population: each member's return, over its seeds
             slots = np.asarray(result.return_mean, np.float64).reshape(-1, self.member_seeds)
             record["eval_return_per_member"] = slots.mean(1).tolist()
@@ -237,6 +284,7 @@ def summary(
     checkpoint: str | None,
     resume: Record | None = None,
     compiles: Record | None = None,
+    best_eval: Record | None = None,
 ) -> Record:
     """The run's ``summary.json`` (JSON-ready): final evaluation, counts, throughput, setup.
 
@@ -249,6 +297,8 @@ def summary(
     ``compile_all_s`` (every trace, lowering and compile of the run, wall seconds),
     ``compile_programs_s`` (XLA compile seconds per program) and
     ``first_chunk_dispatched_s`` (from the call of ``train`` to the first chunk queued).
+    ``eval_protocol`` says how the evaluations were made (:func:`protocol`), ``best_eval``
+    each unit's best evaluation (value, standard error, step, episodes, file).
     """
     per_seed = np.asarray(distributed.local_copy(env_steps)).reshape(-1)
     train_s = max(times["train_s"], 1e-9)
@@ -257,6 +307,7 @@ def summary(
         "env": cfg.env,
         "num_seeds": cfg.num_seeds,
         **final_eval,
+        "eval_protocol": protocol(cfg),
         "env_steps": int(per_seed.max()),
         "env_steps_total": int(per_seed.sum()),
         "wall_s": times["wall_s"],
@@ -276,5 +327,6 @@ def summary(
         "resume": resume,
         "stopped": stopped,
         "checkpoint": checkpoint,
+        "best_eval": best_eval,
     }
     return clean(out)

@@ -43,6 +43,7 @@ class Ran:
     train_s: float  # seconds from the host threads' start to the last chunk done
     first_dispatch_s: float | None  # from the call of train() to the first chunk dispatched
     final: EvalResult | None  # the final evaluation (process 0, a run not stopped)
+    trained_actor: Any = None  # the actor as trained (before a PBT copy after the last chunk)
 
 
 def run_summary(
@@ -59,6 +60,7 @@ def run_summary(
     point: ResumePoint | None,
     compiles: Record | None,
     wall_from: tuple[float, str] | None = None,
+    best: Record | None = None,
 ) -> Record:
     """The summary of a run on process 0 (whose ``host`` threads hold the evaluator).
 
@@ -67,7 +69,8 @@ def run_summary(
     ``wall_from``: a ``time.time()`` and what it was, ``wall_counted_from`` (``"command"``:
     the process's start, for the ``jaxspreeze`` command; ``"train()"``: the call, the
     default). ``estimate`` is the memory estimate, ``point`` where a resumed run continued
-    from, ``compiles`` :func:`compiles`' accounting.
+    from, ``compiles`` :func:`compiles`' accounting; ``best`` each unit's best evaluation
+    (``best_eval``: :meth:`jaxspreeze.run.evalwatch.BestPolicies.records`).
     """
     evaluator = host.evaluator
     assert evaluator is not None, "process 0 writes the summary"
@@ -90,6 +93,7 @@ def run_summary(
         stopped=ran.stopped,
         checkpoint=str(latest) if latest else None,
         resume=point.record() if point is not None else None,
+        best_eval=best,
     )
 
 
@@ -160,7 +164,7 @@ def with_members(
     evals = [r for r in history if r.get("kind") == "eval"] + host.builder.evals
     table = members_table(setup.cfg, evals, ran.final)
     if save:
-        actor = distributed.local_copy(ran.state.agent.actor)
+        actor = distributed.local_copy(ran.trained_actor)
         save_members(setup.run.path, setup.cfg, setup.schedule.algo, actor, table)
     return {**summary, "members": table, "best_member": best_member(table)}
 

@@ -26,6 +26,7 @@ from jaxspreeze.agent.evaluate import (
     EvalResult,
     Evaluator,
     Snapshot,
+    eval_seed,
     make_host_evaluate,
     make_seed_evaluate,
 )
@@ -85,11 +86,19 @@ def start_threads(
     wall_offset = _last_wall(history)
     cfg = schedule.cfg
     builder = RecordBuilder(
-        cfg.slots, work, t_start, t_train, wall_offset, cfg.num_seeds if cfg.population else 0
+        cfg.slots,
+        work,
+        t_start,
+        t_train,
+        wall_offset,
+        cfg.num_seeds if cfg.population else 0,
+        episodes=cfg.eval_episodes,
     )
     tripwire = Tripwire()
     evaluator = (
-        _evaluator(schedule, evaluate, metrics_thread, builder, report, watch) if main else None
+        _evaluator(schedule, evaluate, metrics_thread, builder, report, tripwire, watch)
+        if main
+        else None
     )
     return HostThreads(metrics_thread, builder, tripwire, evaluator, work, t_train)
 
@@ -157,13 +166,15 @@ def await_evaluate(
 
 
 def make_evaluate(schedule: schedules.Schedule) -> Callable[[Any], EvalResult]:
-    """``evaluate(actor)`` of every seed of the schedule's plan, with its algorithm's
-    policy, on the eval device (not compiled yet)."""
+    """``evaluate(actor, env_steps)`` of every seed of the schedule's plan, with its
+    algorithm's policy, on the eval device (not compiled yet): ``eval_episodes`` episodes
+    per seed from fresh starts (the run's evaluation key folded with ``env_steps``)."""
     cfg = schedule.plan.cfg
     if schedule.host:  # host envs: a loop over envs built for each evaluation
-        return make_host_evaluate(schedule.algo, cfg.env, cfg.eval_episodes, seed=cfg.seed + 10_000)
+        return make_host_evaluate(schedule.algo, cfg.env, cfg.eval_episodes, eval_seed(cfg.seed))
     eval_env = make_env(cfg.env, cfg.eval_episodes, cfg.obs_keys)
-    keys = population.slot_keys(jax.random.key(cfg.seed + 10_000), cfg)  # a member's = its run's
+    # a member's keys are its run's; each evaluation folds its env step into them
+    keys = population.slot_keys(jax.random.key(eval_seed(cfg.seed)), cfg)
     device = schedule.placement.eval
     return make_seed_evaluate(schedule.algo, eval_env, jax.device_put(keys, device))
 
@@ -174,6 +185,7 @@ def _evaluator(
     metrics_thread: MetricsThread,
     builder: RecordBuilder,
     report: Report,
+    tripwire: Tripwire,
     watch: EvalWatch | None = None,
 ) -> Evaluator:
     """The evaluator thread, on the eval device, running ``evaluate`` (compiled ahead by
@@ -184,7 +196,7 @@ def _evaluator(
     return Evaluator(
         evaluate,
         device=schedule.placement.eval,
-        on_result=functools.partial(_eval_record, metrics_thread, builder, watch),
+        on_result=functools.partial(_eval_record, metrics_thread, builder, watch, tripwire),
         report=report,
         on_note=metrics_thread.submit,  # in their place among the records (the console)
     )
@@ -194,18 +206,28 @@ def _eval_record(
     metrics_thread: MetricsThread,
     builder: RecordBuilder,
     watch: EvalWatch | None,
+    tripwire: Tripwire,
     snap: Snapshot,
     result: EvalResult,
     eval_s: float,
 ) -> None:
-    """On the evaluator thread: hand an evaluation to the metrics thread, then to ``watch``.
+    """On the evaluator thread: hand an evaluation to the metrics thread, where its record
+    is built, then ``watch`` sees it.
 
     The record is built there, after the record of the chunk the snapshot was taken at
-    (FIFO), whose ``wall_s`` it reuses.
+    (FIFO), whose ``wall_s`` it reuses; by then that chunk (and every earlier one) has
+    passed the non-finite guard or tripped ``tripwire``: an evaluation of a snapshot taken
+    at or after a non-finite chunk neither becomes the best nor stops the run.
     """
-    metrics_thread.submit(functools.partial(builder.eval, snap, result, eval_s))
-    if watch is not None:
-        watch.seen(snap, result)
+    actor = snap.actor  # (the evaluator frees the snapshot's copy once this returns)
+
+    def build() -> Record:
+        record = builder.eval(snap, result, eval_s)
+        if watch is not None:
+            watch.seen(snap, result, record, actor, tripped=tripwire.tripped_by(snap.chunk))
+        return record
+
+    metrics_thread.submit(build)
 
 
 def _chunk_record(builder: RecordBuilder, tripwire: Tripwire, metrics: Any, chunk: int) -> Record:

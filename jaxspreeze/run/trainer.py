@@ -41,11 +41,19 @@ from jaxspreeze import schedules
 from jaxspreeze.agent.policy import save_policy
 from jaxspreeze.core import clock, terminal
 from jaxspreeze.core.compiles import CompileLog
-from jaxspreeze.host import hostenvs
+from jaxspreeze.envs import register_env
 from jaxspreeze.run import lines as console
 from jaxspreeze.run import pbt
 from jaxspreeze.run.checkpointing import save_checkpoint
-from jaxspreeze.run.evalwatch import EvalWatch, OnEval, stop_reason, stopped_line
+from jaxspreeze.run.evalwatch import (
+    BestPolicies,
+    EvalWatch,
+    OnEval,
+    policy_writer,
+    stop_reason,
+    stopped_line,
+    units,
+)
 from jaxspreeze.run.faults import explained
 from jaxspreeze.run.records import Work
 from jaxspreeze.run.starting import BEFORE_SETUP, Setup, Started, budget_warnings, set_up, start
@@ -88,7 +96,9 @@ def train(
     """Train an agent as configured; returns the run directory and summary.
 
     ``env``: your own gymnasium env (instance, factory or vector env), trained as the host
-    env ``user/<ClassName>`` (:func:`jaxspreeze.host.hostenvs.register_user_env`).
+    env ``user/<ClassName>`` (:func:`jaxspreeze.host.hostenvs.register_user_env`); or your
+    own JAX env (a gymnax-style or Jumanji-style object, or ``(object, params)``), trained
+    on the device as ``jax/<ClassName>`` (:mod:`jaxspreeze.envs.jaxenv`).
 
     Resolves ``cfg`` (run-level sizes left unset come from the algorithm's defaults),
     validates it and checks its memory estimate first (raising
@@ -121,12 +131,10 @@ def train(
     or parameter stops training with :class:`~jaxspreeze.core.errors.NonFiniteError` naming
     the step, the quantity and the newest checkpoint, if any.
 
-    Every evaluation's actor that is the best so far is kept in ``policy-best.msgpack``.
-    ``cfg.stop_at_return``: the first evaluation at or above it (the mean over seeds) stops
-    the run at the next chunk boundary, with a checkpoint and the policy
-    (``summary["stopped"]`` says why). ``on_eval(record)``: called on the evaluator thread
-    with every evaluation (``env_steps``, ``eval_return``, ``eval_return_std``,
-    ``eval_length``, ``final``); returning True stops the run the same way.
+    Evaluations draw fresh starts and report a standard error; the best so far is kept in
+    ``policy-best.msgpack`` and restored by a resume (:mod:`jaxspreeze.run.evalwatch`). An
+    evaluation at or above ``cfg.stop_at_return`` (mean over seeds), or ``on_eval(record)``
+    (metrics thread) returning True, stops the run at the next boundary with a checkpoint.
 
     Several processes (after :func:`jaxspreeze.setup.distributed.initialize`; the placement is
     then data-parallel): every process calls ``train`` with the same config (checked at
@@ -149,8 +157,8 @@ def train(
     terminal.quiet_third_party(cfg.env)  # MuJoCo's and brax's repeated notices, once
     stop = GracefulStop(second=signals) if signals else None
     setup: Setup | None = None
-    if env is not None and isinstance(cfg, RunConfig):  # a user's env, named user/<Class>
-        cfg = cfg.replace(env=hostenvs.register_user_env(env).name)
+    if env is not None and isinstance(cfg, RunConfig):  # a user's env: jax/ or user/<Class>
+        cfg = cfg.replace(env=register_env(env))
     try:
         # every trace, lowering and compile of the run (memory estimate, init, warm-up,
         # chunk, evaluation), for the summary
@@ -210,7 +218,7 @@ def _run(
 
     # the host threads: metrics -> sinks, snapshots -> evaluator -> metrics
     work = Work.per_chunk(setup.plan, schedule.algo, k)
-    watch = EvalWatch(run.path, cfg.stop_at_return, on_eval, metrics.warn) if main else None
+    watch = _watch(setup, started, on_eval) if main else None
     host = start_threads(
         all_sinks, schedule, work, t_start, started.history, started.evaluate, main, watch
     )
@@ -227,12 +235,13 @@ def _run(
         cfg, schedule, run.path, host, ran, t_start=t_start, compile_s=started.compile_s,
         sink_drops=sink_drops, estimate=setup.memory, point=setup.point, wall_from=wall_from,
         compiles=compiles(compile_log, ran.first_dispatch_s, before_train_s, schedule.programs),
+        best=watch.bests.records() if watch is not None and watch.bests is not None else None,
     )  # fmt: skip
-    if save:
-        save_policy(run.path, distributed.local_copy(ran.state.agent.actor))
+    if save:  # the actor trained (a PBT copy after the last chunk is the checkpoint's only)
+        save_policy(run.path, distributed.local_copy(ran.trained_actor))
     if cfg.population:  # every member: its row in the summary and its own policy file
         rows = with_members(summary, setup, started.history, host, ran, save)
-        summary = pbt.with_lineage(rows, setup)  # a PBT run: its values then and now
+        summary = pbt.with_lineage(rows, setup, ran.steps)  # a PBT run: its values then and now
     run.write_summary(summary)
     hint = stop.resume_hint(run.path, ran.steps) if stop and ran.stopped else None
     stopped = stopped_line(ran.stopped, run.path) or hint
@@ -259,6 +268,7 @@ def _chunks(
     local = distributed.local_copy  # this process's copy of replicated arrays
     k, spi = schedule.iterations_per_chunk, setup.plan.steps_per_iteration
     state, steps, chunk = started.state, started.steps, started.first_chunk - 1
+    trained = state.agent.actor  # the actor as trained, before a PBT step's copies
     stopped, result, in_flight = None, None, None
     first_dispatch_s = None
     # the hot loop: dispatch, hand over, snapshot. The only wait is for chunk c-1 once
@@ -271,9 +281,11 @@ def _chunks(
             first_dispatch_s = time.perf_counter() - t_start
         host.chunk(chunk_metrics, chunk)
         steps_before, steps = steps, steps + k * spi
-        state = population.step(state, chunk_metrics, steps_before, steps)
+        # evaluations see the actor as trained: each member's own, before PBT's copies
         if evaluator is not None and not last and crossed(cfg.eval_every, steps_before, steps):
             evaluator.submit(local(state.agent.actor), env_steps=steps, chunk=chunk)
+        trained = state.agent.actor
+        state = population.step(state, chunk_metrics, steps_before, steps)
         if in_flight is not None:
             jax.block_until_ready(in_flight)
         in_flight = chunk_metrics
@@ -292,10 +304,23 @@ def _chunks(
         save(state, steps, chunk, in_flight)
     if evaluator is not None and not stopped:
         # final evaluation: deterministic policy, vmapped envs, every seed (awaited)
-        final = evaluator.submit(local(state.agent.actor), env_steps=steps, chunk=chunk, final=True)
+        final = evaluator.submit(local(trained), env_steps=steps, chunk=chunk, final=True)
         try:
             _, result = final.result()
         except Exception:  # reported by the evaluator; the run still finishes
             result = None
     chunks = chunk - started.first_chunk + 1
-    return Ran(state, steps, chunks, stopped, train_s, first_dispatch_s, result)
+    return Ran(state, steps, chunks, stopped, train_s, first_dispatch_s, result, trained)
+
+
+def _watch(setup: Setup, started: Started, on_eval: OnEval | None) -> EvalWatch:
+    """Process 0's watch of the run's evaluations: its best policies (a new run's start
+    empty; a resumed run's are restored as they were at its checkpoint) and its stops."""
+    cfg, run = setup.cfg, setup.run
+    bests = BestPolicies(run.path, units(cfg), policy_writer(cfg, setup.schedule.algo))
+    watch = EvalWatch(run.path, cfg.stop_at_return, on_eval, metrics.warn, bests)
+    if setup.point is None:
+        bests.start_new()
+    else:
+        watch.restore(setup.point.env_steps, started.history)
+    return watch

@@ -121,7 +121,9 @@ def run_jaxspreeze(
     train_s = time.perf_counter() - t_start
     eval_s = 0.0
     curve: list[dict[str, Any]] = []
-    evaluated = lambda s: jax.device_get(evaluate(s.agent.actor))
+    # fresh starts at every evaluation: the seed's key folded with its env step
+    step_of = lambda s: int(np.asarray(s.env_steps).reshape(-1)[0])
+    evaluated = lambda s: jax.device_get(evaluate(s.agent.actor, step_of(s)))
     for done in evaluated_chunks(schedule, state, evaluated):
         train_s += done.chunk_s
         eval_s += done.eval_s

@@ -41,6 +41,7 @@ from jaxspreeze.algos.spec import (
     filled,
     kinds,
 )
+from jaxspreeze.core import envids
 from jaxspreeze.core.errors import ConfigError, UnknownEnvError
 
 if typing.TYPE_CHECKING:
@@ -57,6 +58,8 @@ else:  # pragma: no cover
 SINKS = ("console", "jsonl", "csv", "tensorboard", "wandb", "plots")
 PLACEMENTS = ("auto", "single", "split", "data", "split-data")
 EVALUATIONS = 10  # the default eval_every gives about this many evaluations per run
+DEVICE_EVAL_EPISODES = 128  # eval_episodes unset: a device env's (vmapped: cheap)
+HOST_EVAL_EPISODES = 16  # eval_episodes unset: a host env's (stepped on the host)
 
 
 def _per_algorithm(help_text: str, *kind: str) -> Any:
@@ -144,8 +147,10 @@ class _RunFields:
     call) is reported as stalled and the run stops (exit 1, naming the env and the worker)."""
     eval_every: int | None = _is(None, "program_free")
     """Evaluate every this many env steps (0: only at the end; None: total_steps // 10)."""
-    eval_episodes: int = 16
-    """Episodes per evaluation (deterministic policy, vmapped envs)."""
+    eval_episodes: int | None = None
+    """Episodes per evaluation and seed (deterministic policy; every evaluation draws fresh
+    start states from the run's seed and its env step). None: 128 on device envs, 16 on
+    host envs (gymnasium, envpool, a user's env: stepped one by one on the host)."""
     stop_at_return: float | None = _is(None, "program_free")
     """Stop at the first evaluation whose return (mean over seeds) is at or above this: a
     clean stop with a checkpoint and the policy (None: train to total_steps)."""
@@ -259,7 +264,7 @@ def fields_of(kind: str, cls: type | None = None, *, on_policy: bool = False) ->
 def is_resolved(cfg: RunConfig) -> bool:
     """True when no run-level size (nor eval_every, nor a family-dependent field of the
     run's algorithm) waits for :func:`resolve`."""
-    if any(getattr(cfg, name) is None for name in (*RUN_SIZES, "eval_every")):
+    if any(getattr(cfg, name) is None for name in (*RUN_SIZES, "eval_every", "eval_episodes")):
         return False
     spec = algos.get(cfg.algo) if cfg.algo in algos.NAMES else None
     section = getattr(cfg, cfg.algo, None) if spec else None
@@ -290,7 +295,17 @@ def resolve(cfg: RunConfig, spec: AlgoSpec | None = None) -> RunConfig:
     total = defaults["total_steps"] if cfg.total_steps is None else cfg.total_steps
     if cfg.eval_every is None and isinstance(total, int) and not isinstance(total, bool):
         changes["eval_every"] = max(total // EVALUATIONS, 0)
+    if cfg.eval_episodes is None:
+        changes["eval_episodes"] = default_eval_episodes(cfg.env)
     return dataclasses.replace(cfg, **changes) if changes else cfg
+
+
+def default_eval_episodes(env: str) -> int:
+    """The episodes per evaluation of a run on ``env`` that leaves ``eval_episodes`` unset:
+    :data:`DEVICE_EVAL_EPISODES`, or :data:`HOST_EVAL_EPISODES` for a host env."""
+    family = envids.family_of(env)
+    host = env.partition("/")[0] == "user" or (family is not None and family.host)
+    return HOST_EVAL_EPISODES if host else DEVICE_EVAL_EPISODES
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

@@ -106,12 +106,20 @@ class ConsoleSink:
 
     @staticmethod
     def _eval_line(record: Record) -> str:
-        std = record.get("eval_return_std")
+        """``eval @ 1,000 steps: return -146.0 ± 3.1 s.e. (std 35.0, length 200; 128
+        episodes, fresh starts)``: the standard error of the mean return, the std over
+        episodes, the protocol (a record without them: the std alone)."""
+        std, se = record.get("eval_return_std"), record.get("eval_return_se")
         label = "final eval" if record.get("final") else "eval"
+        head = f"  {label} @ {record['env_steps']:>9,} steps: return "
+        ret, length = _fmt(record.get("eval_return"), ".1f"), _fmt(record.get("eval_length"), ".0f")
+        if "eval_return_se" not in record:
+            return f"{head}{ret} ± {_fmt(std, '.1f')} (length {length})"
+        episodes = record.get("eval_episodes")
+        each = f"{episodes} episodes, " if episodes else ""
         return (
-            f"  {label} @ {record['env_steps']:>9,} steps: return "
-            f"{_fmt(record.get('eval_return'), '.1f')} ± {_fmt(std, '.1f')} "
-            f"(length {_fmt(record.get('eval_length'), '.0f')})"
+            f"{head}{ret} ± {_fmt(se, '.1f')} s.e. (std {_fmt(std, '.1f')}, length {length}; "
+            f"{each}{record.get('eval_starts', 'fresh')} starts)"
         )
 
     def _progress_line(self, record: Record, ret: Any) -> str:

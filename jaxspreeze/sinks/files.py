@@ -21,7 +21,7 @@ from jaxspreeze.core.types import EVAL_FIELDS, Record, clean
 from jaxspreeze.sinks.figures import line_record
 
 # columns that eval records add; declared up front so the CSV header rarely changes
-EVAL_COLUMNS = (*EVAL_FIELDS, "eval_s", "final")
+EVAL_COLUMNS = (*EVAL_FIELDS, "eval_episodes", "eval_starts", "eval_s", "final")
 JSONL = "metrics.jsonl"
 CSV = "metrics.csv"
 
