@@ -14,6 +14,10 @@ env passed to ``jaxspreeze.train(cfg, env=...)``, :mod:`jaxspreeze.host.hostenvs
 host CPU, through the sampling workers of the host schedule: their names are checked and
 their specs built here like the others', but :func:`make_env` gives only a placeholder
 (the shapes of the env carry, no device step), see :func:`host_placeholder`.
+
+Your own JAX env (``jax/<ClassName>``: a gymnax-style or Jumanji-style object passed to
+``jaxspreeze.train(cfg, env=...)``, :mod:`jaxspreeze.envs.jaxenv`) is a device env of this
+process, built from the object registered under its name (never a cached one).
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ import difflib
 import functools
 import importlib
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -30,6 +36,7 @@ import jax.numpy as jnp
 from jaxspreeze.core import envids
 from jaxspreeze.core.errors import ConfigError, UnknownEnvError
 from jaxspreeze.core.types import DEFAULT_OBS_KEYS, EnvSpec, ObsKeys
+from jaxspreeze.envs import jaxenv
 from jaxspreeze.envs.base import (
     REFRESH_EVERY,
     EnvParts,
@@ -57,7 +64,9 @@ __all__ = [
     "env_spec",
     "host_placeholder",
     "is_host_env",
+    "load_env_record",
     "make_env",
+    "register_env",
 ]
 
 is_host_env = hostenvs.is_host_env
@@ -126,6 +135,9 @@ def check_env_name(name: str) -> None:
     if is_host_env(name):
         hostenvs.check_host_env_name(name)
         return
+    if jaxenv.is_jax_env(name):
+        jaxenv.entry(name)
+        return
     prefix, sep, env_name = name.partition("/")
     family = FAMILIES.get(prefix) if sep else None
     if family is None:
@@ -187,6 +199,9 @@ def env_spec(name: str, keys: ObsKeys = DEFAULT_OBS_KEYS) -> EnvSpec:
     if hostenvs.is_user_env(name):
         check_obs_keys(name, keys)
         return hostenvs.host_env_spec(name)
+    if jaxenv.is_jax_env(name):
+        check_obs_keys(name, keys)
+        return jaxenv.entry(name).spec
     return _env_spec(name, keys)
 
 
@@ -205,7 +220,31 @@ def make_env(name: str, num_envs: int, keys: ObsKeys = DEFAULT_OBS_KEYS) -> VecE
     """
     if is_host_env(name):
         return host_placeholder(env_spec(name, keys), num_envs)
+    if jaxenv.is_jax_env(name):
+        check_obs_keys(name, keys)
+        return VecEnv.from_parts(jaxenv.make(name), num_envs)
     return VecEnv.from_parts(_parts(name, keys), num_envs)
+
+
+def register_env(env: Any) -> str:
+    """Enter your own env object for this process; the name it trains under.
+
+    A gymnax-style or Jumanji-style object, or ``(object, params)``, is a device env,
+    ``jax/<ClassName>`` (:func:`jaxspreeze.envs.jaxenv.register`); a gymnasium env, vector
+    env or factory is a host env, ``user/<ClassName>``
+    (:func:`jaxspreeze.host.hostenvs.register_user_env`). Anything else is a ConfigError
+    naming ``env``.
+    """
+    if jaxenv.takes(env):
+        return jaxenv.register(env).name
+    return hostenvs.register_user_env(env).name
+
+
+def load_env_record(run_dir: str | Path) -> None:
+    """Enter the env a run directory recorded as passed from Python (a JAX env's or a
+    gymnasium env's spec), unless this process has it already."""
+    hostenvs.load_user_env(run_dir)
+    jaxenv.load_record(run_dir)
 
 
 def host_placeholder(spec: EnvSpec, num_envs: int) -> VecEnv:

@@ -149,7 +149,9 @@ class ResetInner(NamedTuple):
 
 
 RawReset = Callable[[jax.Array], tuple[jax.Array, PyTree]]  # key -> (obs, state)
-RawStep = Callable[[PyTree, jax.Array], tuple]  # (state, action) -> (obs, state, reward, term)
+# (state, action) -> (obs, state, reward, terminated), or with the env's own truncation
+# (obs, state, reward, terminated, truncated)
+RawStep = Callable[[PyTree, jax.Array], tuple]
 
 
 class AutoReset(NamedTuple):
@@ -166,7 +168,8 @@ def auto_reset(
     """``reset_one``/``step_batch`` with a time limit and resets that explore.
 
     ``reset(key)`` samples an initial state; ``step`` is the library's step without any
-    reset. When an episode ends (``terminated``, or ``max_steps`` steps: ``truncated``)
+    reset (a fifth output, if it returns one, is a truncation of the env's own, added to
+    the time limit's). When an episode ends (``terminated``, or ``max_steps`` steps: ``truncated``)
     the env continues from its ``start``: an initial state drawn ahead with ``reset``.
     Drawing one for every env at every step would cost a full batch of resets per step
     (under ``vmap`` both sides of a select are computed, so a ``cond`` saves nothing), so
@@ -197,10 +200,10 @@ def auto_reset(
         return obs, ResetInner(state, zero, start, start_obs, zero)
 
     def step_batch(keys: jax.Array, inner: ResetInner, action: jax.Array) -> tuple:
-        obs, state, reward, terminated = jax.vmap(step)(inner.state, action)
+        obs, state, reward, terminated, *own = jax.vmap(step)(inner.state, action)
         steps = inner.steps + 1
         terminated = jnp.asarray(terminated, bool)
-        truncated = steps >= max_steps
+        truncated = _limit(steps, max_steps, own)
         done = terminated | truncated
 
         def where_done(a, b):
@@ -225,9 +228,16 @@ def auto_reset(
 
     def step_batch_no_reset(keys: jax.Array, inner: ResetInner, action: jax.Array) -> tuple:
         del keys  # nothing is drawn
-        obs, state, reward, terminated = jax.vmap(step)(inner.state, action)
+        obs, state, reward, terminated, *own = jax.vmap(step)(inner.state, action)
         steps = inner.steps + 1
         inner = inner._replace(state=state, steps=steps, clock=inner.clock + 1)
-        return obs, inner, reward, jnp.asarray(terminated, bool), steps >= max_steps, obs
+        truncated = _limit(steps, max_steps, own)
+        return obs, inner, reward, jnp.asarray(terminated, bool), truncated, obs
 
     return AutoReset(reset_one, step_batch, step_batch_no_reset)
+
+
+def _limit(steps: jax.Array, max_steps: int, own: list[jax.Array]) -> jax.Array:
+    """The truncations of a step: the time limit's, or'ed with the env's own (if any)."""
+    truncated = steps >= max_steps
+    return truncated | jnp.asarray(own[0], bool) if own else truncated

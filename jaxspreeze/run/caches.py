@@ -17,6 +17,7 @@ import jax
 from jaxspreeze import schedules
 from jaxspreeze.core import cachedir
 from jaxspreeze.core.programs import ProgramCache, object_fingerprint
+from jaxspreeze.envs import jaxenv
 from jaxspreeze.setup import config as config_lib
 from jaxspreeze.setup import distributed
 
@@ -48,12 +49,13 @@ def enable_compile_cache(setting: str) -> str | None:
 
 def program_cache(directory: str | None, schedule: schedules.Schedule) -> ProgramCache:
     """The run's :class:`~jaxspreeze.core.programs.ProgramCache`, in ``<directory>/programs``
-    (off without a compile cache, and for runs of several processes).
+    (off without a compile cache, for runs of several processes, and for a JAX env object
+    passed from Python: its code, maybe a notebook's cell, is beyond what the key sees).
 
     Its key holds the config's fields that reach a program, the schedule and placement,
     and the classes of the env object the family built (:mod:`jaxspreeze.core.programs`).
     """
-    if directory is None or distributed.process_count() > 1:
+    if directory is None or distributed.process_count() > 1 or jaxenv.is_jax_env(schedule.cfg.env):
         return ProgramCache.off()
     cfg = schedule.cfg
     label = f"{cfg.algo} {cfg.env} {type(schedule).__name__}"

@@ -21,6 +21,7 @@ import jax
 from jaxspreeze import schedules
 from jaxspreeze.agent.evaluate import EvalResult
 from jaxspreeze.core.types import Placement, Record
+from jaxspreeze.envs import jaxenv
 from jaxspreeze.host import hostenvs
 from jaxspreeze.run.caches import enable_compile_cache, program_cache
 from jaxspreeze.run.faults import agree
@@ -126,6 +127,8 @@ def set_up(cfg: RunConfig, resume: str | Path | None, overwrite: bool) -> Setup:
                 run.start_new(planned.cfg)
             if main and hostenvs.is_user_env(planned.cfg.env):  # how the user passed it
                 hostenvs.save_user_env(run.path, planned.cfg.env)
+            if main and jaxenv.is_jax_env(planned.cfg.env):  # a JAX env object's class, spec
+                jaxenv.save_record(run.path, planned.cfg.env)
         except Exception as e:
             error = e
         agree(error, "set up the run")
