@@ -162,7 +162,7 @@ def test_all_algorithms_share_loop_buffer_and_networks():
             "import rollout",
             "jaxspreeze.envs",
             "make_env",
-            ".step(",
+            "env.step(",  # (a recurrent cell's step is not an env's)
             "jaxspreeze.schedules.iteration",
             "jaxspreeze.schedules",
             "import flax",
@@ -178,7 +178,7 @@ def test_all_algorithms_share_loop_buffer_and_networks():
 def test_registry_lists_every_algorithm_once():
     """``algos/__init__.py`` is the list: one spec per algorithm module, its ``SPEC``;
     each spec's defaults give every run-level size and pass its own validation."""
-    assert algos.NAMES == ("sac", "td3", "ddpg", "ppo", "fasttd3", "fastsac")
+    assert algos.NAMES == ("sac", "td3", "ddpg", "ppo", "fasttd3", "fastsac", "pqn")
     assert [s.name for s in algos.all_specs()] == list(algos.NAMES)
     for name in algos.NAMES:
         spec = algos.get(name)
@@ -194,10 +194,12 @@ def test_registry_lists_every_algorithm_once():
         # the widths change the shapes (FastTD3: the actor's and the critic's own)
         shape = fields_of("shape", spec.config_cls)
         assert "hidden" in shape or {"actor_hidden", "critic_hidden"} <= set(shape)
-    assert [s.name for s in algos.all_specs() if s.on_policy] == ["ppo"]
+    assert [s.name for s in algos.all_specs() if s.on_policy] == ["ppo", "pqn"]
     assert algos.get("td3").grad_step_multiple(td3.TD3Config(policy_delay=3)) == 3
     assert sorted(fields_of("shape", algos.get("ppo").config_cls)) == [
         "hidden",
+        "memory",
+        "memory_size",
         "normalize_obs",
         "policy",
         "tanh_std",

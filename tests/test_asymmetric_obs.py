@@ -31,7 +31,7 @@ from jaxspreeze.envs import playground as pg_family
 from jaxspreeze.run.checkpoint_eval import evaluate_checkpoint
 from jaxspreeze.run.trainer import train
 from jaxspreeze.setup import config
-from jaxspreeze.setup.plan import RunPlan
+from jaxspreeze.setup.plan import RunPlan, plan
 from jaxspreeze.store import resume
 
 ASYMMETRIC = ObsKeys(critic="privileged_state")  # actor: state (1 column), critic: 3 columns
@@ -114,11 +114,12 @@ def test_each_network_reads_only_its_columns(algo, standins):
     """The actor's first layer is as wide as the actor's key, the critic's as the critic's
     (plus the action for Q), and the action does not move with the critic's columns."""
     spec = envs.env_spec("playground/TestPointMass", ASYMMETRIC)
-    cfg = config.resolve(
-        config.RunConfig(
-            algo=algo, env="playground/TestPointMass", critic_obs_key="privileged_state"
-        )
-    )
+    run = config.RunConfig(algo=algo, env="playground/TestPointMass", critic_obs_key="privileged_state")
+    if algos.get(algo).supports(spec) is not None:  # a discrete-only algorithm (PQN): refused
+        with pytest.raises(ConfigError, match="discrete action space"):
+            plan(run, on_devices=False)
+        return
+    cfg = config.resolve(run)
     algorithm = algos.get(algo).make(getattr(cfg, algo), spec, cfg)
     agent = jax.jit(algorithm.init)(jax.random.key(0))
     action_in = 0 if algos.get(algo).on_policy else spec.action_dim  # Q(s, a) reads a too

@@ -102,6 +102,7 @@ def test_one_update_moves_both_sides_and_the_temperature(n_step):
     assert float(jnp.abs(mean).max()) <= 2.0
 
 
+@pytest.mark.slow
 def test_split_pieces_equal_the_fused_iteration():
     """The split's per-seed pieces (actor phase on the observation-only buffer, critic
     phase with 2-step runs on the full buffer, observations normalised: the default) give

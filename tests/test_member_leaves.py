@@ -80,7 +80,8 @@ def test_every_added_leaf_is_a_member_field_where_its_config_has_it():
                 assert name in spec.member_fields, (spec.name, name)
             if name in spec.member_fields:
                 assert type(value) is float, (spec.name, name)
-        assert set(NEW_FIELDS[spec.name]) == members.ADDED_LEAVES & set(vars(section))
+        if spec.name in NEW_FIELDS:  # not PQN, born with its leaves (reward_scaling)
+            assert set(NEW_FIELDS[spec.name]) == members.ADDED_LEAVES & set(vars(section))
 
 
 @pytest.mark.parametrize("algo", list(NEW_FIELDS))
@@ -114,7 +115,7 @@ def test_a_new_field_is_read_from_its_leaf(algo):
     "algo",
     [
         "ppo",
-        "td3",
+        pytest.param("td3", marks=pytest.mark.slow),  # off-policy: SAC in test_sweep
         pytest.param("sac", marks=pytest.mark.slow),
         pytest.param("ddpg", marks=pytest.mark.slow),
         pytest.param("fastsac", marks=pytest.mark.slow),

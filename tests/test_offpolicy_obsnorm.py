@@ -232,6 +232,7 @@ def test_saved_policy_acts_with_the_statistics_saved_with_it(tmp_path):
 
 
 # ------------------------------------------------------------------ split and data parallel
+@pytest.mark.slow
 def test_split_schedule_equals_fused(fused_run):
     """The split schedule's own warm-up and chunks (host-dispatched pieces, here on one
     device; the actor side observes the collected observations after its phase) end where

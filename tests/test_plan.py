@@ -40,9 +40,11 @@ PROGRAM_FREE = {
 }
 ALGO_SHAPE = {"sac": {"hidden", "torso", "normalize_obs"}, "td3": {"hidden", "torso", "normalize_obs"},
               "ddpg": {"hidden", "torso", "normalize_obs"},
-              "ppo": {"hidden", "torso", "normalize_obs", "policy", "tanh_std"},
+              "ppo": {"hidden", "torso", "normalize_obs", "policy", "tanh_std", "memory",
+                      "memory_size"},
               "fasttd3": {"num_atoms", "actor_hidden", "critic_hidden", "torso", "critic_layer_norm", "normalize_obs"},
-              "fastsac": {"num_atoms", "actor_hidden", "critic_hidden", "torso", "critic_layer_norm", "normalize_obs"}}  # fmt: skip
+              "fastsac": {"num_atoms", "actor_hidden", "critic_hidden", "torso", "critic_layer_norm", "normalize_obs"},
+              "pqn": {"hidden", "torso", "layer_norm", "optimizer"}}  # fmt: skip
 
 
 def test_field_sets_are_pinned():

@@ -228,8 +228,15 @@ def test_real_dict_observations_final_obs_on_termination_and_truncation():
 @needs_playground
 @pytest.mark.parametrize("algo", [spec.name for spec in algos.all_specs()])
 def test_every_algorithm_accepts_a_playground_task(algo):
-    """Playground's tasks have continuous actions: every algorithm validates on them."""
-    cfg = plan(parse_train_args(["--algo", algo, "--env", "playground/CartpoleBalance"]), on_devices=False).cfg
+    """Playground's tasks have continuous actions: every algorithm for continuous actions
+    validates on them, and a discrete-only one (PQN) is refused naming --algo."""
+    args = parse_train_args(["--algo", algo, "--env", "playground/CartpoleBalance"])
+    if algos.get(algo).supports(env_spec("playground/CartpoleBalance")) is not None:
+        with pytest.raises(ConfigError, match="discrete action space") as e:
+            plan(args, on_devices=False)
+        assert e.value.field == "algo"
+        return
+    cfg = plan(args, on_devices=False).cfg
     assert cfg.env == "playground/CartpoleBalance"
 
 

@@ -17,6 +17,7 @@ from jaxspreeze.algos import (
     fastsac_config,
     fasttd3_config,
     ppo_config,
+    pqn_config,
     sac_config,
     td3_config,
 )
@@ -30,6 +31,7 @@ _SPECS: tuple[AlgoSpec, ...] = (
     ppo_config.SPEC,
     fasttd3_config.SPEC,
     fastsac_config.SPEC,
+    pqn_config.SPEC,
 )
 
 NAMES: tuple[str, ...] = tuple(spec.name for spec in _SPECS)

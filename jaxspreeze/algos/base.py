@@ -63,6 +63,24 @@ def no_carry(batch: int) -> Carry:
     return ()
 
 
+class Sequences(NamedTuple):
+    """An on-policy rollout ``[T, N]`` with the policy's carry at its first step (leaves
+    ``[N, ...]``, the carry each env's first observation was acted on with): what a policy
+    with memory replays its rollout from. Episode starts inside the rollout follow from the
+    previous step's ``terminated | truncated`` (:func:`episode_starts`); built by the iteration for a policy with memory."""
+
+    traj: Transition
+    start: Carry
+
+
+def episode_starts(traj: Transition) -> jax.Array:
+    """``[T, N]`` bool: where an observation of the rollout starts an episode after the
+    rollout's first step (the previous step ended one: a termination or a truncation);
+    False at step 0, whose carry is the rollout's stored start (already reset)."""
+    done = traj.terminated | traj.truncated
+    return jnp.concatenate([jnp.zeros_like(done[:1]), done[:-1]], axis=0)
+
+
 @dataclass(frozen=True, eq=False)
 class Algorithm:
     """An algorithm bound to its config and env spec: pure functions, no state.

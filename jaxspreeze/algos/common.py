@@ -66,6 +66,15 @@ def adam(lr: float, max_grad_norm: float | None = None) -> optax.GradientTransfo
     return _averaged(opt)
 
 
+def radam(lr: float, max_grad_norm: float | None = None) -> optax.GradientTransformation:
+    """RAdam (rectified Adam, PQN's) whose learning rate is a state leaf, optionally clipped,
+    like :func:`adam` (under :func:`data_parallel` the gradients are averaged first)."""
+    opt = optax.inject_hyperparams(optax.radam)(learning_rate=lr)
+    if max_grad_norm is not None:
+        opt = optax.chain(optax.clip_by_global_norm(max_grad_norm), opt)
+    return _averaged(opt)
+
+
 def adamw(lr: float, weight_decay: float) -> optax.GradientTransformation:
     """AdamW (decoupled weight decay) whose learning rate is a state leaf, like :func:`adam`.
 

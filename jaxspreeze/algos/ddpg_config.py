@@ -20,7 +20,10 @@ class DDPGConfig(deterministic_config.DeterministicConfig):
 def supports(spec: EnvSpec) -> str | None:
     """Why DDPG cannot run on ``spec`` (None when it can)."""
     if spec.discrete:
-        return "DDPG needs a continuous action space; use --algo ppo for discrete actions"
+        return (
+            "DDPG needs a continuous action space; use --algo ppo or --algo pqn for "
+            "discrete actions"
+        )
     return None
 
 

@@ -35,7 +35,10 @@ class FastSACConfig(fasttd3.RecipeConfig):
 def supports(spec: EnvSpec) -> str | None:
     """Why FastSAC cannot run on ``spec`` (None when it can)."""
     if spec.discrete:
-        return "FastSAC needs a continuous action space; use --algo ppo for discrete actions"
+        return (
+            "FastSAC needs a continuous action space; use --algo ppo or --algo pqn for "
+            "discrete actions"
+        )
     return None
 
 

@@ -104,7 +104,10 @@ class FastTD3Config(RecipeConfig):
 def supports(spec: EnvSpec) -> str | None:
     """Why FastTD3 cannot run on ``spec`` (None when it can)."""
     if spec.discrete:
-        return "FastTD3 needs a continuous action space; use --algo ppo for discrete actions"
+        return (
+            "FastTD3 needs a continuous action space; use --algo ppo or --algo pqn for "
+            "discrete actions"
+        )
     return None
 
 

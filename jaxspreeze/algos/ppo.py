@@ -25,13 +25,15 @@ import jax.numpy as jnp
 import optax
 
 from jaxspreeze import networks
-from jaxspreeze.algos import base, common, members, ppo_losses, ppo_policy
+from jaxspreeze.algos import base, common, members, ppo_losses, ppo_policy, ppo_recurrent
+from jaxspreeze.algos.base import episode_starts
 from jaxspreeze.algos.ppo_config import (  # noqa: F401
     DEFAULTS,
     FAMILY_DEFAULTS,
     FIELD_DEFAULTS,
     SPEC,
     PPOConfig,
+    sequence_length,
     supports,
     validate,
 )
@@ -283,6 +285,191 @@ class Learner:
         return a, metrics
 
 
+@dataclass(frozen=True, eq=False)
+class RecurrentLearner(Learner):
+    """PPO with a recurrent actor and value function (``--ppo.memory``): the same
+    phases on sequences of the rollout replayed from its starting carry
+    (:mod:`~jaxspreeze.algos.ppo_recurrent`)."""
+
+    length: int = 0  # steps per training sequence (--ppo.recurrent-chunk or the rollout)
+
+    def init(self, key: jax.Array) -> base.AgentState:
+        """The first state: both recurrent networks, their optimisers, fresh statistics."""
+        cfg, tx = self.cfg, self.tx
+        k_actor, k_critic = jax.random.split(key)
+        obs, resets = jnp.zeros((1, 1, *self.obs_shape)), jnp.zeros((1, 1), bool)
+        actor_net, value_net = self.policy.net, self.value_net
+        actor_params = actor_net.init(k_actor, actor_net.initialize_carry(1), obs, resets)
+        critic_params = value_net.init(k_critic, value_net.initialize_carry(1), obs, resets)
+        f32 = lambda name: jnp.asarray(getattr(cfg, name), jnp.float32)
+        lr, stats = f32("lr"), common.stats_init(self.obs_shape)
+        actor = ppo_recurrent.RecurrentActor(
+            actor_params, tx.init(actor_params), lr, stats, f32("clip_eps"), f32("ent_coef"),
+            critic_params,
+        )
+        critic = PPOCritic(
+            critic_params,
+            tx.init(critic_params),
+            lr,
+            *(f32(name) for name in ("gamma", "gae_lambda", "vf_coef", "reward_scaling")),
+        )
+        return base.AgentState(actor, critic)
+
+    def initial_carry(self, n: int):
+        """Both cells' carries at an episode's first step, for ``n`` envs."""
+        return ppo_recurrent.initial(self.policy.net, self.value_net, n)
+
+    def step(self, a, carry, obs: jax.Array, deterministic: bool):
+        """One step of both cells: ``(actor's outputs, carry)``; a deterministic step (the
+        evaluations) passes the value cell's carry through."""
+        actor_c, value_c = carry
+        obs = self.norm(a.obs_stats, obs)
+        actor_c, out = ppo_recurrent.step(self.policy.net, a.params, actor_c, obs)
+        if not deterministic:
+            value_c, _ = ppo_recurrent.step(self.value_net, a.value_params, value_c, obs)
+        return out, (actor_c, value_c)
+
+    def act_carry(self, a, carry, obs: jax.Array, key: jax.Array, deterministic: bool):
+        """:attr:`Algorithm.act`: an action per observation and the next carry."""
+        out, carry = self.step(a, carry, obs, deterministic)
+        return self.policy.sample_out(out, key, deterministic), carry
+
+    def behaviour_carry(self, a, carry, obs: jax.Array, key: jax.Array):
+        """:attr:`Algorithm.behaviour`: act, with the log-probability and the carry each
+        row acted with (its first row is a host rollout's stored start)."""
+        out, next_carry = self.step(a, carry, obs, False)
+        action = self.policy.sample_out(out, key, False)
+        logp, _ = self.policy.log_prob_entropy_out(out, action)
+        return action, {"logp": logp, **ppo_recurrent.carry_leaves(carry)}, next_carry
+
+    def unpack(self, data):
+        """``(rollout, (actor start, value start), behaviour log-probs or None)``."""
+        return ppo_recurrent.unpack(data, self.initial_carry(1))
+
+    def seq_advantages(self, view: CriticView, stats, traj: Transition, start, resets):
+        """GAE ``(advantages, returns, value carries)`` ``[T, N]`` of the value cell unrolled
+        from ``start`` under the view's parameters."""
+        obs, next_obs = self.norm(stats, traj.obs), self.norm(stats, traj.next_obs)
+        v, next_v, carries = ppo_recurrent.unroll_values(
+            self.value_net, view.params, start, obs, next_obs, resets
+        )
+        reward = traj.reward * view.reward_scaling
+        adv, returns = common.gae(
+            reward, v, next_v, traj.terminated, traj.truncated, view.gamma, view.gae_lambda
+        )
+        return adv, returns, carries
+
+    def update_critic(self, c: PPOCritic, batch: ppo_recurrent.SeqValueBatch):
+        """One gradient step of the value function on a minibatch of sequences."""
+
+        def loss_fn(params):
+            _, v, _ = self.value_net.apply(params, batch.start, batch.obs, batch.resets)
+            return ppo_losses.value_loss(v, batch.returns.reshape(-1), c.vf_coef), v
+
+        opt_state = self.annealed(c.opt_state, c.lr)
+        params, opt_state, loss, v, gnorm = common.gradient_step(
+            self.tx, c.params, opt_state, loss_fn
+        )
+        finite = common.all_finite(loss, gnorm)
+        return c._replace(params=params, opt_state=opt_state), {
+            "value_loss": loss,
+            "value_mean": v.mean(),
+            "critic_grad_norm": gnorm,
+            "finite": finite.astype(jnp.float32),
+        }
+
+    def critic_phase(self, c: PPOCritic, stats: common.RunningStats, data, key: jax.Array):
+        """Epochs of the value function on the rollout's sequences towards its GAE returns."""
+        traj, (_, start), _ = self.unpack(data)
+        resets = episode_starts(traj)
+        _, returns, carries = self.seq_advantages(critic_view(c), stats, traj, start, resets)
+        L, seq = self.length, lambda x: ppo_recurrent.sequences(x, self.length)
+        batch = ppo_recurrent.SeqValueBatch(
+            seq(self.norm(stats, traj.obs)),
+            seq(returns),
+            seq(resets),
+            ppo_recurrent.chunk_starts(start, carries, L),
+        )
+        return ppo_recurrent.sequence_epochs(
+            self.update_critic, c, batch, key, self.cfg.epochs, self.batch_size // L
+        )
+
+    def update_actor(self, a, batch: ppo_recurrent.SeqPolicyBatch):
+        """One gradient step of the clipped surrogate on a minibatch of sequences."""
+        cfg, flat = self.cfg, lambda x: x.reshape(-1, *x.shape[2:])
+        adv = flat(batch.advantage)
+        adv = ppo_losses.normalized(adv) if cfg.normalize_advantages else adv
+        noise = None if batch.noise is None else flat(batch.noise)
+
+        def loss_fn(params):
+            _, out, _ = self.policy.net.apply(params, batch.start, batch.obs, batch.resets)
+            logp, entropy = self.policy.log_prob_entropy_out(out, flat(batch.action), noise)
+            return ppo_losses.policy_loss(
+                logp,
+                flat(batch.old_logp),
+                adv,
+                entropy,
+                a.clip_eps,
+                a.ent_coef,
+                self.policy.max_log_ratio,
+            )
+
+        opt_state = self.annealed(a.opt_state, a.lr)
+        params, opt_state, loss, info, gnorm = common.gradient_step(
+            self.tx, a.params, opt_state, loss_fn
+        )
+        finite = common.all_finite(loss, gnorm)
+        lr = optax.tree_utils.tree_get(opt_state, "learning_rate")
+        return a._replace(params=params, opt_state=opt_state), {
+            "actor_loss": loss,
+            "entropy": info.entropy,
+            "approx_kl": info.approx_kl,
+            "clip_frac": info.clip_frac,
+            "actor_grad_norm": gnorm,
+            "lr": lr,
+            "finite": finite.astype(jnp.float32),
+        }
+
+    def policy_batch(self, a, view: CriticView, data, key: jax.Array):
+        """The rollout's sequences for the policy update: advantages from the view's value
+        cell, old log-probabilities from the actor's unroll (device) or the workers'
+        (host), each sequence's starting carry from the actor's unroll."""
+        traj, (actor_start, value_start), behaviour_logp = self.unpack(data)
+        resets = episode_starts(traj)
+        adv, _, _ = self.seq_advantages(view, a.obs_stats, traj, value_start, resets)
+        T, N = traj.reward.shape
+        obs = self.norm(a.obs_stats, traj.obs)
+        _, out, carries = self.policy.net.apply(a.params, actor_start, obs, resets)
+        if behaviour_logp is None:
+            old_logp, _ = self.policy.log_prob_entropy_out(out, _flat(traj.action))
+            old_logp = old_logp.reshape(T, N)
+        else:
+            old_logp = behaviour_logp
+        noise = self.policy.entropy_noise(key, traj.action.shape)  # None but for tanh
+        L, seq = self.length, lambda x: ppo_recurrent.sequences(x, self.length)
+        return ppo_recurrent.SeqPolicyBatch(
+            seq(obs),
+            seq(traj.action),
+            seq(jax.lax.stop_gradient(old_logp)),
+            seq(adv),
+            seq(resets),
+            None if noise is None else seq(noise),
+            ppo_recurrent.chunk_starts(actor_start, carries, L),
+        )
+
+    def actor_phase(self, a, view: CriticView, data, key: jax.Array):
+        """Epochs of the policy on the rollout's sequences, then the observation statistics
+        and the value parameters the next rollout steps the value cell with."""
+        batch = self.policy_batch(a, view, data, key)
+        a, metrics = ppo_recurrent.sequence_epochs(
+            self.update_actor, a, batch, key, self.cfg.epochs, self.batch_size // self.length
+        )
+        if self.cfg.normalize_obs:
+            traj = self.unpack(data)[0]
+            a = a._replace(obs_stats=common.stats_update(a.obs_stats, _flat(traj.obs)))
+        return a._replace(value_params=view.params), metrics
+
+
 def critic_view(c: PPOCritic) -> CriticView:
     """The critic side's parameters and what the advantages need of its leaves."""
     return CriticView(c.params, c.gamma, c.gae_lambda, c.reward_scaling)
@@ -296,6 +483,8 @@ def make(cfg: PPOConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
     updates_per_phase = cfg.epochs * (rollout_size // run.batch_size)
     total_updates = max(math.ceil(run.total_steps / rollout_size), 1) * updates_per_phase
     torso = networks.choose_torso(cfg.torso, spec.obs_shape)
+    if cfg.memory != "none":
+        return _recurrent(cfg, spec, run, torso, total_updates, updates_per_phase)
     learner = Learner(
         cfg,
         policy=ppo_policy.for_env(
@@ -319,6 +508,43 @@ def make(cfg: PPOConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
         actor_steps_per_iteration=updates_per_phase,
         critic_steps_per_iteration=updates_per_phase,
         behaviour=base.feed_forward_behaviour(learner.behaviour),
+    )
+
+
+def _recurrent(
+    cfg: PPOConfig, spec: EnvSpec, run: Any, torso: str, total_updates: int, updates: int
+) -> base.Algorithm:
+    """:func:`make`'s recurrent PPO (``--ppo.memory``): its learner and carry."""
+    policy = ppo_policy.for_env(
+        spec, cfg.hidden, cfg.policy, cfg.tanh_std, cfg.min_std, torso, cfg.memory,
+        cfg.memory_size,
+    )
+    value_net = networks.RecurrentNet(
+        "value", cfg.hidden, 1, cfg.memory, cfg.memory_size, spec.critic_obs, torso
+    )
+    learner = RecurrentLearner(
+        cfg,
+        policy=policy,
+        value_net=value_net,
+        tx=common.adam(cfg.lr, cfg.max_grad_norm),
+        obs_shape=spec.obs_shape,
+        batch_size=run.batch_size,
+        total_updates=total_updates,
+        length=sequence_length(cfg, run.rollout_steps),
+    )
+    return base.Algorithm(
+        name="ppo",
+        on_policy=True,
+        init=learner.init,
+        act=learner.act_carry,
+        actor_view=lambda a: a.obs_stats,
+        critic_view=critic_view,
+        critic_phase=learner.critic_phase,
+        actor_phase=learner.actor_phase,
+        actor_steps_per_iteration=updates,
+        critic_steps_per_iteration=updates,
+        behaviour=learner.behaviour_carry,
+        initial_carry=learner.initial_carry,
     )
 
 

@@ -14,6 +14,10 @@ if TYPE_CHECKING:
 # the continuous policies (--ppo.policy) and the tanh policy's std forms (--ppo.tanh-std)
 CONTINUOUS = ("clipped", "tanh")
 TANH_STDS = ("state", "scalar")
+# the recurrent cells of --ppo.memory ("none": feed-forward), and the placements a
+# recurrent policy does not run on yet (their pieces do not carry the rollout's start)
+MEMORIES = ("none", "gru", "lstm")
+MEMORY_PLACEMENTS_REFUSED = ("split", "data", "split-data")
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,20 @@ class PPOConfig:
     reward_scaling: float = 1.0
     """Rewards are multiplied by this in the value targets and advantages (brax's
     reward_scaling); the reported returns are the env's own."""
+    memory: Literal["none", "gru", "lstm"] = field(
+        default="none", metadata=base.kinds("shape", absent="none")
+    )
+    """A recurrent policy: none = feed-forward; gru or lstm = the actor and the value
+    function each read the torso's features through their own cell (the policy's carry,
+    reset at every episode's first step) before their hidden layers (docs/algorithms.md,
+    Recurrent PPO)."""
+    memory_size: int = field(default=128, metadata=base.kinds("shape", absent=128))
+    """Width of each recurrent cell (--ppo.memory gru|lstm)."""
+    recurrent_chunk: int = 0
+    """Truncated backpropagation through time: the rollout's env sequences are cut into
+    chunks of this many steps (each starting from the carry the rollout had there),
+    shuffled whole in the minibatches; 0 = the whole rollout. It must divide
+    rollout_steps and batch_size."""
 
 
 def supports(spec: EnvSpec) -> str | None:
@@ -101,6 +119,7 @@ def validate(cfg: PPOConfig, prefix: str, run: Any) -> None:
         raise ConfigError(f"{prefix}ent_coef", f"must be >= 0, got {ent!r}")
     base.check_hidden(cfg, prefix)
     base.check_torso(cfg, prefix)
+    _check_memory(cfg, prefix)
     if run is not None:
         rollout = run.num_envs * run.rollout_steps
         if run.batch_size > rollout or rollout % run.batch_size:
@@ -109,6 +128,57 @@ def validate(cfg: PPOConfig, prefix: str, run: Any) -> None:
                 f"PPO minibatch {run.batch_size} must divide the rollout of {rollout} "
                 "transitions (num_envs x rollout_steps)",
             )
+        if cfg.memory != "none":
+            _check_sequences(cfg, prefix, run)
+
+
+def _check_memory(cfg: PPOConfig, prefix: str) -> None:
+    """ConfigError naming the first bad recurrent field (--ppo.memory and its sizes)."""
+    if cfg.memory not in MEMORIES:
+        choices = ", ".join(MEMORIES)
+        raise ConfigError(f"{prefix}memory", f"choose one of {choices}, got {cfg.memory!r}")
+    size = cfg.memory_size
+    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+        raise ConfigError(f"{prefix}memory_size", f"must be an integer > 0, got {size!r}")
+    chunk = cfg.recurrent_chunk
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 0:
+        raise ConfigError(
+            f"{prefix}recurrent_chunk", f"must be an integer >= 0 (0: the whole rollout), got {chunk!r}"
+        )
+
+
+def sequence_length(cfg: PPOConfig, rollout_steps: int) -> int:
+    """The env steps of one training sequence of a recurrent PPO (--ppo.recurrent-chunk,
+    0: the whole rollout)."""
+    return cfg.recurrent_chunk or rollout_steps
+
+
+def _check_sequences(cfg: PPOConfig, prefix: str, run: Any) -> None:
+    """What a recurrent PPO needs of the run: whole sequences in the rollout and in each
+    minibatch, and a placement that carries the rollout's start."""
+    length = sequence_length(cfg, run.rollout_steps)
+    if run.rollout_steps % length:
+        raise ConfigError(
+            f"{prefix}recurrent_chunk",
+            f"{length} must divide rollout_steps {run.rollout_steps}",
+        )
+    if run.batch_size % length:
+        raise ConfigError(
+            "batch_size",
+            f"a recurrent PPO minibatch holds whole sequences of {length} steps "
+            f"(--ppo.recurrent-chunk, else rollout_steps); {run.batch_size} is not a multiple",
+        )
+    refused_placement(cfg, prefix, getattr(run, "placement", "auto"))
+
+
+def refused_placement(cfg: PPOConfig, prefix: str, placement: str) -> None:
+    """ConfigError naming --ppo.memory on a placement a recurrent policy does not run on."""
+    if cfg.memory != "none" and placement in MEMORY_PLACEMENTS_REFUSED:
+        raise ConfigError(
+            f"{prefix}memory",
+            f"a recurrent policy ({cfg.memory}) runs on one device so far, not on the "
+            f"{placement} placement; use --placement single or --ppo.memory none",
+        )
 
 
 # run-level sizes when the user sets none: 16 envs x 64 steps = 1024 transitions per

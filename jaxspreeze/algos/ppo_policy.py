@@ -113,14 +113,17 @@ def tanh_gaussian_entropy(mean: jax.Array, std: jax.Array, eps: jax.Array | None
 class Categorical:
     """Discrete actions: a softmax over the logits of a ``CategoricalActor``."""
 
-    net: networks.CategoricalActor
+    net: networks.CategoricalActor | networks.RecurrentNet
     max_log_ratio: ClassVar[float | None] = None
 
     def sample(
         self, params: PyTree, obs: jax.Array, key: jax.Array, deterministic: bool
     ) -> jax.Array:
         """An action ``[B]`` (int32) per observation ``[B, ...]``: sampled, or the most likely."""
-        logits = self.net.apply(params, obs)
+        return self.sample_out(self.net.apply(params, obs), key, deterministic)
+
+    def sample_out(self, logits: jax.Array, key: jax.Array, deterministic: bool) -> jax.Array:
+        """:meth:`sample` from the network's output (the logits ``[B, K]``)."""
         if deterministic:
             return jnp.argmax(logits, -1).astype(jnp.int32)
         return jax.random.categorical(key, logits).astype(jnp.int32)
@@ -133,7 +136,13 @@ class Categorical:
         self, params: PyTree, obs: jax.Array, action: jax.Array, noise: None = None
     ) -> tuple[jax.Array, jax.Array]:
         """``(log pi(action | obs) [B], entropy [B])``."""
-        return categorical_log_prob_entropy(self.net.apply(params, obs), action)
+        return self.log_prob_entropy_out(self.net.apply(params, obs), action)
+
+    def log_prob_entropy_out(
+        self, logits: jax.Array, action: jax.Array, noise: None = None
+    ) -> tuple[jax.Array, jax.Array]:
+        """:meth:`log_prob_entropy` from the network's output (the logits)."""
+        return categorical_log_prob_entropy(logits, action)
 
 
 @dataclass(frozen=True, eq=False)
@@ -144,21 +153,29 @@ class ClippedGaussian:
     ``GaussianActor``'s mean and its state-independent, bounded log std.
     """
 
-    net: networks.GaussianActor
+    net: networks.GaussianActor | networks.RecurrentNet
     scale: jax.Array
     bias: jax.Array
     max_log_ratio: ClassVar[float | None] = None
 
     def mean_log_std(self, params: PyTree, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
         """Mean ``[B, A]`` and (bounded) log std ``[A]``, in ``[-1, 1]`` action units."""
-        mean, log_std = self.net.apply(params, obs)
+        return self.dist(self.net.apply(params, obs))
+
+    def dist(self, out: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+        """:meth:`mean_log_std` from the network's output ``(mean, log_std)``."""
+        mean, log_std = out
         return mean, jnp.clip(log_std, networks.LOG_STD_MIN, networks.LOG_STD_MAX)
 
     def sample(
         self, params: PyTree, obs: jax.Array, key: jax.Array, deterministic: bool
     ) -> jax.Array:
         """An env action ``[B, A]`` per observation ``[B, ...]``: sampled, or the mean's."""
-        mean, log_std = self.mean_log_std(params, obs)
+        return self.sample_out(self.net.apply(params, obs), key, deterministic)
+
+    def sample_out(self, out: PyTree, key: jax.Array, deterministic: bool) -> jax.Array:
+        """:meth:`sample` from the network's output."""
+        mean, log_std = self.dist(out)
         u = mean if deterministic else mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
         return jnp.clip(u, -1.0, 1.0) * self.scale + self.bias
 
@@ -170,7 +187,13 @@ class ClippedGaussian:
         self, params: PyTree, obs: jax.Array, action: jax.Array, noise: None = None
     ) -> tuple[jax.Array, jax.Array]:
         """``(log pi(action | obs) [B], entropy [B])`` of env actions ``[B, A]``."""
-        mean, log_std = self.mean_log_std(params, obs)
+        return self.log_prob_entropy_out(self.net.apply(params, obs), action)
+
+    def log_prob_entropy_out(
+        self, out: PyTree, action: jax.Array, noise: None = None
+    ) -> tuple[jax.Array, jax.Array]:
+        """:meth:`log_prob_entropy` from the network's output."""
+        mean, log_std = self.dist(out)
         logp = clipped_gaussian_log_prob(mean, log_std, (action - self.bias) / self.scale)
         return logp, gaussian_entropy(log_std, logp.shape)
 
@@ -187,7 +210,7 @@ class TanhGaussian:
     scale's constant Jacobian cancels in PPO's ratio, as for the clipped Gaussian).
     """
 
-    net: networks.SquashedGaussianActor
+    net: networks.SquashedGaussianActor | networks.RecurrentNet
     scale: jax.Array
     bias: jax.Array
     min_std: float
@@ -196,14 +219,22 @@ class TanhGaussian:
 
     def mean_std(self, params: PyTree, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
         """Pre-squash mean ``[B, A]`` and std ``[B, A]`` (state-dependent) or ``[A]``."""
-        mean, raw = self.net.apply(params, obs)
+        return self.dist(self.net.apply(params, obs))
+
+    def dist(self, out: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, jax.Array]:
+        """:meth:`mean_std` from the network's output ``(mean, raw scale)``."""
+        mean, raw = out
         return mean, jax.nn.softplus(raw) + self.min_std
 
     def sample(
         self, params: PyTree, obs: jax.Array, key: jax.Array, deterministic: bool
     ) -> jax.Array:
         """An env action ``[B, A]`` per observation ``[B, ...]``: sampled, or ``tanh(mean)``."""
-        mean, std = self.mean_std(params, obs)
+        return self.sample_out(self.net.apply(params, obs), key, deterministic)
+
+    def sample_out(self, out: PyTree, key: jax.Array, deterministic: bool) -> jax.Array:
+        """:meth:`sample` from the network's output."""
+        mean, std = self.dist(out)
         u = mean if deterministic else mean + std * jax.random.normal(key, mean.shape)
         return jnp.tanh(u) * self.scale + self.bias
 
@@ -220,7 +251,13 @@ class TanhGaussian:
     ) -> tuple[jax.Array, jax.Array]:
         """``(log pi(action | obs) [B], entropy [B])`` of env actions ``[B, A]``; the entropy
         is brax's one-sample estimate at ``noise [B, A]`` (None: the pre-squash Gaussian's)."""
-        mean, std = self.mean_std(params, obs)
+        return self.log_prob_entropy_out(self.net.apply(params, obs), action, noise)
+
+    def log_prob_entropy_out(
+        self, out: PyTree, action: jax.Array, noise: jax.Array | None = None
+    ) -> tuple[jax.Array, jax.Array]:
+        """:meth:`log_prob_entropy` from the network's output."""
+        mean, std = self.dist(out)
         logp = tanh_gaussian_log_prob(mean, std, (action - self.bias) / self.scale)
         return logp, tanh_gaussian_entropy(mean, std, noise)
 
@@ -237,6 +274,8 @@ def for_env(
     tanh_std: str = "state",
     min_std: float = 1e-3,
     torso: str = "mlp",
+    memory: str = "none",
+    memory_size: int = 128,
 ) -> Policy:
     """The policy distribution of ``spec``'s action space, its network ``hidden`` wide
     after the torso ``torso`` (a resolved name of ``networks.TORSOS``).
@@ -245,7 +284,14 @@ def for_env(
     (:class:`TanhGaussian`, its std from a network head for ``tanh_std="state"`` or one
     learned parameter per dimension for ``"scalar"``, at least ``min_std``). Discrete
     actions are categorical whatever ``kind`` says.
+
+    ``memory`` ``gru`` or ``lstm``: the network is a
+    :class:`~jaxspreeze.networks.RecurrentNet` (a cell of ``memory_size`` units between
+    the torso and the head); the policy then acts and scores through its ``*_out``
+    methods on the network's outputs (``ppo_recurrent``).
     """
+    if memory != "none":
+        return _recurrent(spec, hidden, kind, tanh_std, min_std, torso, memory, memory_size)
     if spec.discrete:
         return Categorical(
             networks.CategoricalActor(hidden, spec.action_dim, spec.actor_obs, torso)
@@ -263,3 +309,26 @@ def for_env(
     return ClippedGaussian(
         networks.GaussianActor(hidden, spec.action_dim, spec.actor_obs, torso), scale, bias
     )
+
+
+def _recurrent(
+    spec: EnvSpec,
+    hidden: tuple[int, ...],
+    kind: str,
+    tanh_std: str,
+    min_std: float,
+    torso: str,
+    memory: str,
+    memory_size: int,
+) -> Policy:
+    """:func:`for_env`'s policy with a recurrent network (the same distributions)."""
+    net = lambda head, out, **kw: networks.RecurrentNet(
+        head, hidden, out, memory, memory_size, spec.actor_obs, torso, **kw
+    )
+    if spec.discrete:
+        return Categorical(net("categorical", spec.action_dim))
+    scale, bias = networks.action_scale(spec.action_low, spec.action_high)
+    if kind == "tanh":
+        squashed = net("squashed", spec.action_dim, state_std=tanh_std == "state")
+        return TanhGaussian(squashed, scale, bias, float(min_std))
+    return ClippedGaussian(net("gaussian", spec.action_dim), scale, bias)

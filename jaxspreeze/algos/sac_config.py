@@ -46,7 +46,10 @@ class SACConfig:
 def supports(spec: EnvSpec) -> str | None:
     """Why SAC cannot run on ``spec`` (None when it can)."""
     if spec.discrete:
-        return "SAC needs a continuous action space; use --algo ppo for discrete actions"
+        return (
+            "SAC needs a continuous action space; use --algo ppo or --algo pqn for "
+            "discrete actions"
+        )
     return None
 
 

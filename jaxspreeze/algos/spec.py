@@ -153,6 +153,9 @@ class AlgoSpec:
       otherwise; ``family_defaults``: per env family (``brax``, ``playground``, ...), the
       values of those fields that differ there (:func:`fields_on`). ``config.resolve``
       fills what the user left unset.
+    - ``splits``: its state has a critic side worth a device of its own (False: one
+      network learns and acts, e.g. PQN's Q-network on the actor side; the plan refuses
+      ``--placement split`` and ``split-data`` and ``auto`` keeps it on one device).
     """
 
     name: str
@@ -168,6 +171,7 @@ class AlgoSpec:
     member_fields: Mapping[str, Any] = field(default_factory=dict)
     field_defaults: Mapping[str, Any] = field(default_factory=dict)
     family_defaults: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    splits: bool = True
 
     def __post_init__(self) -> None:
         missing = set(RUN_SIZES) - set(self.defaults)

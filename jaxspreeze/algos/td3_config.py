@@ -28,7 +28,10 @@ class TD3Config(deterministic_config.DeterministicConfig):
 def supports(spec: EnvSpec) -> str | None:
     """Why TD3 cannot run on ``spec`` (None when it can)."""
     if spec.discrete:
-        return "TD3 needs a continuous action space; use --algo ppo for discrete actions"
+        return (
+            "TD3 needs a continuous action space; use --algo ppo or --algo pqn for "
+            "discrete actions"
+        )
     return None
 
 

@@ -4,7 +4,8 @@ Every network reads its observation through a *torso* (:mod:`.torsos`: observati
 features ``[B, F]``) and gives the features to its *head* (:mod:`.heads`: the ``hidden``
 MLP and the output layers of one kind of network). The composed networks are the actors
 (:mod:`.actors`) and the critics (:mod:`.critics`); a recurrent cell
-(:mod:`.recurrent`) plugs in between torso and head (not wired into an algorithm yet).
+(:mod:`.recurrent`) plugs in between torso and head: :class:`RecurrentNet` (the same module),
+PPO's ``--ppo.memory``.
 
 The torso is a network's ``torso`` field, a name of :data:`TORSOS` resolved from the
 algorithm's ``--<algo>.torso`` (``auto`` by :func:`choose_torso`: convolutional for a
@@ -27,9 +28,14 @@ from jaxspreeze.networks.actors import (
     action_scale,
     tanh_gaussian_sample,
 )
-from jaxspreeze.networks.critics import DistributionalQEnsemble, QEnsemble, ValueNet
+from jaxspreeze.networks.critics import (
+    DiscreteQNet,
+    DistributionalQEnsemble,
+    QEnsemble,
+    ValueNet,
+)
 from jaxspreeze.networks.heads import LOG_STD_MAX, LOG_STD_MIN
-from jaxspreeze.networks.recurrent import CELLS, RecurrentCell, initial_carry, unroll
+from jaxspreeze.networks.recurrent import CELLS, RecurrentCell, RecurrentNet, initial_carry, unroll
 from jaxspreeze.networks.torsos import (
     MLP,
     TORSOS,
@@ -50,6 +56,7 @@ __all__ = [
     "TORSOS",
     "CategoricalActor",
     "DeterministicActor",
+    "DiscreteQNet",
     "DistributionalQEnsemble",
     "Flatten",
     "GaussianActor",
@@ -58,6 +65,7 @@ __all__ = [
     "NatureCNN",
     "QEnsemble",
     "RecurrentCell",
+    "RecurrentNet",
     "SquashedGaussianActor",
     "TanhGaussianActor",
     "ValueNet",

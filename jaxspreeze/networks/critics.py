@@ -1,5 +1,5 @@
-"""The critics: Q ensembles (scalar and categorical) and the state value, each a torso
-then a head (:mod:`~jaxspreeze.networks.heads`).
+"""The critics: Q ensembles (scalar and categorical), the discrete-action Q-network and
+the state value, each a torso then a head (:mod:`~jaxspreeze.networks.heads`).
 
 A Q ensemble reads the observation through one torso whose features all its members
 share (``mlp``: the columns ``obs_cols``, flattened, so each member is today's MLP of
@@ -54,6 +54,23 @@ class DistributionalQEnsemble(nn.Module):
         return heads.q_ensemble(
             x, action, self.hidden, self.num_atoms, self.num_qs, self.layer_norm
         )
+
+
+class DiscreteQNet(nn.Module):
+    """Q(s, .) over a discrete action set: ``[B, num_actions]`` (PQN's network: a LayerNorm
+    after each hidden layer when ``layer_norm``)."""
+
+    hidden: Sequence[int]
+    num_actions: int
+    obs_cols: Columns | None = None  # the observation columns it reads
+    layer_norm: bool = True  # a LayerNorm after each hidden layer (MLP's)
+    torso: str = "mlp"  # the torso before the head (torsos.TORSOS)
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        """``obs [B, ...] -> Q [B, num_actions]``."""
+        x = encode(self.torso, obs, self.obs_cols)
+        return heads.q_values(x, self.hidden, self.num_actions, self.layer_norm)
 
 
 class ValueNet(nn.Module):

@@ -66,6 +66,14 @@ def value(x: jax.Array, hidden: Sequence[int]) -> jax.Array:
     return MLP(hidden, 1)(x)[..., 0]
 
 
+def q_values(
+    x: jax.Array, hidden: Sequence[int], num_actions: int, layer_norm: bool = False
+) -> jax.Array:
+    """A discrete Q-network's values ``[B, num_actions]``: the MLP (a LayerNorm after each
+    hidden layer when ``layer_norm``) and one linear output per action."""
+    return MLP(hidden, num_actions, layer_norm=layer_norm)(x)
+
+
 def categorical(x: jax.Array, hidden: Sequence[int], num_actions: int) -> jax.Array:
     """A discrete policy's logits ``[B, num_actions]`` (the last layer starts small)."""
     return MLP(hidden, num_actions, out_scale=0.01)(x)

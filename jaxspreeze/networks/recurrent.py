@@ -1,4 +1,4 @@
-"""Recurrent cells: the slot between a torso and a head (not wired into any algorithm yet).
+"""Recurrent cells and networks: the slot between a torso and a head (``--ppo.memory``).
 
 A recurrent network reads one step as ``x = torso(obs)``, ``carry, x = cell(carry, x,
 reset)``, ``head(x)``: :class:`RecurrentCell` sits where a network of
@@ -11,15 +11,27 @@ sequence with the same parameters (training on a rollout).
 
 The cells are flax's: ``gru`` (``nn.GRUCell``, carry ``h [B, F]``) and ``lstm``
 (``nn.OptimizedLSTMCell``, carry ``(c, h)``, each ``[B, F]``); the output is ``h``.
+
+:class:`RecurrentNet` is an actor's or a value function's network with a memory: each
+step reads ``x = torso(obs)``, ``carry, y = cell(carry, x, reset)`` and gives ``y`` to the
+head of its kind (the heads of :mod:`~jaxspreeze.networks.heads`: a categorical policy's
+logits, a Gaussian's mean and state-independent log std, a tanh policy's mean and raw
+scale, a state value). Acting is a sequence of one step (``T = 1``); training unrolls a
+rollout's sequences with the same parameters.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxspreeze.core.types import Carry, PyTree, reset_carry
+from jaxspreeze.core.types import Carry, Columns, PyTree, reset_carry
+from jaxspreeze.networks import heads
+from jaxspreeze.networks.torsos import encode
 
 # gru's carry: h [B, F]; lstm's: (c [B, F], h [B, F])
 CELLS: dict[str, type[nn.Module]] = {"gru": nn.GRUCell, "lstm": nn.OptimizedLSTMCell}
@@ -66,3 +78,79 @@ def unroll(
         return cell.apply(params, c, x, reset)
 
     return jax.lax.scan(step, carry, (xs, resets))
+
+# the heads a recurrent network can end in (``RecurrentNet.head``)
+HEADS = ("categorical", "gaussian", "squashed", "value")
+
+# time steps per loop iteration of a training unroll: fewer, larger loop bodies (on CPU
+# a scan step's own cost is several times a small cell's)
+UNROLL = 8
+
+
+class _Step(nn.Module):
+    """One cell step that also returns the carry after it (scanned over time)."""
+
+    kind: str
+    features: int
+
+    @nn.compact
+    def __call__(self, carry: Carry, x: jax.Array, reset: jax.Array):
+        carry, y = RecurrentCell(self.kind, self.features, name="cell")(carry, x, reset)
+        return carry, (y, carry)
+
+
+class RecurrentNet(nn.Module):
+    """torso -> ``kind`` cell of ``features`` units -> ``head`` (one of :data:`HEADS`).
+
+    ``__call__(carry [B, ...], obs [T, B, ...], resets [T, B])`` returns ``(carry after the
+    last step, outputs over the T * B rows in time-major order, carries [T, B, ...] after
+    each step)``; the outputs are the head's (``gaussian``: ``(mean [T*B, A], log_std
+    [A])``; ``squashed``: ``(mean, raw scale)``; ``value``: ``[T*B]``).
+    """
+
+    head: str
+    hidden: Sequence[int]
+    out: int = 1  # actions (logits, means); unused by the value head
+    kind: str = "gru"
+    features: int = 128
+    obs_cols: Columns | None = None  # the observation columns it reads
+    torso: str = "mlp"  # the torso before the cell (torsos.TORSOS)
+    state_std: bool = True  # the squashed head's raw scale: a network head, else a parameter
+
+    def initialize_carry(self, batch: int) -> Carry:
+        """The carry before the first step of ``batch`` rows (zeros)."""
+        return initial_carry(self.kind, self.features, batch)
+
+    @nn.compact
+    def __call__(self, carry: Carry, obs: jax.Array, resets: jax.Array) -> tuple[Carry, Any, Carry]:
+        T, B = obs.shape[:2]
+        x = encode(self.torso, obs.reshape(T * B, *obs.shape[2:]), self.obs_cols)
+        if T == 1:  # acting: one step, no loop (the same parameters as the scanned step)
+            carry, (y, carries) = _Step(self.kind, self.features, name="memory")(
+                carry, x, resets[0]
+            )
+            carries = jax.tree.map(lambda c: c[None], carries)
+        else:
+            scan = nn.scan(
+                _Step,
+                variable_broadcast="params",
+                split_rngs={"params": False},
+                in_axes=0,
+                out_axes=0,
+                unroll=UNROLL,
+            )
+            carry, (y, carries) = scan(self.kind, self.features, name="memory")(
+                carry, x.reshape(T, B, -1), resets
+            )
+        y = y.reshape(T * B, -1)
+        if self.head == "categorical":
+            out = heads.categorical(y, self.hidden, self.out)
+        elif self.head == "gaussian":
+            out = heads.gaussian(self, y, self.hidden, self.out)
+        elif self.head == "squashed":
+            out = heads.squashed_gaussian(self, y, self.hidden, self.out, self.state_std)
+        elif self.head == "value":
+            out = heads.value(y, self.hidden)
+        else:
+            raise ValueError(f"unknown head {self.head!r}; choose one of {', '.join(HEADS)}")
+        return carry, out, carries

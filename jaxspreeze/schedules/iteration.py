@@ -44,8 +44,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxspreeze.algos.base import AgentState, Algorithm
-from jaxspreeze.core.types import ObsOnly, PyTree, Transition
+from jaxspreeze.algos.base import AgentState, Algorithm, Sequences
+from jaxspreeze.core.types import Carry, ObsOnly, PyTree, Transition
 from jaxspreeze.data import replay
 from jaxspreeze.data.rollout import EnvCarry, env_init, random_policy, rollout
 from jaxspreeze.envs.base import VecEnv
@@ -79,6 +79,7 @@ class Collected(NamedTuple):
     critic_key: jax.Array
     actor_key: jax.Array
     acted: jax.Array  # actor_updates of the parameters that acted
+    start: Carry = ()  # the policy's carry at the rollout's first step (() without memory)
 
 
 # the env metrics that add up over shards; the others are means, flags or counters
@@ -237,6 +238,7 @@ class Iteration:
         k_roll, k_critic, k_actor = map(self.shard_key, (k_roll, k_critic, k_actor))
         policy = lambda carry, obs, k: self.algo.act(actor, carry, obs, k, False)
         initial = self.algo.initial_carry(self.env.num_envs)
+        start = env.policy  # the carry the rollout's first step acts with (stored, replayed)
         env, traj, eps = rollout(self.env, policy, env, k_roll, self.rollout_steps, initial)
         env_steps = env_steps + self.steps_per_iteration
         metrics = {
@@ -245,18 +247,26 @@ class Iteration:
             "episodes": eps.done.sum().astype(jnp.float32),
             "env_steps": env_steps,
         }
-        collected = Collected(traj, self.algo.actor_view(actor), k_critic, k_actor, actor_updates)
+        collected = Collected(
+            traj, self.algo.actor_view(actor), k_critic, k_actor, actor_updates, start
+        )
         return env, key, env_steps, iteration + 1, collected, metrics
+
+    def rollout_data(self, c: Collected) -> Transition | Sequences:
+        """What the on-policy phases train on: the rollout, with its starting carry
+        (:class:`~jaxspreeze.algos.base.Sequences`) for a policy with memory."""
+        return Sequences(c.traj, c.start) if self.algo.has_memory else c.traj
 
     def critic_side(
         self,
         critic: PyTree,
         buffer: replay.ReplayState | None,
-        traj: Transition,
+        traj: Transition | Sequences,
         actor_view: PyTree,
         key: jax.Array,
     ) -> tuple[PyTree, replay.ReplayState | None, Metrics]:
-        """Critic side: store the new transitions, then the critic phase."""
+        """Critic side: store the new transitions, then the critic phase (on-policy: on
+        the rollout, :meth:`rollout_data`)."""
         if self.algo.on_policy:
             data = traj
         else:
@@ -298,11 +308,12 @@ class Iteration:
         # collect
         env, key, env_steps, iteration, c, m_env = self.collect(*s.to_collect())
         # store + update critic
+        rollout_data = self.rollout_data(c) if self.algo.on_policy else c.traj
         critic, buffer, m_critic = self.critic_side(
-            s.agent.critic, s.buffer, c.traj, c.actor_view, c.critic_key
+            s.agent.critic, s.buffer, rollout_data, c.actor_view, c.critic_key
         )
         # update actor (independent of the critic phase: same inputs as on two devices)
-        data = c.traj if self.algo.on_policy else buffer
+        data = rollout_data if self.algo.on_policy else buffer
         actor, actor_updates, m_actor = self.actor_side(
             s.agent.actor, data, critic_view, c.actor_key, s.actor_updates, c.acted, c.traj.obs
         )

@@ -97,7 +97,20 @@ class RunPlan:
     def placed(self, placement: Placement) -> RunPlan:
         """This plan on ``placement`` (its schedule kind follows from it)."""
         population.check_pbt_placement(self.cfg, placement)  # before any compile
+        if placement.split and not self.algo_spec.splits:  # one network: nothing to split
+            if placement.critic_mesh is not None:
+                _refuse_split(self.algo_spec, placement.kind)
+            placement = devices.single(placement.actor)  # auto's split: its first device
+        memory = getattr(self.algo_config, "memory", "none")  # a recurrent policy's cell
+        if memory != "none" and placement.split and self.cfg.placement == "auto":
+            placement = devices.single(placement.actor)  # one device carries its rollouts
         kind = _schedule_kind(self.cfg, self.algo_spec, placement)
+        if memory != "none" and kind in ("split", "data", "split-data"):
+            raise ConfigError(
+                f"{self.algo_spec.name}.memory",
+                f"a recurrent policy ({memory}) runs on one device so far, not on the {kind} "
+                "placement; use --placement single",
+            )
         return dataclasses.replace(self, placement=placement, schedule=kind)
 
     def relocated(self, **location: str) -> RunPlan:
@@ -196,6 +209,8 @@ def _check_run(cfg: RunConfig, spec: AlgoSpec, given: frozenset[str] = frozenset
         _check_host(cfg)
     if not spec.on_policy:
         _check_replay(cfg, given)
+    if cfg.placement in ("split", "split-data"):
+        _refuse_split(spec, cfg.placement)
     spec.validate(getattr(cfg, spec.name), f"{spec.name}.", cfg)
     _check_budget(cfg, warmup_steps(cfg, spec.on_policy))
     for other in algos.all_specs():  # the sections not in use: their own fields only
@@ -210,6 +225,18 @@ def _check_run(cfg: RunConfig, spec: AlgoSpec, given: frozenset[str] = frozenset
     if reason:
         raise ConfigError(f"{spec.name}.torso", f"{cfg.env}: {reason}")
     return env
+
+
+def _refuse_split(spec: AlgoSpec, placement: str) -> None:
+    """ConfigError naming ``placement`` (``split``, ``split-data``) for an algorithm with no
+    critic side to place apart (``AlgoSpec.splits`` False)."""
+    if spec.splits:
+        return
+    raise ConfigError(
+        "placement",
+        f"{placement} places a critic side apart, and {spec.label} has one network that "
+        "acts and learns; use --placement auto, single or data",
+    )
 
 
 def _check_host(cfg: RunConfig) -> None:
