@@ -114,8 +114,10 @@ def test_a_new_field_is_read_from_its_leaf(algo):
 @pytest.mark.parametrize(
     "algo",
     [
-        "ppo",
-        pytest.param("td3", marks=pytest.mark.slow),  # off-policy: SAC in test_sweep
+        # every case with -m slow: a member equals its single run in test_sweep (SAC) and
+        # test_pbt; an old run's leaves load and resume in the default run (further down)
+        pytest.param("ppo", marks=pytest.mark.slow),
+        pytest.param("td3", marks=pytest.mark.slow),
         pytest.param("sac", marks=pytest.mark.slow),
         pytest.param("ddpg", marks=pytest.mark.slow),
         pytest.param("fastsac", marks=pytest.mark.slow),

@@ -90,15 +90,16 @@ def test_epsilon_falls_linearly_then_stays():
     algo = _tiny_algo(eps_decay=0.5)
     state = algo.init(jax.random.key(0))
     assert state.critic == ()  # one network: the whole state is the actor side
-    actor, metrics = algo.actor_phase(state.actor, (), _rollout(), jax.random.key(1))
+    phase = jax.jit(algo.actor_phase)  # one compile for the five phases below
+    actor, metrics = phase(state.actor, (), _rollout(), jax.random.key(1))
     assert float(metrics["epsilon"]) == pytest.approx(1.0)
     # 5 iterations of 4 x 8 in the run (total_steps 160), 2 epochs x 2 minibatches each:
     # 20 updates, the decay over the first 10
     for done, expected in ((4, 0.62), (8, 0.24)):
-        actor, metrics = algo.actor_phase(actor, (), _rollout(), jax.random.key(done))
+        actor, metrics = phase(actor, (), _rollout(), jax.random.key(done))
         assert float(metrics["epsilon"]) == pytest.approx(expected)
         assert 1.0 - 0.95 * done / 10 == pytest.approx(expected)
-    _, metrics = algo.actor_phase(actor, (), _rollout(), jax.random.key(9))  # 12 done
+    _, metrics = phase(actor, (), _rollout(), jax.random.key(9))  # 12 done
     assert float(metrics["epsilon"]) == pytest.approx(0.05)
 
 
