@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from jaxspreeze import networks
-from jaxspreeze.algos import common, ppo, ppo_losses, ppo_policy
+from jaxspreeze.algos import common, ppo_losses, ppo_policy
 from jaxspreeze.core.types import EnvSpec, Transition
 
 # ratios r = [0.5, 0.9, 1.5] against advantages A = [1, -1, 2], clip_eps 0.2:
@@ -159,7 +159,7 @@ def test_minibatch_epochs_visit_every_row_once_per_epoch():
 
     def run(epochs):
         start = jnp.zeros(12, jnp.int32)
-        return ppo.minibatch_epochs(update, start, jnp.arange(12), jax.random.key(0), epochs, 4)
+        return common.minibatch_epochs(update, start, jnp.arange(12), jax.random.key(0), epochs, 4)
 
     seen, metrics = run(1)
     np.testing.assert_array_equal(seen, 1)

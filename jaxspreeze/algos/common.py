@@ -234,3 +234,29 @@ def opt_step_count(opt_state: PyTree) -> jax.Array:
 def set_learning_rate(opt_state: PyTree, lr: jax.Array) -> PyTree:
     """An :func:`adam` state whose next step uses learning rate ``lr``."""
     return optax.tree_utils.tree_set(opt_state, learning_rate=jnp.asarray(lr, jnp.float32))
+
+
+def minibatch_epochs(
+    update: Callable[[PyTree, Any], tuple[PyTree, dict[str, jax.Array]]],
+    state: PyTree,
+    data: Any,
+    key: jax.Array,
+    epochs: int,
+    batch_size: int,
+) -> tuple[PyTree, dict[str, jax.Array]]:
+    """``epochs`` shuffled passes of ``update`` over ``data`` (leaves ``[M * B, ...]``) in
+    minibatches of ``batch_size`` (PPO's and PQN's updates); the metrics are means over
+    every step, ``finite`` whether all were."""
+    size = jax.tree.leaves(data)[0].shape[0]
+    num_mb = size // batch_size
+
+    def epoch(state, key):
+        perm = jax.random.permutation(key, size).reshape(num_mb, batch_size)
+        return jax.lax.scan(
+            lambda s, idx: update(s, jax.tree.map(lambda x: x[idx], data)), state, perm
+        )
+
+    state, metrics = jax.lax.scan(epoch, state, jax.random.split(key, epochs))
+    metrics = {k: jnp.mean(v) for k, v in metrics.items()}
+    metrics["finite"] = metrics["finite"] > 0.999  # all steps finite
+    return state, metrics

@@ -104,30 +104,6 @@ def _rollout(data: Transition | base.BehaviourRollout) -> tuple[Transition, jax.
     return data, None
 
 
-def minibatch_epochs(
-    update: Callable[[PyTree, Any], tuple[PyTree, base.Metrics]],
-    state: PyTree,
-    data: Any,
-    key: jax.Array,
-    epochs: int,
-    batch_size: int,
-) -> tuple[PyTree, base.Metrics]:
-    """``epochs`` shuffled passes of ``update`` over ``data`` (leaves ``[M * B, ...]``)."""
-    size = jax.tree.leaves(data)[0].shape[0]
-    num_mb = size // batch_size
-
-    def epoch(state, key):
-        perm = jax.random.permutation(key, size).reshape(num_mb, batch_size)
-        return jax.lax.scan(
-            lambda s, idx: update(s, jax.tree.map(lambda x: x[idx], data)), state, perm
-        )
-
-    state, metrics = jax.lax.scan(epoch, state, jax.random.split(key, epochs))
-    metrics = {k: jnp.mean(v) for k, v in metrics.items()}
-    metrics["finite"] = metrics["finite"] > 0.999  # all steps finite
-    return state, metrics
-
-
 @dataclass(frozen=True, eq=False)
 class Learner:
     """PPO bound to its config, env and sizes: its first state, acting and the two phases."""
@@ -197,13 +173,9 @@ class Learner:
         return ppo_losses.advantages(self.value_net, view.params, view.gamma, view.gae_lambda, traj)
 
     # ---------------------------------------------------------------- critic: value fn
-    def update_critic(self, c: PPOCritic, batch: ValueBatch):
-        """One gradient step of the value function on a minibatch."""
-
-        def loss_fn(params):
-            v = self.value_net.apply(params, batch.obs)
-            return ppo_losses.value_loss(v, batch.returns, c.vf_coef), v
-
+    def value_step(self, c: PPOCritic, loss_fn: Callable[[PyTree], Any]):
+        """One gradient step of the value function on ``loss_fn(params) -> (loss, values)``
+        at the annealed learning rate, with its metrics (both learners' updates)."""
         opt_state = self.annealed(c.opt_state, c.lr)
         params, opt_state, loss, v, gnorm = common.gradient_step(
             self.tx, c.params, opt_state, loss_fn
@@ -216,15 +188,43 @@ class Learner:
             "finite": finite.astype(jnp.float32),
         }
 
+    def update_critic(self, c: PPOCritic, batch: ValueBatch):
+        """One gradient step of the value function on a minibatch."""
+
+        def loss_fn(params):
+            v = self.value_net.apply(params, batch.obs)
+            return ppo_losses.value_loss(v, batch.returns, c.vf_coef), v
+
+        return self.value_step(c, loss_fn)
+
     def critic_phase(self, c: PPOCritic, stats: common.RunningStats, data, key: jax.Array):
         """Minibatch epochs of the value function towards the rollout's GAE returns."""
         # returns from the critic's own params at the start of the phase
         traj, _ = _rollout(data)
         _, returns = self.advantages(critic_view(c), stats, traj)
         data = ValueBatch(_flat(self.norm(stats, traj.obs)), _flat(returns))
-        return minibatch_epochs(self.update_critic, c, data, key, self.cfg.epochs, self.batch_size)
+        return common.minibatch_epochs(self.update_critic, c, data, key, self.cfg.epochs, self.batch_size)
 
     # ---------------------------------------------------------------- actor: policy
+    def policy_step(self, a: PPOActor, loss_fn: Callable[[PyTree], Any]):
+        """One gradient step of the policy on ``loss_fn(params) -> (loss, info)`` at the
+        annealed learning rate, with the policy's metrics (both learners' updates)."""
+        opt_state = self.annealed(a.opt_state, a.lr)
+        params, opt_state, loss, info, gnorm = common.gradient_step(
+            self.tx, a.params, opt_state, loss_fn
+        )
+        finite = common.all_finite(loss, gnorm)
+        lr = optax.tree_utils.tree_get(opt_state, "learning_rate")
+        return a._replace(params=params, opt_state=opt_state), {
+            "actor_loss": loss,
+            "entropy": info.entropy,
+            "approx_kl": info.approx_kl,
+            "clip_frac": info.clip_frac,
+            "actor_grad_norm": gnorm,
+            "lr": lr,
+            "finite": finite.astype(jnp.float32),
+        }
+
     def update_actor(self, a: PPOActor, batch: PolicyBatch):
         """One gradient step of the policy's clipped surrogate on a minibatch."""
         cfg = self.cfg
@@ -246,21 +246,7 @@ class Learner:
                 self.policy.max_log_ratio,
             )
 
-        opt_state = self.annealed(a.opt_state, a.lr)
-        params, opt_state, loss, info, gnorm = common.gradient_step(
-            self.tx, a.params, opt_state, loss_fn
-        )
-        finite = common.all_finite(loss, gnorm)
-        lr = optax.tree_utils.tree_get(opt_state, "learning_rate")
-        return a._replace(params=params, opt_state=opt_state), {
-            "actor_loss": loss,
-            "entropy": info.entropy,
-            "approx_kl": info.approx_kl,
-            "clip_frac": info.clip_frac,
-            "actor_grad_norm": gnorm,
-            "lr": lr,
-            "finite": finite.astype(jnp.float32),
-        }
+        return self.policy_step(a, loss_fn)
 
     def actor_phase(self, a: PPOActor, view: CriticView, data, key: jax.Array):
         """Minibatch epochs of the policy on the rollout's advantages, then the obs statistics."""
@@ -277,7 +263,7 @@ class Learner:
             old_logp = _flat(behaviour_logp)
         noise = self.policy.entropy_noise(key, action.shape)  # None but for the tanh policy
         data = PolicyBatch(obs, action, jax.lax.stop_gradient(old_logp), _flat(adv), noise)
-        a, metrics = minibatch_epochs(
+        a, metrics = common.minibatch_epochs(
             self.update_actor, a, data, key, self.cfg.epochs, self.batch_size
         )
         if self.cfg.normalize_obs:  # the next rollout (and the critic's view) use the new stats
@@ -366,17 +352,7 @@ class RecurrentLearner(Learner):
             _, v, _ = self.value_net.apply(params, batch.start, batch.obs, batch.resets)
             return ppo_losses.value_loss(v, batch.returns.reshape(-1), c.vf_coef), v
 
-        opt_state = self.annealed(c.opt_state, c.lr)
-        params, opt_state, loss, v, gnorm = common.gradient_step(
-            self.tx, c.params, opt_state, loss_fn
-        )
-        finite = common.all_finite(loss, gnorm)
-        return c._replace(params=params, opt_state=opt_state), {
-            "value_loss": loss,
-            "value_mean": v.mean(),
-            "critic_grad_norm": gnorm,
-            "finite": finite.astype(jnp.float32),
-        }
+        return self.value_step(c, loss_fn)
 
     def critic_phase(self, c: PPOCritic, stats: common.RunningStats, data, key: jax.Array):
         """Epochs of the value function on the rollout's sequences towards its GAE returns."""
@@ -414,21 +390,7 @@ class RecurrentLearner(Learner):
                 self.policy.max_log_ratio,
             )
 
-        opt_state = self.annealed(a.opt_state, a.lr)
-        params, opt_state, loss, info, gnorm = common.gradient_step(
-            self.tx, a.params, opt_state, loss_fn
-        )
-        finite = common.all_finite(loss, gnorm)
-        lr = optax.tree_utils.tree_get(opt_state, "learning_rate")
-        return a._replace(params=params, opt_state=opt_state), {
-            "actor_loss": loss,
-            "entropy": info.entropy,
-            "approx_kl": info.approx_kl,
-            "clip_frac": info.clip_frac,
-            "actor_grad_norm": gnorm,
-            "lr": lr,
-            "finite": finite.astype(jnp.float32),
-        }
+        return self.policy_step(a, loss_fn)
 
     def policy_batch(self, a, view: CriticView, data, key: jax.Array):
         """The rollout's sequences for the policy update: advantages from the view's value

@@ -18,7 +18,6 @@ epsilon schedule and the learning rate's annealing read the optimiser's step cou
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -115,31 +114,6 @@ def _flat(x: jax.Array) -> jax.Array:
     return x.reshape(-1, *x.shape[2:])
 
 
-def minibatch_epochs(
-    update: Callable[[PyTree, Any], tuple[PyTree, base.Metrics]],
-    state: PyTree,
-    data: Any,
-    key: jax.Array,
-    epochs: int,
-    batch_size: int,
-) -> tuple[PyTree, base.Metrics]:
-    """``epochs`` shuffled passes of ``update`` over ``data`` (leaves ``[M * B, ...]``);
-    the metrics are means over every step, ``finite`` whether all were."""
-    size = jax.tree.leaves(data)[0].shape[0]
-    num_mb = size // batch_size
-
-    def epoch(state, key):
-        perm = jax.random.permutation(key, size).reshape(num_mb, batch_size)
-        return jax.lax.scan(
-            lambda s, idx: update(s, jax.tree.map(lambda x: x[idx], data)), state, perm
-        )
-
-    state, metrics = jax.lax.scan(epoch, state, jax.random.split(key, epochs))
-    metrics = {k: jnp.mean(v) for k, v in metrics.items()}
-    metrics["finite"] = metrics["finite"] > 0.999
-    return state, metrics
-
-
 @dataclass(frozen=True, eq=False)
 class Learner:
     """PQN bound to its config, env and sizes: its first state, acting and its phase."""
@@ -215,7 +189,7 @@ class Learner:
         traj = data.traj if isinstance(data, base.BehaviourRollout) else data
         eps = self.epsilon(a)  # the epsilon this rollout was collected with
         batch = QBatch(_flat(traj.obs), _flat(traj.action), _flat(self.targets(a, traj)))
-        a, metrics = minibatch_epochs(self.update, a, batch, key, self.cfg.epochs, self.batch_size)
+        a, metrics = common.minibatch_epochs(self.update, a, batch, key, self.cfg.epochs, self.batch_size)
         return a, {**metrics, "epsilon": eps}
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, NamedTuple, Protocol
 
 import jax
@@ -74,6 +74,14 @@ class EnvSpec:
     max_episode_steps: int = 1000
     actor_obs: Columns | None = None
     critic_obs: Columns | None = None
+
+    @classmethod
+    def from_record(cls, raw: dict[str, Any]) -> EnvSpec:
+        """The spec a run directory recorded (``dataclasses.asdict`` read back from JSON:
+        lists become tuples; fields it does not know, and the observation columns, which
+        follow from the run's keys, are left out)."""
+        known = {f.name for f in fields(cls)} - {"actor_obs", "critic_obs"}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in raw.items() if k in known})
 
     @property
     def action_shape(self) -> tuple[int, ...]:

@@ -424,9 +424,7 @@ def load_record(run_dir: str | Path) -> JaxEnv | None:
     known = _ENVS.get(record["name"])
     if known is not None and known.parts is not None:
         return known
-    fields = {f.name for f in dataclasses.fields(EnvSpec)} - {"actor_obs", "critic_obs"}
-    raw = {k: tuple(v) if isinstance(v, list) else v for k, v in record["spec"].items()}
-    spec = EnvSpec(**{k: v for k, v in raw.items() if k in fields})
+    spec = EnvSpec.from_record(record["spec"])
     found = JaxEnv(
         record["name"], spec, None, record["kind"], record["class"], record["importable"]
     )

@@ -742,15 +742,7 @@ def load_user_env(run_dir: str | Path) -> UserEnv | None:
     known = _USER_ENVS.get(record["name"])
     if known is not None and known.fns is not None:
         return known
-    raw = record["spec"]
-    fields = {f.name for f in dataclasses.fields(EnvSpec)}
-    spec = EnvSpec(
-        **{
-            k: tuple(v) if isinstance(v, list) else v
-            for k, v in raw.items()
-            if k in fields and k not in ("actor_obs", "critic_obs")
-        }
-    )
+    spec = EnvSpec.from_record(record["spec"])
     entry = UserEnv(record["name"], spec, None, record["passed_as"], record["class"])
     _USER_ENVS[entry.name] = entry
     return entry
