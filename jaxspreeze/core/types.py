@@ -74,6 +74,11 @@ class EnvSpec:
     max_episode_steps: int = 1000
     actor_obs: Columns | None = None
     critic_obs: Columns | None = None
+    # the dtype observations are kept in (env output, replay, rollouts, transfers): a
+    # numpy dtype name ("float32", "uint8", "bool"); the networks widen at their input
+    obs_dtype: str = "float32"
+    # discrete actions only: whether the env says which actions are legal in each state
+    action_mask: bool = False
 
     @classmethod
     def from_record(cls, raw: dict[str, Any]) -> EnvSpec:
