@@ -4,6 +4,9 @@ time, and compare where it ends with the same run left alone.
     python experiments/chaos.py --kills 10 --seed 0                   # device env, 1 process
     python experiments/chaos.py --kills 3 --seed 0 --processes 2      # data parallel, 2 processes
     python experiments/chaos.py --kills 3 --seed 0 --env gymnasium/Pendulum-v1  # host env
+    python experiments/chaos.py --kills 10 --sweep sac.actor_lr=0.001,0.0003  # a sweep
+    python experiments/chaos.py --kills 10 --sweep sac.actor_lr=0.001,0.0003 --pbt  # PBT
+    python experiments/chaos.py --kills 10 --stop-at-return -400     # stopped at a return
     ... --out experiments/results/chaos_cpu.md                        # append the result
 
 A kill lands at a random moment of an attempt: after 0-3 of its new metric rows (so during
@@ -15,8 +18,13 @@ lines are counted. After the last kill the run is resumed to its end.
 
 Compared with the uninterrupted run (same command, one attempt): the final checkpoint's
 every array (parameters, optimiser state, replay buffer, keys, counters) bitwise, by the
-sha256 of ``arrays.bin``; ``policy.msgpack`` bitwise; the metric rows' learning fields (every
-field but clocks and rates); ``summary.json``'s env steps and final evaluation. Host-env
+sha256 of ``arrays.bin``; every policy file bitwise (``policy.msgpack``, the best policy
+``policy-best.msgpack`` and a population's ``policy-<member>-best.msgpack`` and member
+files); the metric rows' learning fields (every field but clocks and rates), and those of
+``pbt.jsonl`` (PBT's lineage) and of the best policy's journal (``best/*.jsonl``);
+``summary.json``'s env steps and final evaluation; and the program cache the attempts
+shared: the last attempt discarded none of its entries (a kill during a store leaves no
+entry that a later run must throw away, or that kills it). Host-env
 runs do not save the simulators' states (docs/environments.md), so for them the check is
 that every kill is survived and the run ends at the same env step with as many rows.
 """
@@ -60,8 +68,32 @@ def final_checkpoint(run: Path) -> Path | None:
     return max(done, key=lambda p: int(p.name)) if done else None
 
 
+def jsonl(path: Path) -> list[dict]:
+    """The learning fields of each line of a JSON-lines file ([] when there is none)."""
+    if not path.is_file():
+        return []
+    return [learning_fields(json.loads(x)) for x in path.read_text().splitlines() if x.strip()]
+
+
+def policy_files(run: Path) -> list[str]:
+    """The run directory's policy files (the final one, the best ones, the members')."""
+    return sorted(
+        str(p.relative_to(run)) for p in run.rglob("*.msgpack") if "checkpoints" not in p.parts
+    )
+
+
+def population_flags(args) -> list[str]:
+    """What makes the run a sweep (``--sweep``: its grids) and PBT (``--pbt``)."""
+    flags = [f for grid in args.sweep for f in ("--grid", grid)]
+    if args.pbt:
+        flags += ["--pbt", "--pbt-interval", str(args.pbt_interval)]
+    if args.stop_at_return is not None:
+        flags += ["--stop-at-return", str(args.stop_at_return)]
+    return flags
+
+
 def command(args, run_name: str, resume: Path | None) -> list[str]:
-    train = ["train"]
+    train = ["sweep" if args.sweep and resume is None else "train"]
     if resume is not None:
         train += ["--resume", str(resume)]
     else:
@@ -71,7 +103,7 @@ def command(args, run_name: str, resume: Path | None) -> list[str]:
             "--checkpoint-every", str(args.checkpoint_every),
             "--eval-every", str(args.eval_every), "--eval-episodes", "4",
             "--sinks", "jsonl", "--logdir", str(args.logdir), "--run-name", run_name,
-            "--compile-cache", str(args.logdir / "cache"), *args.extra,
+            "--compile-cache", str(args.logdir / "cache"), *population_flags(args), *args.extra,
         ]  # fmt: skip
     if args.processes > 1:
         return [sys.executable, "-m", "jaxspreeze", "launch", "--processes",
@@ -158,13 +190,24 @@ def compare(ref: Path, run: Path, bitwise: bool) -> dict:
         same["checkpoint arrays (bitwise)"] = (
             a is not None and b is not None and digest(a / "arrays.bin") == digest(b / "arrays.bin")
         )
-        same["policy.msgpack (bitwise)"] = digest(ref / "policy.msgpack") == digest(
-            run / "policy.msgpack"
+        names = policy_files(ref)
+        same[f"policy files, {len(names)} (bitwise)"] = names == policy_files(run) and all(
+            digest(ref / n) == digest(run / n) for n in names
         )
         same["metric rows (learning fields)"] = [learning_fields(r) for r in ra] == [
             learning_fields(r) for r in rb
         ]
+        journals = sorted(p.name for p in (ref / "best").glob("*.jsonl"))
+        same["best policy journal (learning fields)"] = all(
+            jsonl(ref / "best" / n) == jsonl(run / "best" / n) for n in journals
+        )
+        if (ref / "pbt.jsonl").exists():
+            same["pbt.jsonl (learning fields)"] = jsonl(ref / "pbt.jsonl") == jsonl(
+                run / "pbt.jsonl"
+            )
         same["final evaluation"] = sa.get("final_eval_return") == sb.get("final_eval_return")
+        same["stopped"] = sa.get("stopped") == sb.get("stopped")
+    same["program cache (nothing discarded)"] = not sb.get("programs_discarded")
     return same
 
 
@@ -179,13 +222,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--checkpoint-every", type=int, default=1000)
     p.add_argument("--eval-every", type=int, default=1500)
     p.add_argument("--attempt-timeout-s", type=float, default=600)
+    p.add_argument(
+        "--sweep",
+        action="append",
+        default=[],
+        metavar="FIELD=V1,V2",
+        help="a sweep's grid (repeatable): the run is `jaxspreeze sweep --grid ...`",
+    )
+    p.add_argument("--pbt", action="store_true", help="population-based training of the sweep")
+    p.add_argument("--pbt-interval", type=int, default=1000)
+    p.add_argument("--stop-at-return", type=float, default=None)
     p.add_argument("--logdir", type=Path, default=Path("runs/chaos"))
     p.add_argument("--out", type=Path, default=None, help="append the result (markdown)")
     p.add_argument("--json", type=Path, default=None, help="write the result (JSON)")
     p.add_argument("extra", nargs="*", help="more train flags (after --)")
     args = p.parse_args(argv)
     rng = random.Random(args.seed)
-    tag = f"{args.algo}-{args.env.replace('/', '_')}-p{args.processes}-s{args.seed}"
+    kind = "pbt" if args.pbt else "sweep" if args.sweep else "run"
+    kind += "-stop" if args.stop_at_return is not None else ""
+    tag = f"{kind}-{args.algo}-{args.env.replace('/', '_')}-p{args.processes}-s{args.seed}"
     ref, run = args.logdir / f"{tag}-ref", args.logdir / f"{tag}-chaos"
     started = time.time()
     reference = attempt(args, ref, rng, kill=False)

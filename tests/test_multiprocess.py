@@ -268,6 +268,8 @@ import os, sys, time
 i = os.environ["JAXSPREEZE_PROCESS_ID"]
 print(f"[Gloo] Rank {i} is connected to 1 peer ranks. Expected number is : 1", file=sys.stderr)
 print(f"I1204 17:30:00.123456 {os.getpid()} coordination_service.cc:123] up", file=sys.stderr)
+print("[external/xla++third_party_ext+gloo/gloo/transport/tcp/pair.cc:547] Connection closed "
+      "by peer [::1]:2475", file=sys.stderr)  # a survivor's, before the launcher sees a death
 print("jaxspreeze: warning: a warning passes through", file=sys.stderr, flush=True)
 if i == "1":
     time.sleep(0.5)

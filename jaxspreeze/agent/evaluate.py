@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxspreeze.algos.base import Algorithm
+from jaxspreeze.core import exiting
 from jaxspreeze.core.programs import ProgramCache
 from jaxspreeze.core.types import PyTree, reset_carry
 from jaxspreeze.envs import VecEnv
@@ -292,6 +293,8 @@ class Evaluator:
         self.errors: list[str] = []
         self._thread = threading.Thread(target=self._run, name="jaxspreeze-eval", daemon=True)
         self._thread.start()
+        # the exit lets the evaluation in flight finish, abandoning what waits
+        exiting.finish_at_exit(self._thread, self._abandon, lambda: self._busy is not None)
 
     def submit(
         self, actor: PyTree, *, env_steps: int, chunk: int = -1, final: bool = False
@@ -361,6 +364,19 @@ class Evaluator:
             self._report("evaluator: still busy at shutdown; its last snapshot is abandoned")
             return
         self._thread.join(timeout)
+
+    def _abandon(self) -> None:
+        """Drop the snapshot that waits (cancelled) and stop the thread after the one it
+        is evaluating, without waiting (the interpreter's exit)."""
+        with self._lock:
+            try:
+                old = self._queue.get_nowait()
+            except queue.Empty:
+                pass
+            else:
+                if old is not _STOP:
+                    old.future.cancel()
+            self._queue.put_nowait(_STOP)
 
     def stats(self) -> dict[str, float | int]:
         """Evaluations done, skipped and failed, and the wall time spent evaluating."""

@@ -63,6 +63,12 @@ def main(argv: Sequence[str]) -> int:
         return fail(str(e))
     for path, why in result["damaged"]:
         print(f"jaxspreeze: warning: skipped damaged checkpoint {path}: {why}", file=sys.stderr)
+    for path in result["pruned"]:
+        print(
+            f"jaxspreeze: note: {path} was pruned by the live run while it was read; "
+            "evaluated the newest one left",
+            file=sys.stderr,
+        )
     if slots is not None:  # a population's member: its slots, in the JSON too
         for name in ("return_mean", "return_se", "return_std", "length_mean"):
             result[name] = result[name][slots.start : slots.stop]

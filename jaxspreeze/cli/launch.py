@@ -41,8 +41,13 @@ from jaxspreeze.cli.common import BAD_INPUT, FAULT, fail
 
 POLL_S = 0.1
 ERROR_PREFIX = "jaxspreeze: error: "
-# lines of the collective and logging libraries: Gloo's start-up, absl's (glog-style) logs
-NOISE = re.compile(r"^\[Gloo\]|^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\]")
+# lines of the collective and logging libraries: Gloo's start-up and its transport's
+# errors when a peer dies ("[external/...gloo/transport/tcp/pair.cc:547] Connection closed
+# by peer"), printed by a survivor before the launcher sees the death; absl's (glog-style)
+# logs
+NOISE = re.compile(
+    r"^\[Gloo\]|^\[[^\]]*gloo[^\]]*:\d+\]|^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\]"
+)
 PR_SET_PDEATHSIG = 1  # Linux prctl: a signal the child gets when the launcher dies
 
 DESCRIPTION = (

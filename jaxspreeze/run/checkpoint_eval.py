@@ -53,10 +53,12 @@ def evaluate_checkpoint(
     seeds; ``return_se``: each seed's standard error over its episodes; ``mean_return``
     and ``mean_return_se``: over seeds; ``eval_seed`` and ``starts``: the protocol;
     ``env_steps`` per seed; ``damaged``: the newer checkpoints skipped as damaged, with
-    why; ``programs_loaded``: ``["evaluate"]`` when the run's kept evaluation program
+    why; ``pruned``: those a live run removed while they were read (the next newest was
+    read instead); ``programs_loaded``: ``["evaluate"]`` when the run's kept evaluation program
     was loaded). Raises CheckpointError if there is none.
     """
-    path, run_dir, damaged = checkpoint.find(run_dir)
+    given = run_dir
+    path, run_dir, damaged = checkpoint.find(given)
     saved = RunPlan.saved(checkpoint.saved_config(path, run_dir))
     cfg = saved.cfg
     episodes = episodes or cfg.eval_episodes
@@ -66,7 +68,7 @@ def evaluate_checkpoint(
     # only the agent is needed: a template without the (possibly huge) replay buffer
     agent = jax.jit(jax.vmap(algo.init))(jax.random.split(jax.random.key(0), cfg.slots))
     template = TrainState(*[None] * len(TrainState._fields))._replace(agent=agent)
-    state, info = checkpoint.restore(path, template, partial=True)
+    state, info, path, pruned = _restore_newest(given, path, template)
     actor = state.agent.actor
     loaded: list[str] = []  # the programs loaded from the run's kept ones
     if is_host_env(cfg.env):  # host envs: stepped on the host, seeded from ``seed``
@@ -87,8 +89,31 @@ def evaluate_checkpoint(
         "return_std": np.asarray(result.return_std).tolist(),
         "length_mean": np.asarray(result.length_mean).tolist(),
         "damaged": [[str(p), why] for p, why in damaged],
+        "pruned": [str(p) for p in pruned],
         "programs_loaded": loaded,
     }
+
+
+PRUNED_TRIES = 5  # a live run pruning the checkpoint being read: read the next newest
+
+
+def _restore_newest(
+    given: str | Path, path: Path, template: TrainState
+) -> tuple[TrainState, dict[str, Any], Path, list[Path]]:
+    """Restore ``path``; when ``given`` is a run directory and a live run prunes that
+    checkpoint while it is read (``--keep-checkpoints``), fall back to the run's newest
+    intact one. Returns the state, its info, the checkpoint read and those pruned."""
+    pruned: list[Path] = []
+    while True:
+        try:
+            state, info = checkpoint.restore(path, template, partial=True)
+            return state, info, path, pruned
+        except Exception:
+            gone = not path.exists() and not checkpoint.is_checkpoint(Path(given))
+            if not gone or len(pruned) >= PRUNED_TRIES:
+                raise
+        pruned.append(path)
+        path, _, _ = checkpoint.find(given)
 
 
 def _evaluate(
