@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -508,3 +509,42 @@ def test_split_resume_is_bitwise(tmp_path):
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=1800
     )
     assert out.returncode == 0 and "OK" in out.stdout, out.stderr[-3000:]
+
+
+def test_eval_of_a_live_run_falls_back_when_its_checkpoint_is_pruned(run, tmp_path, monkeypatch):
+    """A live run with --keep-checkpoints prunes the checkpoint `eval` is reading: the
+    newest one left is evaluated instead, and the pruned one is named."""
+    run_dir = tmp_path / "live"
+    shutil.copytree(run["run_dir"], run_dir)
+    older = checkpoint.find(run_dir)[0]
+    newer = older.with_name(f"{int(older.name) + 4:0{len(older.name)}d}")
+    shutil.copytree(older, newer)
+    assert checkpoint.find(run_dir)[0] == newer
+    real = checkpoint.restore
+
+    def pruned_while_read(path, *args, **kwargs):
+        if Path(path) == newer:  # the run prunes it under the reader
+            shutil.rmtree(newer)
+            raise FileNotFoundError(newer / "manifest.json")
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "restore", pruned_while_read)
+    result = checkpoint_eval.evaluate_checkpoint(run_dir, episodes=2)
+    assert result["checkpoint"] == str(older) and result["pruned"] == [str(newer)]
+    assert all(map(math.isfinite, result["return_mean"]))
+
+
+def test_a_checkpoint_with_float32_observations_restores_into_one_byte_ones(run, tmp_path):
+    """A checkpoint written before observations kept their dtype (MinAtar's float32 0/1
+    grids) restores into a run that keeps them as bool: exactly, and refused when a value
+    is not exact in bool."""
+    saved = {"env": {"obs": jnp.asarray([[0.0, 1.0], [1.0, 0.0]])}, "x": jnp.arange(3.0)}
+    path = checkpoint.save(tmp_path / "a", saved, env_steps=0, chunk=0, config=run["cfg"])
+    template = {"env": {"obs": jnp.zeros((2, 2), bool)}, "x": jnp.zeros(3)}
+    back, _ = checkpoint.restore(path, template)
+    assert back["env"]["obs"].dtype == jnp.bool_
+    assert np.array_equal(back["env"]["obs"], [[False, True], [True, False]])
+    halves = {**saved, "env": {"obs": jnp.full((2, 2), 0.5)}}
+    path = checkpoint.save(tmp_path / "b", halves, env_steps=0, chunk=0, config=run["cfg"])
+    with pytest.raises(CheckpointError, match="not bool"):
+        checkpoint.restore(path, template)

@@ -110,7 +110,7 @@ class Agent:
         restarts. ``state`` is a PyTree of numpy arrays ``[B, ...]`` (``B = 1`` for one
         observation).
         """
-        x = np.asarray(obs, np.float32)
+        x = np.asarray(obs, self.spec.obs_dtype)  # the dtype the run trained on
         shape = self.spec.obs_shape
         single = x.shape == shape
         if single:
@@ -198,7 +198,7 @@ class Agent:
             obs, _ = env.reset(seed=seed + j)
             ret, n, state = 0.0, 0, None  # (a policy with memory starts each episode afresh)
             while n < steps:
-                out = self.predict(np.asarray(obs, np.float32).reshape(spec.obs_shape), state)
+                out = self.predict(np.asarray(obs).reshape(spec.obs_shape), state)
                 action, state = out if self.has_memory else (out, None)
                 obs, reward, terminated, truncated, _ = env.step(to_env(action[None])[0])
                 ret, n = ret + float(reward), n + 1

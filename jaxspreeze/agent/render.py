@@ -286,7 +286,7 @@ def gymnasium_frames(
             raise ValueError(f"{name} draws no frames here ({why}){hint}")
         frames = [_frame_of(env, bare, 0, own)]
         for t in range(max_steps or spec.max_episode_steps):
-            x = np.asarray(obs, np.float32).reshape(spec.obs_shape)[None]
+            x = np.asarray(obs, spec.obs_dtype).reshape(spec.obs_shape)[None]
             action, carry = act(actor, carry, x, key, True)
             action = to_env(np.asarray(action))[0]
             obs, _, terminated, truncated, _ = env.step(action)
@@ -324,7 +324,7 @@ def envpool_frames(
             obs, _ = pool.reset()
             frames = [_pool_frame(pool, name)]
             for _ in range(max_steps or spec.max_episode_steps):
-                x = np.asarray(obs, np.float32).reshape(1, *spec.obs_shape)
+                x = np.asarray(obs, spec.obs_dtype).reshape(1, *spec.obs_shape)
                 action, carry = act(actor, carry, x, key, True)
                 obs, _, terminated, truncated, _ = pool.step(to_env(np.asarray(action)))
                 frames.append(_pool_frame(pool, name))

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxspreeze.core.types import PyTree, Transition
+from jaxspreeze.networks.torsos import as_float
 
 # the named axes a data-parallel schedule is tracing one shard's step under (None: none)
 _DATA_AXES: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar(
@@ -200,8 +201,11 @@ def stats_init(shape: tuple[int, ...]) -> RunningStats:
 def stats_update(stats: RunningStats, x: jax.Array) -> RunningStats:
     """Merge a batch ``x [B, *shape]`` into the running statistics.
 
-    Under :func:`data_parallel` the batch is the union of every shard's ``x``.
+    ``x`` in the env's own dtype is read as the networks read it (:func:`as_float`: a
+    uint8 frame scaled to [0, 1], a bool grid as 0/1; float32 as it is). Under
+    :func:`data_parallel` the batch is the union of every shard's ``x``.
     """
+    x = as_float(x)
     b_mean, b_var, b_count = x.mean(0), x.var(0), jnp.asarray(x.shape[0], jnp.float32)
     axes = _DATA_AXES.get()
     if axes is not None:  # the moments of all shards' batches together (equal sizes)
@@ -217,7 +221,9 @@ def stats_update(stats: RunningStats, x: jax.Array) -> RunningStats:
 
 
 def normalize(stats: RunningStats, x: jax.Array, clip: float = 10.0) -> jax.Array:
-    """``(x - mean) / std`` clipped to ``[-clip, clip]``."""
+    """``(x - mean) / std`` clipped to ``[-clip, clip]``, float32 whatever ``x``'s dtype
+    (:func:`as_float`, as :func:`stats_update` read it)."""
+    x = as_float(x)
     return jnp.clip((x - stats.mean) / jnp.sqrt(stats.var + 1e-8), -clip, clip)
 
 

@@ -33,12 +33,13 @@ class ReplayState(NamedTuple):
 def example_transition(spec: EnvSpec, abstract: bool = False) -> Transition:
     """Zeros shaped like one transition of an env with ``spec`` (no batch axis).
 
-    Float32 observations and rewards, int32 (discrete) or float32 actions, bool flags:
-    the item :func:`init` and :func:`nbytes` take for a replay buffer of that env.
-    ``abstract``: ``jax.ShapeDtypeStruct``\\ s instead of arrays (no op runs).
+    Observations in the env's own dtype (``spec.obs_dtype``: float32, or a bool or uint8
+    grid kept as it is, one byte a value), float32 rewards, int32 (discrete) or float32
+    actions, bool flags: the item :func:`init` and :func:`nbytes` take for a replay buffer
+    of that env. ``abstract``: ``jax.ShapeDtypeStruct``\\ s instead of arrays (no op runs).
     """
     zeros = jax.ShapeDtypeStruct if abstract else jnp.zeros
-    obs = zeros(spec.obs_shape, jnp.float32)
+    obs = zeros(spec.obs_shape, np.dtype(spec.obs_dtype))
     action = zeros(spec.action_shape, jnp.int32 if spec.discrete else jnp.float32)
     return Transition(obs, action, zeros((), jnp.float32), zeros((), bool), zeros((), bool), obs)
 

@@ -1,4 +1,7 @@
-"""The gymnax family: ``gymnax/<Name>`` (gymnax resets by itself inside its step)."""
+"""The gymnax family: ``gymnax/<Name>`` (gymnax resets by itself inside its step).
+
+Observations are float32, except the MinAtar games' 0/1 grids, kept as bool
+(:func:`obs_dtype`)."""
 
 from __future__ import annotations
 
@@ -19,6 +22,15 @@ from jaxspreeze.core.types import EnvSpec
 from jaxspreeze.envs.base import EnvParts
 
 PREFIX = "gymnax"
+# the envs whose observations are 0/1 grids: gymnax emits them as float32, the adapter
+# keeps them as bool (one byte a cell; the networks widen them at their input)
+BOOL_OBS_SUFFIX = "-MinAtar"
+
+
+def obs_dtype(env_name: str) -> str:
+    """The dtype ``gymnax/<env_name>``'s observations are kept in: ``bool`` for the MinAtar
+    games (0/1 grids), ``float32`` for the others (as gymnax emits them)."""
+    return "bool" if env_name.endswith(BOOL_OBS_SUFFIX) else "float32"
 
 
 class _Deferred(types.ModuleType):
@@ -102,16 +114,23 @@ def make(env_name: str) -> EnvParts:
             tuple(float(x) for x in low),
             tuple(float(x) for x in high),
         )
-    spec = EnvSpec(**{**spec.__dict__, "max_episode_steps": int(params.max_steps_in_episode)})
+    dtype = obs_dtype(env_name)
+    spec = EnvSpec(
+        **{
+            **spec.__dict__,
+            "max_episode_steps": int(params.max_steps_in_episode),
+            "obs_dtype": dtype,
+        }
+    )
 
     def reset_one(key):
         obs, state = env.reset(key, params)
-        return obs.astype(jnp.float32), state
+        return obs.astype(dtype), state
 
     def step_one(key, state, action):
         # gymnax auto-resets inside its step (with this key) and reports the final obs
         obs, state, reward, terminated, truncated, info = env.step(key, state, action, params)
-        final_obs = info["final_observation"].astype(jnp.float32)
-        return obs.astype(jnp.float32), state, reward, terminated, truncated, final_obs
+        final_obs = info["final_observation"].astype(dtype)
+        return obs.astype(dtype), state, reward, terminated, truncated, final_obs
 
     return EnvParts(spec, reset_one, jax.vmap(step_one), (env, params))

@@ -15,7 +15,7 @@ Every host env, whatever its library, is a batch of ``N`` envs driven through on
 contract close to the device one (:mod:`jaxspreeze.envs`)::
 
     env = make_host_env("gymnasium/HalfCheetah-v5", num_envs=8, seed=0)
-    obs = env.reset(seed=0)                       # obs [N, *obs_shape] float32
+    obs = env.reset(seed=0)                       # obs [N, *obs_shape] in spec.obs_dtype
     out = env.step(actions)                       # HostStep, every field [N, ...]
     out.obs, out.reward, out.terminated, out.truncated, out.final_obs, out.valid
 
@@ -37,6 +37,10 @@ stored and never counted as an env step (count env steps as ``out.valid.sum()``)
 happens inside the step that ends the episode, the true final observation comes from
 ``info["final_obs"]``), so every row after the first reset is valid; a gymnasium vector env
 you build yourself may use either mode. envpool only has the next-step mode.
+
+Observations keep their space's dtype when it is one byte (a ``uint8`` frame, a ``bool``
+grid, ``int8``: :func:`obs_dtype`), so the workers' blocks and the replay buffer hold them
+at a quarter of a float32 copy; any other dtype (float64, int64, ...) becomes float32.
 
 Actions: discrete envs take ``int`` actions ``[N]`` in ``[0, n)`` (a ``Discrete(n, start)``
 is shifted for you); continuous envs take ``[N, d]`` floats inside the bounds of
@@ -80,11 +84,11 @@ DEFAULT_MAX_EPISODE_STEPS = EnvSpec.__dataclass_fields__["max_episode_steps"].de
 class HostStep(NamedTuple):
     """One answer of a batch of host envs; every field is ``[B, ...]`` for the envs in ``env_ids``."""
 
-    obs: np.ndarray  # float32 [B, *obs_shape]: what the next action acts on
+    obs: np.ndarray  # spec.obs_dtype [B, *obs_shape]: what the next action acts on
     reward: np.ndarray  # float32 [B]
     terminated: np.ndarray  # bool [B]
     truncated: np.ndarray  # bool [B] (never together with terminated)
-    final_obs: np.ndarray  # float32 [B, *obs_shape]: the true last observation of the step
+    final_obs: np.ndarray  # spec.obs_dtype [B, *obs_shape]: the step's true last observation
     valid: np.ndarray  # bool [B]: False for reset rows (no transition, no env step)
     env_ids: np.ndarray  # int32 [B]: which envs of the batch these rows belong to
 
@@ -103,6 +107,14 @@ def is_user_env(name: str) -> bool:
 # --- spaces -------------------------------------------------------------------------------
 
 
+def obs_dtype(dtype: Any) -> str:
+    """The dtype a host env's observations of ``dtype`` are kept in (an
+    :attr:`EnvSpec.obs_dtype`): a one-byte dtype (bool, uint8, int8) as it is, anything
+    else float32."""
+    d = np.dtype(dtype)
+    return d.name if d.itemsize == 1 and d.kind in "biu" else "float32"
+
+
 def _spec_from_spaces(name: str, obs_space: Any, act_space: Any, max_steps: int | None) -> EnvSpec:
     """The :class:`EnvSpec` of a Box observation and Box(d,)/Discrete action, or a clear error."""
     spaces = _import_gymnasium().spaces
@@ -114,8 +126,11 @@ def _spec_from_spaces(name: str, obs_space: Any, act_space: Any, max_steps: int 
         )
     obs_shape = tuple(int(d) for d in obs_space.shape) or (1,)
     steps = int(max_steps) if max_steps else DEFAULT_MAX_EPISODE_STEPS
+    dtype = obs_dtype(obs_space.dtype)
     if isinstance(act_space, spaces.Discrete):
-        return EnvSpec(name, obs_shape, True, int(act_space.n), max_episode_steps=steps)
+        return EnvSpec(
+            name, obs_shape, True, int(act_space.n), max_episode_steps=steps, obs_dtype=dtype
+        )
     if isinstance(act_space, spaces.Box) and len(act_space.shape) <= 1:
         low = np.broadcast_to(np.asarray(act_space.low, np.float64), act_space.shape or (1,))
         high = np.broadcast_to(np.asarray(act_space.high, np.float64), act_space.shape or (1,))
@@ -132,6 +147,7 @@ def _spec_from_spaces(name: str, obs_space: Any, act_space: Any, max_steps: int 
             tuple(float(x) for x in low),
             tuple(float(x) for x in high),
             steps,
+            obs_dtype=dtype,
         )
     raise UnknownEnvError(
         f"{name}: action space {act_space} is not supported: the algorithms take a Box(d,) "
@@ -203,7 +219,7 @@ class HostEnv:
         self._need_sync()
         self.async_reset(seed)
         out = self.recv()
-        obs = np.empty((self.num_envs, *self.spec.obs_shape), np.float32)
+        obs = np.empty((self.num_envs, *self.spec.obs_shape), self.spec.obs_dtype)
         obs[out.env_ids] = out.obs
         return obs
 
@@ -227,7 +243,7 @@ class HostEnv:
             ids = np.asarray(ids, np.int32)
             if len(ids) == self.num_envs and (ids == self.all_ids).all():
                 ids, everyone = self.all_ids, True
-        obs = np.asarray(obs, np.float32)
+        obs = np.asarray(obs, self.spec.obs_dtype)
         if obs.shape[1:] != self.spec.obs_shape:
             obs = obs.reshape(len(ids), *self.spec.obs_shape)
         reward = np.asarray(reward, np.float32)
@@ -335,7 +351,7 @@ class GymnasiumHostEnv(HostEnv):
         final = out.obs.copy()
         shape = self.spec.obs_shape
         for i in np.flatnonzero(info["_final_obs"]):
-            final[i] = np.asarray(info["final_obs"][i], np.float32).reshape(shape)
+            final[i] = np.asarray(info["final_obs"][i]).reshape(shape)
         return out._replace(final_obs=final)
 
     def close(self) -> None:

@@ -354,12 +354,14 @@ def _make_envs(
 
 
 def _common_spec(envs: list[HostEnv]) -> EnvSpec:
-    """The workers' env spec; their observation and action shapes must agree."""
+    """The workers' env spec; their observation shapes and dtypes and action shapes must
+    agree."""
     if not envs:
         raise ValueError("a worker pool needs at least one worker")
     spec = envs[0].spec
     for e in envs[1:]:
-        if (e.spec.obs_shape, e.spec.action_shape) != (spec.obs_shape, spec.action_shape):
+        mine = (e.spec.obs_shape, e.spec.obs_dtype, e.spec.action_shape)
+        if mine != (spec.obs_shape, spec.obs_dtype, spec.action_shape):
             raise ValueError(f"workers' envs differ: {e.spec} vs {spec}")
     return spec
 
@@ -455,7 +457,7 @@ class WorkerPool:
         self._act = jax.jit(act)
         self._keys = [self._put_key(k) for k in self._worker_keys]
         for b in sorted({e.batch_size for e in self.envs}):
-            obs = np.zeros((b, *self.spec.obs_shape), np.float32)
+            obs = np.zeros((b, *self.spec.obs_shape), self.spec.obs_dtype)
             carry = self.carry_for(b)
             out = jax.block_until_ready(self._act(params, carry, obs, self._keys[0]))
             self._tuple_policy = len(out) == 4  # the policy returns (actions, extras)
@@ -670,14 +672,16 @@ def _waiting(st: _WorkerState, stage: str) -> Iterator[None]:
 def _block_fields(
     spec: EnvSpec, extras: dict[str, tuple[tuple[int, ...], Any]]
 ) -> dict[str, tuple[tuple[int, ...], Any]]:
-    """The per-row fields a worker gathers: a transition, its version and the policy's extras."""
+    """The per-row fields a worker gathers: a transition (observations in the env's own
+    dtype, ``spec.obs_dtype``), its version and the policy's extras."""
+    obs_dtype = np.dtype(spec.obs_dtype)
     return {
-        "obs": (spec.obs_shape, np.float32),
+        "obs": (spec.obs_shape, obs_dtype),
         "action": (spec.action_shape, np.int32 if spec.discrete else np.float32),
         "reward": ((), np.float32),
         "terminated": ((), bool),
         "truncated": ((), bool),
-        "next_obs": (spec.obs_shape, np.float32),
+        "next_obs": (spec.obs_shape, obs_dtype),
         "version": ((), np.int64),
         **{f"extra/{k}": v for k, v in extras.items()},
     }

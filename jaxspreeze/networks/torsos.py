@@ -19,7 +19,10 @@ features. :data:`TORSOS` are the choices (``--<algo>.torso``):
 ``min(H, W) < 32`` and ``nature`` otherwise; any other rank gets ``mlp`` (as does an
 image under 3 a side, too small for ``minatar``). The
 convolutional torsos read ``[B, H, W, C]`` (VALID padding, except IMPALA's SAME) and end
-in a ReLU. Every torso casts the observation to float32 first (:func:`as_float`).
+in a ReLU. Every torso, and the :class:`MLP`, casts its input to float32 first
+(:func:`as_float`): observations are kept in the env's own dtype (``EnvSpec.obs_dtype``:
+a bool or uint8 grid stays one byte a value in the replay buffer, the rollouts and the
+transfers) and are widened only here, at the network's input.
 """
 
 from __future__ import annotations
@@ -56,7 +59,8 @@ class MLP(nn.Module):
     """Dense layers with ReLU between them; ``out`` adds a final linear layer.
 
     ``layer_norm``: a LayerNorm after every hidden Dense, before its ReLU (off: the
-    parameters are exactly the plain MLP's)."""
+    parameters are exactly the plain MLP's). A non-float input (an observation in its own
+    dtype) is widened first (:func:`as_float`); a float one is read as it is."""
 
     hidden: Sequence[int]
     out: int | None = None
@@ -66,6 +70,7 @@ class MLP(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         """``[B, in] -> [B, hidden[-1] or out]``."""
+        x = as_float(x)
         for width in self.hidden:
             x = nn.Dense(width)(x)
             x = nn.relu(nn.LayerNorm()(x) if self.layer_norm else x)

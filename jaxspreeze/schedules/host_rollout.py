@@ -100,19 +100,20 @@ class HostRollout(HostSchedule):
         cfg, spec = self.cfg, self.env.spec
         T, N = cfg.rollout_steps, cfg.num_envs
         actor = jax.eval_shape(self.algo.init, jax.random.key(0)).actor
-        obs = jax.ShapeDtypeStruct((N, *spec.obs_shape), jnp.float32)
+        obs = jax.ShapeDtypeStruct((N, *spec.obs_shape), spec.obs_dtype)  # the env's dtype
         carry = jax.eval_shape(lambda: self.algo.initial_carry(N))
         action, extras, _ = jax.eval_shape(
             self.algo.behaviour, actor, carry, obs, jax.random.key(0)
         )
         f32 = lambda shape: jax.ShapeDtypeStruct((1, T, N, *shape), jnp.float32)
+        seen = jax.ShapeDtypeStruct((1, T, N, *spec.obs_shape), spec.obs_dtype)
         traj = Transition(
-            f32(spec.obs_shape),
+            seen,
             jax.ShapeDtypeStruct((1, T, N, *action.shape[1:]), action.dtype),
             f32(()),
             jax.ShapeDtypeStruct((1, T, N), jnp.bool_),
             jax.ShapeDtypeStruct((1, T, N), jnp.bool_),
-            f32(spec.obs_shape),
+            seen,
         )
         extras = {
             k: jax.ShapeDtypeStruct((1, T, N, *v.shape[1:]), v.dtype) for k, v in extras.items()

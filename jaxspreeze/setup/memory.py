@@ -8,6 +8,11 @@ its first call reuses), so the estimate traces nothing of its own; called withou
 it traces the env's reset and the algorithm's ``init`` (``jax.eval_shape``), never the
 env step. :func:`check_memory` turns the estimate into a ConfigError naming the option
 to lower.
+
+Observations count at their own itemsize (``EnvSpec.obs_dtype``): a uint8 frame or a bool
+grid is one byte a value in the replay buffer, the obs-only buffer and the rollout, a
+quarter of its float32 copy; the sampled batch counts its float32 copy too (the networks
+widen observations at their input).
 """
 
 from __future__ import annotations
@@ -84,10 +89,11 @@ def estimate_memory(
     Components: ``replay_buffer`` (:func:`buffer_nbytes`), ``obs_buffer`` (split only),
     ``env_states``, ``actor_params`` / ``critic_params`` (parameters, targets, optimiser
     states; from ``jax.eval_shape`` of the algorithm's init), ``rollout`` (one iteration's
-    ``[T, N]`` transitions) and ``batch`` (sampled batches plus a rough 3x activation
-    allowance per hidden layer, fwd and bwd); ``total`` sums them. ``split`` defaults to
-    ``cfg.placement`` being ``split`` or ``split-data``. XLA's temporaries beyond these are
-    not counted.
+    ``[T, N]`` transitions) and ``batch`` (sampled batches, their observations widened to
+    float32, plus a rough 3x activation allowance per hidden layer, fwd and bwd); ``total``
+    sums them. Observations count at ``spec.obs_dtype``'s itemsize (one byte for uint8 and
+    bool). ``split`` defaults to ``cfg.placement`` being ``split`` or ``split-data``. XLA's
+    temporaries beyond these are not counted.
 
     ``state``: the abstract training state of all seeds (``Schedule.init_abstract()``,
     :class:`~jaxspreeze.schedules.iteration.TrainState` of ``jax.ShapeDtypeStruct``); its env and
@@ -108,7 +114,7 @@ def estimate_memory(
         env_states = jax.eval_shape(jax.vmap(lambda k: rollout.env_init(env, k, carry())), keys)
     example = replay.example_transition(spec, abstract=True)
     item = tree_nbytes(example)
-    obs_item = tree_nbytes(example.obs)
+    obs_item = 4 * math.prod(spec.obs_shape)  # the batch's observations widened to float32
     off_policy = not plan.on_policy
     hidden = getattr(plan.algo_config, "hidden", (256, 256))
     activations = 4 * sum(hidden) * 3 * 2  # float32, fwd+bwd, actor and critic
@@ -174,8 +180,18 @@ def _get_field(cfg: RunConfig, dotted: str) -> Any:
     return value
 
 
-def _fit(cfg: RunConfig, est: dict[str, int], keys: tuple[str, ...], device: Any) -> None:
-    """ConfigError naming the option to lower when ``keys`` of ``est`` exceed ``device``."""
+def obs_note(spec: Any) -> str:
+    """What the estimate counts an observation value as: ``observations as uint8, 1 B a
+    value`` (``spec``: the run's :class:`~jaxspreeze.core.types.EnvSpec`)."""
+    itemsize = np.dtype(spec.obs_dtype).itemsize
+    return f"observations as {spec.obs_dtype}, {itemsize} B a value"
+
+
+def _fit(
+    cfg: RunConfig, est: dict[str, int], keys: tuple[str, ...], device: Any, note: str = ""
+) -> None:
+    """ConfigError naming the option to lower when ``keys`` of ``est`` exceed ``device``
+    (``note``: what the estimate counted, said after its parts)."""
     need = sum(est[k] for k in keys)
     free, where = available_memory(device)
     if free is None or need <= free:
@@ -189,21 +205,20 @@ def _fit(cfg: RunConfig, est: dict[str, int], keys: tuple[str, ...], device: Any
             f" (lowering --{field_name.replace('_', '-')} alone cannot fit the run: the rest "
             f"needs {rest / GiB:.2f} GiB)"
         )
-    parts = ", ".join(
-        f"{_MEMORY_LABELS[k]} {est[k] / GiB:.2f}" for k in keys if est[k] >= 0.01 * need
-    )
+    shown = [f"{_MEMORY_LABELS[k]} {est[k] / GiB:.2f}" for k in keys if est[k] >= 0.01 * need]
+    parts = ", ".join(shown) + " GiB" + (f"; {note}" if note else "")
     seeds = f" or --num-seeds (now {cfg.num_seeds})" if cfg.num_seeds > 1 else ""
     if cfg.population:  # the members scale every part: say how many fit
         fit = int(free // (need / cfg.members))
         raise ConfigError(
             "population",
-            f"a population of {cfg.members} members needs about {need / GiB:.2f} GiB ({parts} "
-            f"GiB) but {where} has {free / GiB:.2f} GiB available: {fit} members would fit; "
+            f"a population of {cfg.members} members needs about {need / GiB:.2f} GiB ({parts}"
+            f") but {where} has {free / GiB:.2f} GiB available: {fit} members would fit; "
             f"sweep fewer members, or lower {lower}{seeds}",
         )
     raise ConfigError(
         field_name,
-        f"the run needs about {need / GiB:.2f} GiB ({parts} GiB) but {where} has "
+        f"the run needs about {need / GiB:.2f} GiB ({parts}) but {where} has "
         f"{free / GiB:.2f} GiB available; lower {lower}{seeds}",
     )
 
@@ -255,13 +270,14 @@ def check_memory(
         split = placement.split if split is None else split
     est = estimate_memory(plan, split=split, state=state)
     everything = tuple(k for k in est if k != "total")
+    note = obs_note(plan.env_spec)
     if placement is None:
-        _fit(cfg, est, everything, device if device is not None else devices.single().actor)
+        _fit(cfg, est, everything, device if device is not None else devices.single().actor, note)
     elif not placement.split or placement.actor.platform == "cpu":
-        _fit(cfg, est, everything, placement.actor)
+        _fit(cfg, est, everything, placement.actor, note)
     else:
-        _fit(cfg, est, _ACTOR_SIDE, placement.actor)
-        _fit(cfg, est, _CRITIC_SIDE, placement.critic)
+        _fit(cfg, est, _ACTOR_SIDE, placement.actor, note)
+        _fit(cfg, est, _CRITIC_SIDE, placement.critic, note)
     return est
 
 
@@ -278,11 +294,13 @@ def _check_data_parallel(plan: RunPlan, placement: Placement) -> dict[str, int]:
     est = estimate_memory(shard, split=split)
     everything = tuple(k for k in est if k != "total")
     mine = [d for d in placement.mesh.devices.flat if d.process_index == jax.process_index()]
+    note = obs_note(plan.env_spec)
     if placement.actor.platform == "cpu" and len(mine) > 1:  # fake devices share the host
-        _fit(cfg, {k: v * len(mine) for k, v in est.items()}, everything, placement.actor)
+        each = {k: v * len(mine) for k, v in est.items()}
+        _fit(cfg, each, everything, placement.actor, note)
     elif split and placement.actor.platform != "cpu":
-        _fit(cfg, est, _ACTOR_SIDE, placement.actor)
-        _fit(cfg, est, _CRITIC_SIDE, placement.critic)
+        _fit(cfg, est, _ACTOR_SIDE, placement.actor, note)
+        _fit(cfg, est, _CRITIC_SIDE, placement.critic, note)
     else:
-        _fit(cfg, est, everything, placement.actor)
+        _fit(cfg, est, everything, placement.actor, note)
     return est

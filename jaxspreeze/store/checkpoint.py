@@ -394,6 +394,30 @@ def _added_leaf(path: Path, key_path: str, leaf: Any) -> jax.Array:
     return _put(np.array(leaf), _placement_of(leaf))
 
 
+# one-byte observation dtypes a run keeps since 0.3 (EnvSpec.obs_dtype); a checkpoint
+# written before holds those observations as float32
+_NARROW = ("bool", "uint8", "int8")
+
+
+def _widened_obs(entry: dict[str, Any], want: np.dtype, shape: tuple[int, ...]) -> np.dtype | None:
+    """float32 when the checkpoint holds as float32 a leaf this run keeps in a one-byte
+    observation dtype (same shape): a run saved before observations kept their dtype."""
+    if entry["dtype"] == "float32" and want.name in _NARROW and tuple(entry["shape"]) == shape:
+        return np.dtype(np.float32)
+    return None
+
+
+def _narrowed(path: Path, key_path: str, arr: np.ndarray, want: np.dtype) -> np.ndarray:
+    """``arr`` (float32) in the one-byte dtype ``want``, when every value is exact there."""
+    out = arr.astype(want)
+    if not np.array_equal(out.astype(np.float32), arr):
+        raise CheckpointError(
+            f"{path}: leaf {key_path} holds float32 values that are not {want.name}; the "
+            "config changed the observations"
+        )
+    return out
+
+
 def restore(
     path: str | Path, template: TrainState, *, partial: bool = False, check: bool = True
 ) -> tuple[TrainState, dict[str, Any]]:
@@ -442,7 +466,10 @@ def restore(
         is_key = _is_key(leaf)
         want_dtype = np.dtype(jax.random.key_data(leaf).dtype) if is_key else np.dtype(leaf.dtype)
         want_shape = tuple(np.shape(jax.random.key_data(leaf)) if is_key else np.shape(leaf))
-        if entry["dtype"] != want_dtype.name or tuple(entry["shape"]) != want_shape:
+        widened = _widened_obs(entry, want_dtype, want_shape)
+        if widened is None and (
+            entry["dtype"] != want_dtype.name or tuple(entry["shape"]) != want_shape
+        ):
             raise CheckpointError(
                 f"{path}: leaf {key_path} is {entry['dtype']}{entry['shape']} in the "
                 f"checkpoint but {want_dtype.name}{list(want_shape)} in this run; the config "
@@ -456,7 +483,12 @@ def restore(
         raw = data[entry["offset"] : entry["offset"] + entry["nbytes"]]
         if check:
             _check_leaf(path / DATA, entry, raw)
-        arr = np.array(raw).view(want_dtype).reshape(want_shape)  # a copy, off the mmap
+        if widened is not None:  # observations saved as float32 before they kept their dtype
+            arr = _narrowed(
+                path, key_path, np.array(raw).view(widened).reshape(want_shape), want_dtype
+            )
+        else:
+            arr = np.array(raw).view(want_dtype).reshape(want_shape)  # a copy, off the mmap
         placement = _placement_of(leaf)
         value = _put(arr, placement)
         if is_key:
