@@ -16,16 +16,17 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxspreeze.core.types import EnvSpec
+from jaxspreeze.core.types import EnvSpec, legal_actions
 
 
 def legal(spec: EnvSpec, obs: jax.Array) -> jax.Array | None:
     """``bool [B, action_dim]``: the legal actions of each observation of the batch
-    ``obs [B, ...]``, or None for an env without masks (every action legal)."""
-    if not (spec.discrete and spec.action_mask):
-        return None
-    x = obs.reshape(obs.shape[0], -1)[:, -spec.action_dim :] > 0.5
-    return x | ~jnp.any(x, axis=-1, keepdims=True)  # none legal: all legal
+    ``obs [B, ...]``, or None for an env without masks (every action legal).
+
+    ``obs`` as the env gives it: read it before any normalisation (PPO's
+    ``--ppo.normalize-obs`` shifts the mask's columns too). One definition with the env
+    side's random warm-up (:func:`jaxspreeze.core.types.legal_actions`)."""
+    return legal_actions(spec, obs)
 
 
 def masked(values: jax.Array, ok: jax.Array | None) -> jax.Array:

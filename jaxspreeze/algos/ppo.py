@@ -11,6 +11,11 @@ a rollout from host workers (:class:`~jaxspreeze.algos.base.BehaviourRollout`, c
 with parameters one version older by the on-policy host schedule, HostRollout) carries the
 log-probabilities the workers computed when they acted (``behaviour``), so the clipped
 ratio is taken against the policy that really acted.
+
+Legal-action masks (an env whose spec says ``action_mask``, :mod:`~jaxspreeze.algos.masks`)
+are read from the observations as collected, before any normalisation, and passed to the
+policy wherever it acts or is scored: sampling, the greedy action, the behaviour's and the
+update's log-probabilities and the entropy (over the legal actions alone).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxspreeze import networks
-from jaxspreeze.algos import base, common, members, ppo_losses, ppo_policy, ppo_recurrent
+from jaxspreeze.algos import base, common, masks, members, ppo_losses, ppo_policy, ppo_recurrent
 from jaxspreeze.algos.base import episode_starts
 from jaxspreeze.algos.ppo_config import (  # noqa: F401
     DEFAULTS,
@@ -76,13 +81,15 @@ class CriticView(NamedTuple):
 
 class PolicyBatch(NamedTuple):
     """One minibatch of the policy update, ``[B, ...]``; ``noise``: the draws of a
-    sample-based entropy (the tanh policy), None where the entropy is exact."""
+    sample-based entropy (the tanh policy), None where the entropy is exact; ``ok``: the
+    legal actions ``[B, K]``, None for an env without masks."""
 
     obs: jax.Array
     action: jax.Array
     old_logp: jax.Array
     advantage: jax.Array
     noise: jax.Array | None = None
+    ok: jax.Array | None = None
 
 
 class ValueBatch(NamedTuple):
@@ -115,6 +122,11 @@ class Learner:
     obs_shape: tuple[int, ...]
     batch_size: int
     total_updates: int  # optimiser steps in the whole run: the lr anneals to 0 over them
+    spec: EnvSpec | None = None  # the env's: its legal-action masks (None: none)
+
+    def legal(self, obs: jax.Array) -> jax.Array | None:
+        """The legal actions ``[B, K]`` of raw observations ``[B, ...]``; None: no masks."""
+        return None if self.spec is None else masks.legal(self.spec, obs)
 
     def init(self, key: jax.Array) -> base.AgentState:
         """The first state: both networks, their optimisers and fresh observation statistics."""
@@ -142,14 +154,16 @@ class Learner:
         return common.normalize(stats, obs) if self.cfg.normalize_obs else obs
 
     def act(self, state: PPOActor, obs: jax.Array, key: jax.Array, deterministic: bool):
-        """An env action per observation ``[N, ...]``: sampled, or the most likely."""
-        return self.policy.sample(state.params, self.norm(state.obs_stats, obs), key, deterministic)
+        """An env action per observation ``[N, ...]``: sampled, or the most likely (a legal
+        one)."""
+        normed = self.norm(state.obs_stats, obs)
+        return self.policy.sample(state.params, normed, key, deterministic, self.legal(obs))
 
     def behaviour(self, state: PPOActor, obs: jax.Array, key: jax.Array):
         """Act (sampling) and return the log-probability of each action: ``[N]``."""
         action = self.act(state, obs, key, False)
         logp, _ = self.policy.log_prob_entropy(
-            state.params, self.norm(state.obs_stats, obs), action
+            state.params, self.norm(state.obs_stats, obs), action, ok=self.legal(obs)
         )
         return action, {"logp": logp}
 
@@ -203,7 +217,9 @@ class Learner:
         traj, _ = _rollout(data)
         _, returns = self.advantages(critic_view(c), stats, traj)
         data = ValueBatch(_flat(self.norm(stats, traj.obs)), _flat(returns))
-        return common.minibatch_epochs(self.update_critic, c, data, key, self.cfg.epochs, self.batch_size)
+        return common.minibatch_epochs(
+            self.update_critic, c, data, key, self.cfg.epochs, self.batch_size
+        )
 
     # ---------------------------------------------------------------- actor: policy
     def policy_step(self, a: PPOActor, loss_fn: Callable[[PyTree], Any]):
@@ -234,7 +250,7 @@ class Learner:
 
         def loss_fn(params):
             logp, entropy = self.policy.log_prob_entropy(
-                params, batch.obs, batch.action, batch.noise
+                params, batch.obs, batch.action, batch.noise, batch.ok
             )
             return ppo_losses.policy_loss(
                 logp,
@@ -257,12 +273,13 @@ class Learner:
         adv, _ = self.advantages(view, a.obs_stats, traj)
         obs = _flat(self.norm(a.obs_stats, traj.obs))
         action = _flat(traj.action)
+        ok = self.legal(_flat(traj.obs))
         if behaviour_logp is None:
-            old_logp, _ = self.policy.log_prob_entropy(a.params, obs, action)
+            old_logp, _ = self.policy.log_prob_entropy(a.params, obs, action, ok=ok)
         else:
             old_logp = _flat(behaviour_logp)
         noise = self.policy.entropy_noise(key, action.shape)  # None but for the tanh policy
-        data = PolicyBatch(obs, action, jax.lax.stop_gradient(old_logp), _flat(adv), noise)
+        data = PolicyBatch(obs, action, jax.lax.stop_gradient(old_logp), _flat(adv), noise, ok)
         a, metrics = common.minibatch_epochs(
             self.update_actor, a, data, key, self.cfg.epochs, self.batch_size
         )
@@ -290,7 +307,12 @@ class RecurrentLearner(Learner):
         f32 = lambda name: jnp.asarray(getattr(cfg, name), jnp.float32)
         lr, stats = f32("lr"), common.stats_init(self.obs_shape)
         actor = ppo_recurrent.RecurrentActor(
-            actor_params, tx.init(actor_params), lr, stats, f32("clip_eps"), f32("ent_coef"),
+            actor_params,
+            tx.init(actor_params),
+            lr,
+            stats,
+            f32("clip_eps"),
+            f32("ent_coef"),
             critic_params,
         )
         critic = PPOCritic(
@@ -318,14 +340,15 @@ class RecurrentLearner(Learner):
     def act_carry(self, a, carry, obs: jax.Array, key: jax.Array, deterministic: bool):
         """:attr:`Algorithm.act`: an action per observation and the next carry."""
         out, carry = self.step(a, carry, obs, deterministic)
-        return self.policy.sample_out(out, key, deterministic), carry
+        return self.policy.sample_out(out, key, deterministic, self.legal(obs)), carry
 
     def behaviour_carry(self, a, carry, obs: jax.Array, key: jax.Array):
         """:attr:`Algorithm.behaviour`: act, with the log-probability and the carry each
         row acted with (its first row is a host rollout's stored start)."""
         out, next_carry = self.step(a, carry, obs, False)
-        action = self.policy.sample_out(out, key, False)
-        logp, _ = self.policy.log_prob_entropy_out(out, action)
+        ok = self.legal(obs)
+        action = self.policy.sample_out(out, key, False, ok)
+        logp, _ = self.policy.log_prob_entropy_out(out, action, ok=ok)
         return action, {"logp": logp, **ppo_recurrent.carry_leaves(carry)}, next_carry
 
     def unpack(self, data):
@@ -376,10 +399,11 @@ class RecurrentLearner(Learner):
         adv = flat(batch.advantage)
         adv = ppo_losses.normalized(adv) if cfg.normalize_advantages else adv
         noise = None if batch.noise is None else flat(batch.noise)
+        ok = None if batch.ok is None else flat(batch.ok)
 
         def loss_fn(params):
             _, out, _ = self.policy.net.apply(params, batch.start, batch.obs, batch.resets)
-            logp, entropy = self.policy.log_prob_entropy_out(out, flat(batch.action), noise)
+            logp, entropy = self.policy.log_prob_entropy_out(out, flat(batch.action), noise, ok)
             return ppo_losses.policy_loss(
                 logp,
                 flat(batch.old_logp),
@@ -402,8 +426,9 @@ class RecurrentLearner(Learner):
         T, N = traj.reward.shape
         obs = self.norm(a.obs_stats, traj.obs)
         _, out, carries = self.policy.net.apply(a.params, actor_start, obs, resets)
+        ok = self.legal(_flat(traj.obs))  # [T * N, K] or None
         if behaviour_logp is None:
-            old_logp, _ = self.policy.log_prob_entropy_out(out, _flat(traj.action))
+            old_logp, _ = self.policy.log_prob_entropy_out(out, _flat(traj.action), ok=ok)
             old_logp = old_logp.reshape(T, N)
         else:
             old_logp = behaviour_logp
@@ -417,6 +442,7 @@ class RecurrentLearner(Learner):
             seq(resets),
             None if noise is None else seq(noise),
             ppo_recurrent.chunk_starts(actor_start, carries, L),
+            None if ok is None else seq(ok.reshape(T, N, -1)),
         )
 
     def actor_phase(self, a, view: CriticView, data, key: jax.Array):
@@ -449,14 +475,13 @@ def make(cfg: PPOConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
         return _recurrent(cfg, spec, run, torso, total_updates, updates_per_phase)
     learner = Learner(
         cfg,
-        policy=ppo_policy.for_env(
-            spec, cfg.hidden, cfg.policy, cfg.tanh_std, cfg.min_std, torso
-        ),
+        policy=ppo_policy.for_env(spec, cfg.hidden, cfg.policy, cfg.tanh_std, cfg.min_std, torso),
         value_net=networks.ValueNet(cfg.hidden, spec.critic_obs, torso),
         tx=common.adam(cfg.lr, cfg.max_grad_norm),
         obs_shape=spec.obs_shape,
         batch_size=run.batch_size,
         total_updates=total_updates,
+        spec=spec,
     )
     return base.Algorithm(
         name="ppo",
@@ -478,7 +503,13 @@ def _recurrent(
 ) -> base.Algorithm:
     """:func:`make`'s recurrent PPO (``--ppo.memory``): its learner and carry."""
     policy = ppo_policy.for_env(
-        spec, cfg.hidden, cfg.policy, cfg.tanh_std, cfg.min_std, torso, cfg.memory,
+        spec,
+        cfg.hidden,
+        cfg.policy,
+        cfg.tanh_std,
+        cfg.min_std,
+        torso,
+        cfg.memory,
         cfg.memory_size,
     )
     value_net = networks.RecurrentNet(
@@ -492,6 +523,7 @@ def _recurrent(
         obs_shape=spec.obs_shape,
         batch_size=run.batch_size,
         total_updates=total_updates,
+        spec=spec,
         length=sequence_length(cfg, run.rollout_steps),
     )
     return base.Algorithm(

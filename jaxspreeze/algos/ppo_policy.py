@@ -5,6 +5,12 @@ losses) and ``entropy_noise`` (the draws a sample-based entropy needs, None wher
 entropy is exact), on observations as the policy reads them (normalised by the caller).
 The densities are module-level functions of arrays, tested on their own.
 
+Discrete actions obey legal-action masks (:mod:`~jaxspreeze.algos.masks`): the callers read
+``ok [B, K]`` from the observations as the env gives them (``masks.legal``) and pass it
+in; the categorical's illegal logits are pushed to the lowest value before sampling, the
+argmax, the log-probabilities and the entropy (a softmax over the legal actions alone).
+The continuous policies take ``ok`` and ignore it (None: they have no masks).
+
 Continuous actions have two parameterisations (``--ppo.policy``): ``clipped`` (a Gaussian
 with a state-independent std, clipped to the bounds) and ``tanh`` (brax's: a Gaussian
 squashed by tanh, its std a softplus of a network head or of one learned parameter per
@@ -21,6 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxspreeze import networks
+from jaxspreeze.algos import masks
 from jaxspreeze.algos.ppo_config import CONTINUOUS, TANH_STDS
 from jaxspreeze.core.types import EnvSpec, PyTree
 
@@ -117,13 +124,17 @@ class Categorical:
     max_log_ratio: ClassVar[float | None] = None
 
     def sample(
-        self, params: PyTree, obs: jax.Array, key: jax.Array, deterministic: bool
+        self, params: PyTree, obs: jax.Array, key: jax.Array, deterministic: bool, ok=None
     ) -> jax.Array:
-        """An action ``[B]`` (int32) per observation ``[B, ...]``: sampled, or the most likely."""
-        return self.sample_out(self.net.apply(params, obs), key, deterministic)
+        """An action ``[B]`` (int32) per observation ``[B, ...]``: sampled, or the most
+        likely; among the legal actions ``ok [B, K]`` (None: all)."""
+        return self.sample_out(self.net.apply(params, obs), key, deterministic, ok)
 
-    def sample_out(self, logits: jax.Array, key: jax.Array, deterministic: bool) -> jax.Array:
+    def sample_out(
+        self, logits: jax.Array, key: jax.Array, deterministic: bool, ok=None
+    ) -> jax.Array:
         """:meth:`sample` from the network's output (the logits ``[B, K]``)."""
+        logits = masks.masked(logits, ok)
         if deterministic:
             return jnp.argmax(logits, -1).astype(jnp.int32)
         return jax.random.categorical(key, logits).astype(jnp.int32)
@@ -133,16 +144,17 @@ class Categorical:
         return None
 
     def log_prob_entropy(
-        self, params: PyTree, obs: jax.Array, action: jax.Array, noise: None = None
+        self, params: PyTree, obs: jax.Array, action: jax.Array, noise: None = None, ok=None
     ) -> tuple[jax.Array, jax.Array]:
-        """``(log pi(action | obs) [B], entropy [B])``."""
-        return self.log_prob_entropy_out(self.net.apply(params, obs), action)
+        """``(log pi(action | obs) [B], entropy [B])`` of the policy over the legal actions
+        ``ok [B, K]`` (None: all)."""
+        return self.log_prob_entropy_out(self.net.apply(params, obs), action, noise, ok)
 
     def log_prob_entropy_out(
-        self, logits: jax.Array, action: jax.Array, noise: None = None
+        self, logits: jax.Array, action: jax.Array, noise: None = None, ok=None
     ) -> tuple[jax.Array, jax.Array]:
         """:meth:`log_prob_entropy` from the network's output (the logits)."""
-        return categorical_log_prob_entropy(logits, action)
+        return categorical_log_prob_entropy(masks.masked(logits, ok), action)
 
 
 @dataclass(frozen=True, eq=False)
@@ -168,13 +180,13 @@ class ClippedGaussian:
         return mean, jnp.clip(log_std, networks.LOG_STD_MIN, networks.LOG_STD_MAX)
 
     def sample(
-        self, params: PyTree, obs: jax.Array, key: jax.Array, deterministic: bool
+        self, params: PyTree, obs: jax.Array, key: jax.Array, deterministic: bool, ok=None
     ) -> jax.Array:
         """An env action ``[B, A]`` per observation ``[B, ...]``: sampled, or the mean's."""
         return self.sample_out(self.net.apply(params, obs), key, deterministic)
 
-    def sample_out(self, out: PyTree, key: jax.Array, deterministic: bool) -> jax.Array:
-        """:meth:`sample` from the network's output."""
+    def sample_out(self, out: PyTree, key: jax.Array, deterministic: bool, ok=None) -> jax.Array:
+        """:meth:`sample` from the network's output (``ok``: no masks here, unused)."""
         mean, log_std = self.dist(out)
         u = mean if deterministic else mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape)
         return jnp.clip(u, -1.0, 1.0) * self.scale + self.bias
@@ -184,13 +196,13 @@ class ClippedGaussian:
         return None
 
     def log_prob_entropy(
-        self, params: PyTree, obs: jax.Array, action: jax.Array, noise: None = None
+        self, params: PyTree, obs: jax.Array, action: jax.Array, noise: None = None, ok=None
     ) -> tuple[jax.Array, jax.Array]:
         """``(log pi(action | obs) [B], entropy [B])`` of env actions ``[B, A]``."""
         return self.log_prob_entropy_out(self.net.apply(params, obs), action)
 
     def log_prob_entropy_out(
-        self, out: PyTree, action: jax.Array, noise: None = None
+        self, out: PyTree, action: jax.Array, noise: None = None, ok=None
     ) -> tuple[jax.Array, jax.Array]:
         """:meth:`log_prob_entropy` from the network's output."""
         mean, log_std = self.dist(out)
@@ -227,13 +239,13 @@ class TanhGaussian:
         return mean, jax.nn.softplus(raw) + self.min_std
 
     def sample(
-        self, params: PyTree, obs: jax.Array, key: jax.Array, deterministic: bool
+        self, params: PyTree, obs: jax.Array, key: jax.Array, deterministic: bool, ok=None
     ) -> jax.Array:
         """An env action ``[B, A]`` per observation ``[B, ...]``: sampled, or ``tanh(mean)``."""
         return self.sample_out(self.net.apply(params, obs), key, deterministic)
 
-    def sample_out(self, out: PyTree, key: jax.Array, deterministic: bool) -> jax.Array:
-        """:meth:`sample` from the network's output."""
+    def sample_out(self, out: PyTree, key: jax.Array, deterministic: bool, ok=None) -> jax.Array:
+        """:meth:`sample` from the network's output (``ok``: no masks here, unused)."""
         mean, std = self.dist(out)
         u = mean if deterministic else mean + std * jax.random.normal(key, mean.shape)
         return jnp.tanh(u) * self.scale + self.bias
@@ -247,14 +259,19 @@ class TanhGaussian:
         return jax.random.normal(jax.random.fold_in(key, 1), shape)
 
     def log_prob_entropy(
-        self, params: PyTree, obs: jax.Array, action: jax.Array, noise: jax.Array | None = None
+        self,
+        params: PyTree,
+        obs: jax.Array,
+        action: jax.Array,
+        noise: jax.Array | None = None,
+        ok=None,
     ) -> tuple[jax.Array, jax.Array]:
         """``(log pi(action | obs) [B], entropy [B])`` of env actions ``[B, A]``; the entropy
         is brax's one-sample estimate at ``noise [B, A]`` (None: the pre-squash Gaussian's)."""
         return self.log_prob_entropy_out(self.net.apply(params, obs), action, noise)
 
     def log_prob_entropy_out(
-        self, out: PyTree, action: jax.Array, noise: jax.Array | None = None
+        self, out: PyTree, action: jax.Array, noise: jax.Array | None = None, ok=None
     ) -> tuple[jax.Array, jax.Array]:
         """:meth:`log_prob_entropy` from the network's output."""
         mean, std = self.dist(out)

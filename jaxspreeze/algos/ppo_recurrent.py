@@ -51,7 +51,8 @@ class RecurrentActor(NamedTuple):
 
 class SeqPolicyBatch(NamedTuple):
     """Sequences of the policy update: time-major leaves ``[L, S, ...]``, ``start`` the
-    actor cell's carry ``[S, ...]`` at each sequence's first step."""
+    actor cell's carry ``[S, ...]`` at each sequence's first step; ``ok`` the legal
+    actions ``[L, S, K]`` (None: an env without masks)."""
 
     obs: jax.Array
     action: jax.Array
@@ -60,6 +61,7 @@ class SeqPolicyBatch(NamedTuple):
     resets: jax.Array
     noise: jax.Array | None
     start: Carry
+    ok: jax.Array | None = None
 
 
 class SeqValueBatch(NamedTuple):

@@ -13,6 +13,10 @@ evaluation, the saved policy and the host workers read it) and the critic side i
 its phase does nothing, and the spec says so (``splits=False``: no split placement). The
 epsilon schedule and the learning rate's annealing read the optimiser's step count
 (every iteration takes the same number of steps), so they resume with the checkpoint.
+
+Legal-action masks (:mod:`~jaxspreeze.algos.masks`): the greedy action is the argmax of
+the legal actions, a random one is drawn among them, and the targets' ``max_a Q(s', a)``
+is over the actions legal in ``s'``.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxspreeze import networks
-from jaxspreeze.algos import base, common, members
+from jaxspreeze.algos import base, common, masks, members
 from jaxspreeze.algos.pqn_config import (  # noqa: F401
     DEFAULTS,
     OPTIMIZERS,
@@ -100,12 +104,14 @@ def epsilon(
     return start + (end - start) * frac
 
 
-def epsilon_greedy(q: jax.Array, key: jax.Array, eps: jax.Array) -> jax.Array:
-    """An action ``[B]`` (int32) per row of ``q [B, K]``: uniform with probability ``eps``,
-    else the argmax."""
+def epsilon_greedy(
+    q: jax.Array, key: jax.Array, eps: jax.Array, ok: jax.Array | None = None
+) -> jax.Array:
+    """An action ``[B]`` (int32) per row of ``q [B, K]``: with probability ``eps`` one drawn
+    uniformly among the legal actions ``ok [B, K]`` (None: all), else the legal argmax."""
     k_explore, k_random = jax.random.split(key)
-    greedy = jnp.argmax(q, -1).astype(jnp.int32)
-    random = jax.random.randint(k_random, greedy.shape, 0, q.shape[-1], jnp.int32)
+    greedy = jnp.argmax(masks.masked(q, ok), -1).astype(jnp.int32)
+    random = masks.random_legal(k_random, ok, greedy.shape, q.shape[-1])
     return jnp.where(jax.random.uniform(k_explore, greedy.shape) < eps, random, greedy)
 
 
@@ -124,6 +130,11 @@ class Learner:
     obs_shape: tuple[int, ...]
     batch_size: int
     total_updates: int  # optimiser steps in the whole run: epsilon and the lr follow them
+    spec: EnvSpec | None = None  # the env's: its legal-action masks (None: none)
+
+    def legal(self, obs: jax.Array) -> jax.Array | None:
+        """The legal actions ``[B, K]`` of observations ``[B, ...]``; None: no masks."""
+        return None if self.spec is None else masks.legal(self.spec, obs)
 
     def init(self, key: jax.Array) -> base.AgentState:
         """The first state: the Q-network, its optimiser and the leaves; no critic side."""
@@ -140,11 +151,11 @@ class Learner:
 
     def act(self, a: PQNActor, obs: jax.Array, key: jax.Array, deterministic: bool):
         """An action per observation ``[N, ...]``: the greedy one (``deterministic``), else
-        epsilon-greedy."""
-        q = self.net.apply(a.params, obs)
+        epsilon-greedy; a legal one."""
+        q, ok = self.net.apply(a.params, obs), self.legal(obs)
         if deterministic:
-            return jnp.argmax(q, -1).astype(jnp.int32)
-        return epsilon_greedy(q, key, self.epsilon(a))
+            return jnp.argmax(masks.masked(q, ok), -1).astype(jnp.int32)
+        return epsilon_greedy(q, key, self.epsilon(a), ok)
 
     def behaviour(self, a: PQNActor, obs: jax.Array, key: jax.Array):
         """Act as the rollout does; nothing else is needed of the behaviour policy."""
@@ -153,7 +164,8 @@ class Learner:
     def targets(self, a: PQNActor, traj: Transition) -> jax.Array:
         """The rollout's Q(lambda) targets ``[T, N]`` under the network as it is now."""
         next_obs = _flat(traj.next_obs)
-        next_q = jnp.max(self.net.apply(a.params, next_obs), -1).reshape(traj.reward.shape)
+        q = masks.masked(self.net.apply(a.params, next_obs), self.legal(next_obs))
+        next_q = jnp.max(q, -1).reshape(traj.reward.shape)
         reward = traj.reward * a.reward_scaling
         targets = q_lambda_targets(
             reward, next_q, traj.terminated, traj.truncated, a.gamma, a.q_lambda
@@ -189,7 +201,9 @@ class Learner:
         traj = data.traj if isinstance(data, base.BehaviourRollout) else data
         eps = self.epsilon(a)  # the epsilon this rollout was collected with
         batch = QBatch(_flat(traj.obs), _flat(traj.action), _flat(self.targets(a, traj)))
-        a, metrics = common.minibatch_epochs(self.update, a, batch, key, self.cfg.epochs, self.batch_size)
+        a, metrics = common.minibatch_epochs(
+            self.update, a, batch, key, self.cfg.epochs, self.batch_size
+        )
         return a, {**metrics, "epsilon": eps}
 
 
@@ -218,6 +232,7 @@ def make(cfg: PQNConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
         obs_shape=spec.obs_shape,
         batch_size=run.batch_size,
         total_updates=max(total_updates, 1),
+        spec=spec,
     )
     return base.Algorithm(
         name="pqn",

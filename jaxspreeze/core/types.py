@@ -86,7 +86,9 @@ class EnvSpec:
         lists become tuples; fields it does not know, and the observation columns, which
         follow from the run's keys, are left out)."""
         known = {f.name for f in fields(cls)} - {"actor_obs", "critic_obs"}
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in raw.items() if k in known})
+        return cls(
+            **{k: tuple(v) if isinstance(v, list) else v for k, v in raw.items() if k in known}
+        )
 
     @property
     def action_shape(self) -> tuple[int, ...]:
@@ -212,3 +214,14 @@ def clean(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+def legal_actions(spec: EnvSpec, obs: jax.Array) -> jax.Array | None:
+    """``bool [B, action_dim]``: the legal actions of each observation of the batch ``obs
+    [B, ...]`` (as the env gives it, not normalised): the last ``action_dim`` entries of
+    each flattened observation, 1 legal (:attr:`EnvSpec.action_mask`); a row with none
+    legal is all legal (nothing to obey). None for an env without masks."""
+    if not (spec.discrete and spec.action_mask):
+        return None
+    x = obs.reshape(obs.shape[0], -1)[:, -spec.action_dim :] > 0.5
+    return x | ~jnp.any(x, axis=-1, keepdims=True)

@@ -70,6 +70,7 @@ def rollout(
 
 
 def random_policy(env: VecEnv) -> Policy:
-    """A policy that ignores the observation and acts uniformly at random (warm-up); the
-    carry passes through (reset only where episodes end)."""
-    return lambda carry, obs, key: (env.random_actions(key), carry)
+    """A policy that acts uniformly at random (warm-up), reading the observation only for
+    its legal actions (an env with masks); the carry passes through (reset only where
+    episodes end)."""
+    return lambda carry, obs, key: (env.random_actions(key, obs), carry)

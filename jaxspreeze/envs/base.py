@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxspreeze.core.types import EnvSpec, PyTree
+from jaxspreeze.core.types import EnvSpec, PyTree, legal_actions
 
 ResetOne = Callable[[jax.Array], tuple[PyTree, PyTree]]  # key -> (obs, inner)
 StepBatch = Callable[[jax.Array, PyTree, jax.Array], tuple]  # keys [N], inner [N], action [N]
@@ -123,9 +123,14 @@ class VecEnv:
         )
         return obs, state, reward, terminated, truncated, final_obs
 
-    def random_actions(self, key: jax.Array) -> jax.Array:
-        """Uniform random actions for all envs (warm-up)."""
+    def random_actions(self, key: jax.Array, obs: jax.Array | None = None) -> jax.Array:
+        """Uniform random actions for all envs (warm-up); among the legal ones of each
+        observation ``obs [N, ...]`` for an env with masks (:func:`~jaxspreeze.core.types.legal_actions`)."""
         spec = self.spec
+        ok = None if obs is None else legal_actions(spec, obs)
+        if ok is not None:
+            logits = jnp.where(ok, 0.0, -jnp.inf)
+            return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
         if spec.discrete:
             return jax.random.randint(key, (self.num_envs,), 0, spec.action_dim)
         low = jnp.asarray(spec.action_low, jnp.float32)

@@ -25,9 +25,17 @@ final observation kept for bootstrapping. Two kinds of object are taken:
   discount is a truncation; the env does not reset itself: :func:`~jaxspreeze.envs.base.auto_reset`
   resets it, with its ``time_limit`` (or 1000 steps) as the time limit.
 
-Observations are one array (a Box); actions a Box of shape ``()`` or ``(d,)`` with
-finite bounds, or a Discrete (a Jumanji ``BoundedArray`` or ``DiscreteArray``). Anything
-else is one :class:`~jaxspreeze.core.errors.ConfigError` naming ``env``.
+Observations are one array (a Box), kept in its own dtype (:attr:`EnvSpec.obs_dtype`;
+floats as float32), or, Jumanji-style, a structure of arrays (a NamedTuple, dataclass or
+dict, as Jumanji's observations are): its leaves are flattened to float32
+and concatenated in order, the leaf named ``action_mask`` (the legal actions, 1 legal)
+last: the spec then says ``action_mask`` and its ``actor_obs`` / ``critic_obs`` columns
+leave the mask out (:mod:`jaxspreeze.algos.masks`: policies never pick an illegal action).
+Actions are a Box of shape ``()`` or ``(d,)`` with finite bounds, a Discrete (a Jumanji
+``BoundedArray`` or ``DiscreteArray``) or, Jumanji-style, a ``MultiDiscreteArray`` (one
+discrete action over the product of its sizes, unravelled in C order; its mask, if any,
+shaped as the sizes, like Minesweeper's row and column). Anything else is one
+:class:`~jaxspreeze.core.errors.ConfigError` naming ``env``.
 
 A run directory records the env (:data:`RECORD_FILE`): its name, kind, class
 (``module:qualname``) and spec. No object is rebuilt from the record (its constructor's
@@ -136,7 +144,7 @@ def register(env: Any) -> JaxEnv:
         raise ConfigError("env", f"expected (env, params); got a tuple of {len(env)}")
     name = f"{PREFIX}/{type(obj).__name__}"
     if all(hasattr(obj, a) for a in JUMANJI_API) and not hasattr(obj, "action_space"):
-        kind, parts = "jumanji", _jumanji_parts(obj, name)
+        kind, parts = "jumanji", jumanji_parts(obj, name)
     else:
         missing = [a for a in GYMNAX_API if not hasattr(obj, a)]
         if params is not None and "default_params" in missing:
@@ -247,10 +255,6 @@ def _spec(name: str, obs_shape: tuple, action: tuple, max_steps: int) -> EnvSpec
     return EnvSpec(name, obs_shape, discrete, dim, low, high, max_steps)
 
 
-def _f32(x: Any) -> jax.Array:
-    return jnp.asarray(x).astype(jnp.float32)
-
-
 # --- gymnax-style -------------------------------------------------------------------------
 
 
@@ -266,7 +270,9 @@ def _gymnax_parts(obj: Any, params: Any, name: str) -> EnvParts:
     key = jax.random.key(0)
     obs, state = _traced(name, "reset(key, params)", lambda k: obj.reset(k, params), key)
     max_steps = int(getattr(params, "max_steps_in_episode", DEFAULT_MAX_STEPS))
-    spec = _spec(name, _one_array(name, obs), action, max_steps)
+    _one_array(name, obs)
+    flat, fields = flattened(name, obs, action[0], action[1], (action[1],))
+    spec = dataclasses.replace(_spec(name, flat.shape, action, max_steps), **fields)
     act = _example_action(*action[:2], action[4])
     out = _traced(
         name,
@@ -295,7 +301,7 @@ def _gymnax_parts(obj: Any, params: Any, name: str) -> EnvParts:
 
     def reset_one(key: jax.Array) -> tuple[jax.Array, Any]:
         obs, state = obj.reset(key, params)
-        return (_f32(obs), state) if len(out) == 6 else (_f32(obs), (state, jnp.int32(0)))
+        return (flat(obs), state) if len(out) == 6 else (flat(obs), (state, jnp.int32(0)))
 
     def as_taken(a: jax.Array) -> jax.Array:
         return a.reshape(shape) if not spec.discrete and shape == () else a
@@ -306,10 +312,12 @@ def _gymnax_parts(obj: Any, params: Any, name: str) -> EnvParts:
             obs, state, reward, terminated, truncated, info = obj.step(
                 key, state, as_taken(action), params
             )
-            return _f32(obs), state, reward, terminated, truncated, _f32(info["final_observation"])
+            return flat(obs), state, reward, terminated, truncated, flat(info["final_observation"])
 
     else:
-        step_one = _classic_step(obj, params, max_steps, "final_observation" in info, as_taken)
+        step_one = _classic_step(
+            obj, params, max_steps, "final_observation" in info, as_taken, flat
+        )
     return EnvParts(spec, reset_one, jax.vmap(step_one), obj)
 
 
@@ -317,7 +325,9 @@ def _outputs(out: Any) -> str:
     return f"{len(out)} values" if isinstance(out, tuple) else f"a {type(out).__name__}"
 
 
-def _classic_step(obj: Any, params: Any, max_steps: int, reported: bool, as_taken: Any) -> Any:
+def _classic_step(
+    obj: Any, params: Any, max_steps: int, reported: bool, as_taken: Any, flat: Flattened
+) -> Any:
     """The per-env step of a classic gymnax env (``(obs, state, reward, done, info)``): its
     state carries the episode's step count, for the time limit. ``reported``: its info has
     the final observation; else ``step_env``/``reset_env`` are stepped as gymnax's own
@@ -335,19 +345,22 @@ def _classic_step(obj: Any, params: Any, max_steps: int, reported: bool, as_take
             obs_re, state_re = obj.reset_env(k_reset, params)
             done = jnp.asarray(done, bool)
             state = jax.tree.map(lambda x, y: jnp.where(done, x, y), state_re, after)
-            obs = jnp.where(done, obs_re, final)
+            obs = jax.tree.map(lambda x, y: jnp.where(done, x, y), obs_re, final)
         done = jnp.asarray(done, bool)
         steps = steps + 1
         truncated = info["truncated"] if "truncated" in info else done & (steps >= max_steps)
         truncated = jnp.asarray(truncated, bool)
         terminated = info["terminated"] if "terminated" in info else done & ~truncated
         inner = (state, jnp.where(done, 0, steps))
-        return _f32(obs), inner, reward, terminated, truncated, _f32(final)
+        return flat(obs), inner, reward, terminated, truncated, flat(final)
 
     return step_one
 
 
 # --- Jumanji-style ------------------------------------------------------------------------
+
+MASK_KEY = "action_mask"  # the field of a structured observation that holds the legal actions
+MAX_JOINT = 1 << 16  # the most joint actions a multi-discrete action space is taken as
 
 
 def _read_spec(obj: Any, attr: str) -> Any:
@@ -355,37 +368,142 @@ def _read_spec(obj: Any, attr: str) -> Any:
     return spec() if callable(spec) and not hasattr(spec, "shape") else spec
 
 
-def _jumanji_parts(obj: Any, name: str) -> EnvParts:
-    """The :class:`EnvParts` of a Jumanji-style object, reset by :func:`auto_reset`."""
-    obs_spec = _called(name, "observation_spec", _read_spec, obj, "observation_spec")
-    act_spec = _called(name, "action_spec", _read_spec, obj, "action_spec")
-    if not hasattr(obs_spec, "shape") or not hasattr(obs_spec, "dtype"):
+@dataclasses.dataclass(frozen=True)
+class Flattened:
+    """How an env's observation becomes the one array jaxspreeze keeps (``__call__``).
+
+    One array: kept as it is (in its own dtype; floats as float32). A structure (a
+    NamedTuple, dataclass or dict of arrays, as Jumanji observes): its leaves flattened to
+    float32 and concatenated in the structure's order, the legal-action mask (the leaf
+    named :data:`MASK_KEY`, 1 legal) last; ``mask``: that leaf's index, None for none.
+    """
+
+    shape: tuple[int, ...]
+    dtype: str
+    structured: bool
+    mask: int | None = None
+
+    def __call__(self, obs: Any) -> jax.Array:
+        if not self.structured:
+            return jnp.asarray(obs).astype(self.dtype)
+        leaves = jax.tree.leaves(obs)
+        order = [x for i, x in enumerate(leaves) if i != self.mask]
+        order += [] if self.mask is None else [leaves[self.mask]]
+        return jnp.concatenate([jnp.ravel(x).astype(jnp.float32) for x in order])
+
+
+def _key_name(key: Any) -> Any:
+    """The name of a pytree path's entry (a field's or a dict key's), or None."""
+    return getattr(key, "name", getattr(key, "key", None))
+
+
+def flattened(
+    name: str, obs: Any, discrete: bool, dim: int, joint: tuple
+) -> tuple[Flattened, dict]:
+    """``(how to flatten, the spec's fields it sets)`` of an observation ``obs`` (as
+    ``jax.eval_shape`` gives it) for ``dim`` actions (``joint``: the shape of a joint
+    multi-discrete action's mask, else ``(dim,)``). A mask sets ``action_mask`` and the
+    ``actor_obs`` / ``critic_obs`` columns that leave it out; a mask of another size than
+    the actions, or on continuous actions, is a ConfigError naming ``env``."""
+    if isinstance(obs, jax.ShapeDtypeStruct):
+        dtype = jnp.dtype(obs.dtype)
+        keep = "float32" if jnp.issubdtype(dtype, jnp.floating) else str(dtype)
+        return Flattened(tuple(obs.shape), keep, False), {"obs_dtype": keep}
+    paths = jax.tree_util.tree_flatten_with_path(obs)[0]
+    if not paths or not all(isinstance(x, jax.ShapeDtypeStruct) for _, x in paths):
         raise ConfigError(
             "env",
-            f"{name}: its observation_spec is a {type(obs_spec).__name__}; one array (a "
-            "Box) is taken",
+            f"{name} observes a {type(obs).__name__}: one array or a structure of arrays "
+            "(a NamedTuple, dataclass or dict) is taken",
         )
-    action = _action_spec(name, act_spec, "action_spec")
+    total = sum(int(np.prod(x.shape)) for _, x in paths)
+    masks = [i for i, (path, _) in enumerate(paths) if path and _key_name(path[-1]) == MASK_KEY]
+    if not masks:
+        return Flattened((total,), "float32", True), {}
+    if len(masks) > 1:
+        found = ", ".join(jax.tree_util.keystr(paths[i][0]) for i in masks)
+        raise ConfigError(
+            "env", f"{name}: its observation has several {MASK_KEY}s ({found}); one is taken"
+        )
+    shape = tuple(paths[masks[0]][1].shape)
+    if not discrete or shape not in ((dim,), joint):
+        what = f"the {dim} actions, shape {joint}" if discrete else "discrete actions"
+        raise ConfigError(
+            "env",
+            f"{name}: its observation's {MASK_KEY} has shape {shape}; a mask of {what} is "
+            f"taken (rename the field to train without it)",
+        )
+    columns = (0, total - dim)
+    spec = {"actor_obs": columns, "critic_obs": columns, "action_mask": True}
+    return Flattened((total,), "float32", True, masks[0]), spec
+
+
+def _jumanji_action(name: str, space: Any) -> tuple[tuple, Any, tuple]:
+    """``(the action's spec tuple as _action_spec gives it, env action of an action,
+    the joint shape)`` of a Jumanji action spec: a multi-discrete one (``num_values`` of
+    shape ``(k,)``) is one discrete action over their product (unravelled, C order); an
+    integer one without ``num_values`` is a ConfigError."""
+    n = getattr(space, "num_values", None)
+    if n is not None and np.ndim(n) == 1:
+        sizes = tuple(int(v) for v in np.asarray(n))
+        total = int(np.prod(sizes))
+        if total > MAX_JOINT:
+            raise ConfigError(
+                "env",
+                f"{name}: its action_spec is a multi-discrete {list(sizes)}: {total} joint "
+                f"actions, more than the {MAX_JOINT} taken",
+            )
+        to_env = lambda a: jnp.stack(jnp.unravel_index(a, sizes)).astype(jnp.int32)
+        return (True, total, (), (), ()), to_env, sizes
+    dtype = getattr(space, "dtype", None)
+    if n is None and dtype is not None and jnp.issubdtype(jnp.dtype(dtype), jnp.integer):
+        raise ConfigError(
+            "env",
+            f"{name}: its action_spec is integers of shape {tuple(space.shape)} without "
+            "num_values (one action per agent?); a DiscreteArray, a MultiDiscreteArray or "
+            "a float BoundedArray is taken",
+        )
+    action = _action_spec(name, space, "action_spec")
     shape = action[4]
+    to_env = (lambda a: a.reshape(shape)) if not action[0] and shape == () else (lambda a: a)
+    return action, to_env, (action[1],)
+
+
+def jumanji_parts(obj: Any, name: str) -> EnvParts:
+    """The :class:`EnvParts` of a Jumanji-style object, reset by :func:`auto_reset`
+    (the ``jumanji/`` family's envs and a user's object)."""
+    act_spec = _called(name, "action_spec", _read_spec, obj, "action_spec")
+    action, to_env, joint = _jumanji_action(name, act_spec)
     max_steps = int(getattr(obj, "time_limit", None) or DEFAULT_MAX_STEPS)
+    key = jax.random.key(0)
+    _, first = _traced(name, "reset(key)", obj.reset, key)
+    if not hasattr(first, "observation"):
+        raise ConfigError(
+            "env",
+            f"{name}: reset(key) returned no timestep with an observation (Jumanji's TimeStep)",
+        )
+    flat, fields = flattened(name, first.observation, action[0], action[1], joint)
 
     def reset(key):
         state, timestep = obj.reset(key)
-        return _f32(timestep.observation), state
+        return flat(timestep.observation), state
 
     def step(state, a):
-        state, ts = obj.step(state, a.reshape(shape) if not action[0] and shape == () else a)
+        state, ts = obj.step(state, to_env(a))
         last = ts.last() if hasattr(ts, "last") else jnp.asarray(ts.step_type) == LAST
         ends = jnp.asarray(ts.discount) == 0
-        return _f32(ts.observation), state, ts.reward, last & ends, last & ~ends
+        return flat(ts.observation), state, ts.reward, last & ends, last & ~ends
 
-    key = jax.random.key(0)
     obs, state = _traced(name, "reset(key)", reset, key)
-    spec = _spec(name, _one_array(name, obs), action, max_steps)
+    spec = dataclasses.replace(_spec(name, flat.shape, action, max_steps), **fields)
     act = jax.ShapeDtypeStruct(spec.action_shape, jnp.int32 if spec.discrete else jnp.float32)
     out = _traced(name, "step(state, action)", step, state, act)
-    if _one_array(name, out[0]) != spec.obs_shape:
-        raise ConfigError("env", f"{name}: step observes {out[0].shape}, reset {spec.obs_shape}")
+    if (out[0].shape, out[0].dtype) != (obs.shape, obs.dtype):
+        raise ConfigError(
+            "env",
+            f"{name}: step observes {out[0].dtype}{list(out[0].shape)}, reset "
+            f"{obs.dtype}{list(obs.shape)}",
+        )
     made = auto_reset(reset, step, max_steps)
     return EnvParts(spec, made.reset_one, made.step_batch, obj, made.step_batch_no_reset)
 
@@ -425,6 +543,9 @@ def load_record(run_dir: str | Path) -> JaxEnv | None:
     if known is not None and known.parts is not None:
         return known
     spec = EnvSpec.from_record(record["spec"])
+    if spec.action_mask:  # the columns that leave the mask out (no keys: the env's own)
+        columns = {k: tuple(record["spec"][k]) for k in ("actor_obs", "critic_obs")}
+        spec = dataclasses.replace(spec, **columns)
     found = JaxEnv(
         record["name"], spec, None, record["kind"], record["class"], record["importable"]
     )
