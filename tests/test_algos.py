@@ -178,7 +178,7 @@ def test_all_algorithms_share_loop_buffer_and_networks():
 def test_registry_lists_every_algorithm_once():
     """``algos/__init__.py`` is the list: one spec per algorithm module, its ``SPEC``;
     each spec's defaults give every run-level size and pass its own validation."""
-    assert algos.NAMES == ("sac", "td3", "ddpg", "ppo", "fasttd3", "fastsac", "pqn")
+    assert algos.NAMES == ("sac", "td3", "ddpg", "ppo", "fasttd3", "fastsac", "pqn", "dqn")
     assert [s.name for s in algos.all_specs()] == list(algos.NAMES)
     for name in algos.NAMES:
         spec = algos.get(name)

@@ -95,6 +95,7 @@ BAD: list[tuple[dict, str]] = [
     ({"fastsac": "@fastsac.tau=1.5"}, "fastsac.tau"),
     ({"fastsac": "@fastsac.n_step=1.5"}, "fastsac.n_step"),
     ({"pqn": "@pqn.gamma=1.5"}, "pqn.gamma"),
+    ({"dqn": "@dqn.gamma=1.5"}, "dqn.gamma"),
     ({"env": "gymnax/CartPole-v1"}, "algo"),  # SAC cannot do discrete actions
 ]
 
@@ -262,13 +263,13 @@ def test_runconfig_is_built_from_the_registry():
     assert names[:5] == order  # hand-written order kept
     assert names[-len(algos.NAMES) :] == list(algos.NAMES)
     text = " ".join(_help().split())
-    for flag in ("--algo {sac,td3,ddpg,ppo,fasttd3,fastsac,pqn}", "--sac.actor-lr FLOAT", "--td3.policy-delay INT",
+    for flag in ("--algo {sac,td3,ddpg,ppo,fasttd3,fastsac,pqn,dqn}", "--sac.actor-lr FLOAT", "--td3.policy-delay INT",
                  "--ppo.normalize-obs, --ppo.no-normalize-obs", "--num-envs", "--eval-every"):  # fmt: skip
         assert flag in text, flag
     assert "SAC hyperparameters." in text and "Actor learning rate (Adam)." in text
     # the sizes that depend on the algorithm say so, with every algorithm's value
     assert "Parallel environments (vmapped on the device). None: the algorithm's default" in text
-    assert "sac/td3/ddpg/fasttd3/fastsac 8, ppo" in text
+    assert "sac/td3/ddpg/fasttd3/fastsac/dqn 8, ppo" in text
     parsed = tyro.cli(
         RunConfig, args=["--sac.actor-lr", "0.01", "--algo", "ppo", "--num-envs", "4"]
     )
@@ -302,7 +303,7 @@ def test_resolve_fills_defaults_keeps_what_was_set_and_is_idempotent(name):
     assert mine.rollout_steps == spec.defaults["rollout_steps"]
     assert resolve(RunConfig(algo=name, total_steps=500)).eval_every == 50
     # the plan's derived sizes read the algorithm's defaults on an unresolved config too
-    env = "gymnax/CartPole-v1" if name in ("ppo", "pqn") else "gymnax/Pendulum-v1"
+    env = "gymnax/CartPole-v1" if name in ("ppo", "pqn", "dqn") else "gymnax/Pendulum-v1"
     p, pr = (plan(c.replace(env=env), on_devices=False) for c in (cfg, r))
     assert p.steps_per_iteration == pr.steps_per_iteration
     assert p.num_iterations == pr.num_iterations and p.warmup_steps == pr.warmup_steps

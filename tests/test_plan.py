@@ -44,7 +44,8 @@ ALGO_SHAPE = {"sac": {"hidden", "torso", "normalize_obs"}, "td3": {"hidden", "to
                       "memory_size"},
               "fasttd3": {"num_atoms", "actor_hidden", "critic_hidden", "torso", "critic_layer_norm", "normalize_obs"},
               "fastsac": {"num_atoms", "actor_hidden", "critic_hidden", "torso", "critic_layer_norm", "normalize_obs"},
-              "pqn": {"hidden", "torso", "layer_norm", "optimizer"}}  # fmt: skip
+              "pqn": {"hidden", "torso", "layer_norm", "optimizer"},
+              "dqn": {"hidden", "torso", "layer_norm"}}  # fmt: skip
 
 
 def test_field_sets_are_pinned():

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from jaxspreeze.algos import (
     ddpg_config,
+    dqn_config,
     fastsac_config,
     fasttd3_config,
     ppo_config,
@@ -32,6 +33,7 @@ _SPECS: tuple[AlgoSpec, ...] = (
     fasttd3_config.SPEC,
     fastsac_config.SPEC,
     pqn_config.SPEC,
+    dqn_config.SPEC,
 )
 
 NAMES: tuple[str, ...] = tuple(spec.name for spec in _SPECS)

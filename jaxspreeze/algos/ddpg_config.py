@@ -21,8 +21,8 @@ def supports(spec: EnvSpec) -> str | None:
     """Why DDPG cannot run on ``spec`` (None when it can)."""
     if spec.discrete:
         return (
-            "DDPG needs a continuous action space; use --algo ppo or --algo pqn for "
-            "discrete actions"
+            "DDPG needs a continuous action space; use --algo ppo, --algo pqn or --algo dqn "
+            "for discrete actions"
         )
     return None
 

@@ -47,8 +47,8 @@ def supports(spec: EnvSpec) -> str | None:
     """Why SAC cannot run on ``spec`` (None when it can)."""
     if spec.discrete:
         return (
-            "SAC needs a continuous action space; use --algo ppo or --algo pqn for "
-            "discrete actions"
+            "SAC needs a continuous action space; use --algo ppo, --algo pqn or --algo dqn "
+            "for discrete actions"
         )
     return None
 

@@ -29,8 +29,8 @@ def supports(spec: EnvSpec) -> str | None:
     """Why TD3 cannot run on ``spec`` (None when it can)."""
     if spec.discrete:
         return (
-            "TD3 needs a continuous action space; use --algo ppo or --algo pqn for "
-            "discrete actions"
+            "TD3 needs a continuous action space; use --algo ppo, --algo pqn or --algo dqn "
+            "for discrete actions"
         )
     return None
 
