@@ -9,6 +9,7 @@ import gymnax
 import pytest
 
 from jaxspreeze import cli
+from jaxspreeze.core import envids
 from jaxspreeze.envs import brax, check_env_name, playground
 
 HAS_ENVPOOL = importlib.util.find_spec("envpool") is not None
@@ -46,7 +47,7 @@ def test_a_family_not_installed_names_its_install_command(capsys, monkeypatch):
     err = capsys.readouterr().err
     assert err.startswith("jaxspreeze: error:") and 'pip install "jaxspreeze[playground]"' in err
     # in the list of every family it is one line, the others are listed
-    lines = ids(capsys)
+    lines = ids(capsys, "--all")
     assert any(line.startswith("playground: ") and "pip install" in line for line in lines)
     assert f"gymnax ({len(gymnax.registered_envs)}):" in lines and "  brax/ant" in lines
 
@@ -65,7 +66,7 @@ def test_an_unknown_family_exits_2_naming_the_families(capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert "unknown env family 'gymnaxx'; did you mean gymnax or gymnasium?" in err
-    assert "gymnax, brax, playground, gymnasium, envpool" in err
+    assert ", ".join((*envids.device_families(), *envids.host_families())) in err
 
 
 def test_a_reader_that_leaves_is_no_error(capsys, monkeypatch, tmp_path):

@@ -40,7 +40,7 @@ commands:
   launch     start N local processes of one data-parallel run:
              jaxspreeze launch --processes N -- train <train args>
   cache      list, clear or cap the compile cache (compiled and kept programs)
-  envs       list the env ids of a family (gymnax, brax, playground, gymnasium, envpool)
+  envs       the env families, or the ids of one (gymnax, brax, craftax, jumanji, ...)
 
 `jaxspreeze COMMAND --help` lists a command's options; `--debug` shows the traceback of an error.
 """

@@ -192,8 +192,112 @@ FAMILIES: dict[str, Family] = {
             distributions=("mujoco", "mujoco-mjx", "playground"),
             renderer="playground",
         ),
+        # craftax.craftax_env.make_craftax_env_from_name's ids (jaxspreeze.envs.craftax.NAMES)
+        Family(
+            "craftax",
+            adapter="jaxspreeze.envs.craftax",
+            ids=(
+                "Craftax-Classic-Symbolic-v1",
+                "Craftax-Classic-Pixels-v1",
+                "Craftax-Symbolic-v1",
+                "Craftax-Pixels-v1",
+            ),
+            ids_from=("craftax", "1.6.1"),
+            distributions=("craftax",),
+        ),
+        # xminigrid.registered_environments() (xminigrid 0.9.3); the XLand-MiniGrid-R* ids
+        # need a downloaded benchmark, refused by the full check
+        Family(
+            "xminigrid",
+            adapter="jaxspreeze.envs.xminigrid",
+            ids=(
+                *(f"XLand-MiniGrid-R{r}-{s}x{s}" for r in (1, 2, 4) for s in (9, 11, 13, 15, 17)),
+                *(f"XLand-MiniGrid-R{r}-{s}x{s}" for r, s in ((6, 13), (6, 17), (6, 19))),
+                *(f"XLand-MiniGrid-R9-{s}x{s}" for s in (16, 19, 25)),
+                "MiniGrid-BlockedUnlockPickUp",
+                *(f"MiniGrid-DoorKey-{s}x{s}" for s in (5, 6, 8, 16)),
+                *(f"MiniGrid-Empty-{s}x{s}" for s in (5, 6, 8, 16)),
+                *(f"MiniGrid-EmptyRandom-{s}x{s}" for s in (5, 6, 8, 16)),
+                "MiniGrid-FourRooms",
+                "MiniGrid-LockedRoom",
+                *(f"MiniGrid-MemoryS{s}" for s in (8, 16, 32, 64, 128)),
+                "MiniGrid-Playground",
+                "MiniGrid-Unlock",
+                "MiniGrid-UnlockPickUp",
+            ),
+            ids_from=("xminigrid", "0.9.3"),
+            registry="xminigrid",
+            distributions=("xminigrid",),
+        ),
+        # navix.registry() (navix 0.7.4)
+        Family(
+            "navix",
+            adapter="jaxspreeze.envs.navix",
+            ids=(
+                *(f"Navix-Empty-{s}x{s}-v0" for s in (5, 6, 8, 16)),
+                *(f"Navix-Empty-Random-{s}x{s}-v0" for s in (5, 6, 8, 16)),
+                *(f"Navix-DoorKey-{s}x{s}-v0" for s in (5, 6, 8, 16)),
+                *(f"Navix-DoorKey-Random-{s}x{s}-v0" for s in (5, 6, 8, 16)),
+                "Navix-FourRooms-v0",
+                *(
+                    f"Navix-KeyCorridorS{s}R{r}-v0"
+                    for s, r in ((3, 1), (3, 2), (3, 3), (4, 3), (5, 3), (6, 3))
+                ),
+                *(f"Navix-LavaGapS{s}-v0" for s in (5, 6, 7)),
+                *(f"Navix-SimpleCrossingS{s}N{n}-v0" for s, n in ((9, 1), (9, 2), (9, 3), (11, 5))),
+                "Navix-Dynamic-Obstacles-5x5-v0",
+                "Navix-Dynamic-Obstacles-5x5-Random-v0",
+                "Navix-Dynamic-Obstacles-6x6-v0",
+                "Navix-Dynamic-Obstacles-6x6-Random-v0",
+                "Navix-Dynamic-Obstacles-8x8-v0",
+                "Navix-Dynamic-Obstacles-16x16-v0",
+                "Navix-DistShift1-v0",
+                "Navix-DistShift2-v0",
+                *(f"Navix-GoToDoor-{s}x{s}-v0" for s in (5, 6, 8)),
+            ),
+            ids_from=("navix", "0.7.4"),
+            registry="navix",
+            distributions=("navix",),
+        ),
         Family("gymnasium", registry="gymnasium", renderer="gymnasium"),
         Family("envpool", renderer="envpool"),
+        Family(
+            "jumanji",
+            adapter="jaxspreeze.envs.jumanji",
+            # jumanji.registered_environments(), sorted; the multi-agent ids and Sokoban
+            # (it downloads its levels) are refused with their reason after JAX starts
+            # (jaxspreeze.envs.jumanji.REFUSED)
+            ids=(
+                "BinPack-v2",
+                "CVRP-v1",
+                "Cleaner-v0",
+                "Connector-v3",
+                "FlatPack-v0",
+                "Game2048-v1",
+                "GraphColoring-v1",
+                "JobShop-v0",
+                "Knapsack-v1",
+                "LevelBasedForaging-v0",
+                "MMST-v0",
+                "Maze-v0",
+                "Minesweeper-v0",
+                "MultiCVRP-v0",
+                "PacMan-v1",
+                "RobotWarehouse-v0",
+                "RubiksCube-partly-scrambled-v0",
+                "RubiksCube-v0",
+                "SearchAndRescue-v0",
+                "SlidingTilePuzzle-v0",
+                "Snake-v1",
+                "Sokoban-v0",
+                "Sudoku-v0",
+                "Sudoku-very-easy-v0",
+                "TSP-v1",
+                "Tetris-v0",
+            ),
+            ids_from=("jumanji", "1.1.2"),
+            distributions=("jumanji",),
+        ),
     )
 }
 

@@ -1,7 +1,9 @@
 """Vmapped environments on the device, one adapter per family, picked by the name's prefix.
 
 ``make_env("gymnax/Pendulum-v1", num_envs)``, ``make_env("brax/reacher", n)``,
-``make_env("playground/CartpoleBalance", n)``: every family is driven through the
+``make_env("playground/CartpoleBalance", n)``, and the JAX suites'
+``make_env("craftax/Craftax-Classic-Symbolic-v1", n)``, ``make_env("xminigrid/MiniGrid-Empty-8x8", n)``,
+``make_env("navix/Navix-Empty-5x5-v0", n)``: every family is driven through the
 contract of :mod:`jaxspreeze.envs.base`. A family is one module exposing ``PREFIX``,
 ``names()``, ``check(env_name)`` and ``make(env_name) -> EnvParts``, registered once in
 the family table (:data:`jaxspreeze.core.envids.FAMILIES`, its ``adapter``): :data:`FAMILIES`
@@ -97,7 +99,8 @@ FAMILIES: Mapping[str, ModuleType] = _Adapters()
 
 
 def available_envs() -> list[str]:
-    """Every name :func:`make_env` accepts on this machine (Playground only if installed)."""
+    """Every name :func:`make_env` accepts on this machine (an optional family's only if
+    installed)."""
     out: list[str] = []
     for prefix, family in FAMILIES.items():
         names = family.available() if hasattr(family, "available") else family.names()
@@ -109,7 +112,8 @@ def env_ids(family: str) -> list[str]:
     """The env ids of one family that load on this machine, ``<family>/<name>``.
 
     gymnax and brax: every task; Playground: the tasks whose models are present (the
-    dm_control suite always); gymnasium: every id of its registry (not all of them have the
+    dm_control suite always); xminigrid: its MiniGrid ids (the XLand ones need a downloaded
+    benchmark); gymnasium: every id of its registry (not all of them have the
     Box observation and Box or Discrete action the algorithms take); envpool: every task.
     UnknownEnvError for a family that is not installed (naming its install command) or
     unknown (naming the families).

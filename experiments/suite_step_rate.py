@@ -1,0 +1,151 @@
+"""Env steps/s of a JAX suite stepped by jaxspreeze against a bare vmapped scan of the suite.
+
+Three programs per env id, each ``jit(scan(T steps of N envs))`` with uniform random
+actions and nothing else (no policy), compiled apart from the timing:
+
+- ``bare``: the suite's transition alone, vmapped (no reset ever: an upper bound, and what
+  the issue's "bare vmapped scan" measures: Craftax's ``auto_reset=False`` env, XLand-MiniGrid's
+  ``env.step``, Navix's ``_step``);
+- ``own-reset``: the suite's own auto-reset, vmapped (Craftax's default ``auto_reset=True``
+  env, XLand-MiniGrid's ``GymAutoResetWrapper``, Navix's ``env.step``): what a user who
+  vmaps the suite as shipped gets;
+- ``jaxspreeze``: ``make_env(id, N).step`` (the adapter: the suite's transition, the shared
+  auto-reset with starts drawn ahead, the episode bookkeeping): what the training chunk runs.
+
+``--rounds`` timed calls per program, interleaved across programs; the median is reported.
+
+    JAX_PLATFORMS=cpu python experiments/suite_step_rate.py --envs xminigrid/MiniGrid-Empty-8x8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from jaxspreeze.envs import make_env
+
+
+def _programs(name: str, n: int, steps: int) -> dict[str, tuple[Callable, Any]]:
+    """(jitted program, its first argument) per variant, for the env id ``name``."""
+    env = make_env(name, n)
+    family, _, task = name.partition("/")
+    actions = env.spec.action_dim
+
+    def scan(step: Callable, state: Any) -> tuple[Callable, Any]:
+        def run(state, key):
+            def body(state, k):
+                k_act, k_step = jax.random.split(k)
+                action = jax.random.randint(k_act, (n,), 0, actions)
+                state, reward = step(k_step, state, action)
+                return state, reward.sum()
+
+            state, rewards = jax.lax.scan(body, state, jax.random.split(key, steps))
+            return state, rewards.sum()
+
+        return jax.jit(run), state
+
+    keys = jax.random.split(jax.random.key(0), n)
+    out: dict[str, tuple[Callable, Any]] = {}
+    if family == "craftax":
+        from craftax.craftax_env import make_craftax_env_from_name
+
+        for variant, auto in (("bare", False), ("own-reset", True)):
+            lib = make_craftax_env_from_name(task, auto_reset=auto)
+            params = lib.default_params
+            state = jax.vmap(lambda k: lib.reset(k, params)[1])(keys)
+
+            def step(key, state, action, lib=lib, params=params):
+                ks = jax.random.split(key, n)
+                _, state, reward, _, _ = jax.vmap(lib.step, (0, 0, 0, None))(
+                    ks, state, action, params
+                )
+                return state, reward
+
+            out[variant] = scan(step, state)
+    elif family == "xminigrid":
+        import xminigrid
+        from xminigrid.wrappers import GymAutoResetWrapper
+
+        lib, params = xminigrid.make(task)
+        for variant, stepper in (("bare", lib), ("own-reset", GymAutoResetWrapper(lib))):
+            state = jax.vmap(lambda k: lib.reset(params, k))(keys)
+
+            def step(key, ts, action, stepper=stepper, params=params):
+                ts = jax.vmap(stepper.step, (None, 0, 0))(params, ts, action)
+                return ts, ts.reward
+
+            out[variant] = scan(step, state)
+    elif family == "navix":
+        import navix
+
+        lib = navix.make(task)
+        state = jax.vmap(lib.reset)(keys)
+        for variant, fn in (("bare", lib._step), ("own-reset", lib.step)):
+
+            def step(key, ts, action, fn=fn):
+                ts = jax.vmap(fn)(ts, action)
+                return ts, ts.reward
+
+            out[variant] = scan(step, state)
+    else:
+        raise SystemExit(f"{name}: a craftax/, xminigrid/ or navix/ id")
+
+    def ours(key, state, action):
+        _, state, reward, *_ = env.step(key, state, action)
+        return state, reward
+
+    out["jaxspreeze"] = scan(ours, env.reset(jax.random.key(1))[1])
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--envs", nargs="+", default=["xminigrid/MiniGrid-Empty-8x8"])
+    parser.add_argument("--num-envs", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    for name in args.envs:
+        programs = _programs(name, args.num_envs, args.steps)
+        states, compile_s = {}, {}
+        for variant, (fn, state) in programs.items():
+            t = time.perf_counter()
+            states[variant] = jax.block_until_ready(fn(state, jax.random.key(2)))[0]
+            compile_s[variant] = time.perf_counter() - t
+            # once more untimed, from the state a step returns (a reset's weak-typed leaves
+            # would make the first timed call compile again)
+            states[variant] = jax.block_until_ready(fn(states[variant], jax.random.key(3)))[0]
+        times: dict[str, list[float]] = {v: [] for v in programs}
+        for r in range(args.rounds):
+            for variant, (fn, _) in programs.items():
+                t = time.perf_counter()
+                states[variant] = jax.block_until_ready(fn(states[variant], jax.random.key(4 + r)))[
+                    0
+                ]
+                times[variant].append(time.perf_counter() - t)
+        frames = args.num_envs * args.steps
+        rates = {v: frames / statistics.median(ts) for v, ts in times.items()}
+        print(
+            json.dumps(
+                {
+                    "env": name,
+                    "num_envs": args.num_envs,
+                    "steps": args.steps,
+                    "env_steps_per_s": {v: round(x) for v, x in rates.items()},
+                    "jaxspreeze_over_bare": round(rates["jaxspreeze"] / rates["bare"], 3),
+                    "first_call_s": {v: round(x, 1) for v, x in compile_s.items()},
+                    "device": str(jax.devices()[0]),
+                }
+            ),
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
