@@ -53,9 +53,9 @@ def test_lines_after_a_queued_evaluation_wait_for_its_line():
     sink.write(evaluation(100, 7.0))  # 100's line, then what it held up to 300's evaluation
     got = lines_of(out)
     assert [s.split()[0:3] for s in got] == [
-        ["100/400", "steps", "|"],
+        ["100/400", "steps", "25%"],
         ["eval", "@", "100"],
-        ["200/400", "steps", "|"],
+        ["200/400", "steps", "50%"],
         ["eval", "@", "200"],
     ]
     assert got[0].endswith("eval n/a")
@@ -215,7 +215,9 @@ def held_run(tmp_path_factory):
 
 def test_one_compile_line_and_one_wall_line_with_the_summary_figures(held_run):
     summary, lines = held_run
-    compile_lines = [s for s in lines if COMPILE_FIGURE.search(s)]
+    # (the start's progress lines, indented under it, say each program as it is ready:
+    # the run's compile figure is the one at the end)
+    compile_lines = [s for s in lines if COMPILE_FIGURE.search(s) and not s.startswith("    ")]
     wall_lines = [s for s in lines if WALL_FIGURE.search(s)]
     assert len(compile_lines) == 1 and len(wall_lines) == 1, lines
     assert f"compiling {summary['compile_all_s']:.1f}s in all" in compile_lines[0]
@@ -240,7 +242,11 @@ def test_every_evaluation_has_its_line_in_step_order(held_run):
     # (which snapshots wait and which are replaced depends on when the evaluator thread
     # takes the first one: the skipped lines name it and the snapshot that replaced them)
     assert [int(re.search(r"@\s+([\d,]+) steps", s).group(1)) for s in evals] == [
-        280, 360, 440, 520, 600
+        280,
+        360,
+        440,
+        520,
+        600,
     ]
     for line in skipped:  # replaced while the evaluator was busy with an earlier one, or
         # while it waited between two evaluations; by a later snapshot either way

@@ -128,11 +128,13 @@ def test_console_plain_lines_when_not_a_tty():
     sink.write(evalrec(200))
     sink.close()
     text = out.getvalue()
-    assert "200/1,000 steps" in text and "steps/s" in text and "samples/s" in text
+    assert "200/1,000 steps" in text and "env steps/s" in text and "ETA" in text
+    assert "elapsed" in text and "train return  -100.0" in text
     assert "eval @" in text and "-321.0" in text
 
 
-def test_console_live_progress_bar():
+def test_console_live_progress_bar(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "120")  # a wide terminal: every column shown
     out = io.StringIO()
     sink = ConsoleSink(1000, live=True, file=out)
     sink.write(chunk(1))

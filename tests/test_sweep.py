@@ -354,6 +354,15 @@ def test_every_member_is_a_run_you_can_use(pop):
         assert m["final_return"] == pytest.approx(
             np.mean(finals[2 * m["member"] : 2 * m["member"] + 2])
         )
+    # members and seeds named as such: 2 members of 2 seeds, member-major
+    assert (summary["num_members"], summary["seeds_per_member"], summary["num_seeds"]) == (2, 2, 2)
+    assert summary["final_eval_return_per_member_seed"] == [finals[0:2], finals[2:4]]
+    assert summary["final_eval_return_per_member"] == pytest.approx(
+        [m["final_return"] for m in members]
+    )
+    assert result.final_return == summary["final_eval_return"] == pytest.approx(np.mean(finals))
+    assert result.final_return_se == summary["final_eval_return_se"]
+    for m in members:
         assert m["best_return"] is not None and m["steps_to_best"] in (200, 400)
     assert summary["best_member"] == int(np.argmax([m["final_return"] for m in members]))
     evals = [json.loads(x) for x in (result.run_dir / "metrics.jsonl").open()]

@@ -36,6 +36,7 @@ def main(argv: Sequence[str]) -> int:
         compare_runs,
         write_run_plots,
     )
+
     try:
         if args.out is None and len(args.run_dirs) == 1:
             paths = write_run_plots(args.run_dirs[0])

@@ -141,5 +141,7 @@ def main(argv: Sequence[str]) -> int:
     plan(cfg, on_devices=False)  # exit 2 on a bad config or member, before any compile
     if not cfg.population:
         return fail("--grid: give --grid or --sample (a population of one is `jaxspreeze train`)")
-    train(cfg, signals="kill", overwrite=args.overwrite)
+    from jaxspreeze.run.sweeping import named
+
+    train(named(cfg), signals="kill", overwrite=args.overwrite)  # sweep-<algo>-<env>-<time>
     return 0

@@ -5,26 +5,40 @@ Plain formatters (strings in, strings out); the trainer decides whether to print
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
+import jax
+
+from jaxspreeze.algos.spec import RUN_SIZES, defaults_on
 from jaxspreeze.core.types import Record
 from jaxspreeze.setup import memory
 from jaxspreeze.setup.config import RunConfig
 from jaxspreeze.setup.plan import RunPlan
+from jaxspreeze.sinks import console as progress
 from jaxspreeze.store import rundir
 from jaxspreeze.store.resume import ResumePoint
 
+COLUMNS = progress.COLUMNS  # the progress lines' legend, printed once before them
+
 
 def header(planned: RunPlan, estimate: dict[str, int]) -> str:
-    """The first console line of a run (``estimate``: the memory estimate)."""
-    cfg, placement, total = planned.cfg, planned.placement, estimate["total"]
+    """The first console line of a run (``estimate``: the memory estimate,
+    :func:`jaxspreeze.setup.memory.estimate_memory`): what it counts is said, the device's
+    buffers (replay, parameters and optimiser states, envs, a rollout, a batch), not XLA's
+    temporaries, the compile or the host's memory."""
+    cfg, placement = planned.cfg, planned.placement
     assert placement is not None
+    total = estimate.get("total")
+    if not isinstance(total, (int, float)):  # (an estimate without its total: the sum)
+        total = sum(v for k, v in estimate.items() if isinstance(v, (int, float)))
     each = " per device" if placement.data_parallel else ""  # one shard's share
     buffer = memory.buffer_nbytes(planned) // placement.data_devices
     return (
         f"jaxspreeze: {cfg.algo} on {cfg.env} | {agents(cfg)} x {cfg.num_envs} envs | "
-        f"{placement.describe()} | memory estimate {total / 2**20:.1f} MiB{each} "
-        f"(replay buffer {buffer / 2**20:.1f} MiB)"
+        f"{placement.describe()} | device buffers ~{total / 2**20:.1f} MiB{each} (replay "
+        f"buffer {buffer / 2**20:.1f} MiB; not counted: XLA's temporaries, compiling, host "
+        "memory)"
     )
 
 
@@ -84,6 +98,11 @@ def ready_line(n_chunks: int, k: int) -> str:
     return f"  compiled: {n_chunks} chunks x {k} iterations to run"
 
 
+def working_text(resumed: bool) -> str:
+    """What the live line says while the start compiles (or loads the kept programs)."""
+    return f"compiling, then {'restoring the checkpoint' if resumed else 'warming up'}"
+
+
 def compile_line(summary: Record) -> str:
     """The console's one compile figure (``compile_all_s``: every trace, lowering and
     compile of the run) and when the first chunk was dispatched."""
@@ -105,15 +124,22 @@ def wall_text(summary: Record) -> str:
 
 
 def last_line(cfg: RunConfig, summary: Record, stopped: str | None = None) -> str:
-    """The last console line: the final evaluation, the rate and the wall time; a stopped
+    """The last console line: the final evaluation, the rates (env steps/s; the update
+    rate, ``update_samples_per_s``, said as what it is) and the wall time; a stopped
     run's line (``stopped``: why, and how to go on) with its wall time."""
     if stopped is not None:
         return f"{stopped} ({wall_text(summary)})"
     ret, se = summary["final_eval_return"], summary.get("final_eval_return_se")
     value = "n/a" if ret is None else f"{ret:.1f}" + (f" ± {se:.1f} s.e." if se is not None else "")
+    updates = summary.get("update_samples_per_s")
+    learned = (
+        f", {updates:,.0f} samples/s learned from (batch x gradient steps)"
+        if isinstance(updates, (int, float)) and updates > 0
+        else ""
+    )
     return (
         f"final eval return: {value} (mean over {agents(cfg)}, {cfg.eval_episodes} episodes "
-        f"each, fresh starts) | {summary['env_steps_per_s']:,.0f} env steps/s | "
+        f"each, fresh starts) | {summary['env_steps_per_s']:,.0f} env steps/s{learned} | "
         f"{wall_text(summary)}"
     )
 
@@ -132,3 +158,49 @@ def end_lines(cfg: RunConfig, summary: Record, run_dir: Path, stopped: str | Non
             f"{'n/a' if final is None else f'{final:.1f}'} | {run_dir / row['policy']}"
         )
     return lines
+
+
+# a budget under 1/3 of the recipe's default earns a warning (1/10 on-policy: PPO's 200k
+# default is sized for harder envs than CartPole, which learns in 30k)
+BUDGET_FRACTION = {False: 3, True: 10}
+
+
+def start_warnings(planned: RunPlan, iterations_per_chunk: int) -> list[str]:
+    """What a run's choices will make of it, worth a line on stderr before it compiles: a
+    budget far below the one its algorithm's other defaults are sized for (when they are
+    all left at the defaults: under a third of the default ``total_steps``, a tenth
+    on-policy), and a PBT interval the run never reaches (no copy would ever be made)."""
+    cfg, out = planned.cfg, []
+    defaults = defaults_on(planned.algo_spec, jax.default_backend())
+    recipe = defaults.get("total_steps")
+    fraction = BUDGET_FRACTION[planned.on_policy]
+    # the recipe: every other run-level size left at the algorithm's default (a run that
+    # sets its own sizes has its own recipe)
+    own = [n for n in RUN_SIZES if n != "total_steps" and getattr(cfg, n) != defaults.get(n)]
+    if recipe and not own and cfg.total_steps * fraction < recipe:
+        share = "a third" if fraction == 3 else f"1/{fraction}"
+        out.append(
+            f"--total-steps {cfg.total_steps:,} is under {share} of {cfg.algo}'s default "
+            f"budget ({recipe:,} env steps per seed), which its other defaults (envs, batch, "
+            f"updates per step, learning starts) are sized for: it may learn little; raise "
+            f"--total-steps (or leave it unset for {recipe:,})"
+        )
+    if cfg.pbt and cfg.population:
+        chunk = iterations_per_chunk * planned.steps_per_iteration
+        every = cfg.pbt_interval or 10 * chunk
+        warm = planned.warmup_steps
+        chunks = math.ceil(math.ceil(max(cfg.total_steps - warm, 0) / planned.steps_per_iteration)
+                           / iterations_per_chunk)  # fmt: skip
+        end = warm + chunks * chunk
+        if end // every == warm // every:
+            given = (
+                f"--pbt-interval {every:,}"
+                if cfg.pbt_interval
+                else f"--pbt-interval 0 (ten chunks: {every:,} env steps)"
+            )
+            out.append(
+                f"{given} is longer than the run ({end:,} env steps per seed): PBT will "
+                f"copy no member; set --pbt-interval to a multiple of {chunk:,} (one chunk) "
+                f"of at most {end - warm:,}, or raise --total-steps"
+            )
+    return out

@@ -166,7 +166,35 @@ def with_members(
     if save:
         actor = distributed.local_copy(ran.trained_actor)
         save_members(setup.run.path, setup.cfg, setup.schedule.algo, actor, table)
-    return {**summary, "members": table, "best_member": best_member(table)}
+    named = members_and_seeds(summary, setup.cfg)
+    return {**named, "members": table, "best_member": best_member(table)}
+
+
+def members_and_seeds(summary: Record, cfg: RunConfig) -> Record:
+    """A population's ``summary`` that names members and seeds as such: after ``num_seeds``
+    (each member's seeds) come ``num_members`` and ``seeds_per_member``; after the flat
+    ``final_eval_return_per_seed`` (kept: one value per member's seed, member-major, i.e.
+    member m's seeds at ``m * num_seeds ...``) come ``final_eval_return_per_member`` (the
+    mean over each member's seeds) and ``final_eval_return_per_member_seed`` (``[member]
+    [seed]``)."""
+    m, s = cfg.members, cfg.num_seeds
+    counts = {"num_members": m, "seeds_per_member": s}
+    flat = summary.get("final_eval_return_per_seed")
+    returns = {}
+    if isinstance(flat, list) and len(flat) == m * s:
+        nested = [flat[i * s : (i + 1) * s] for i in range(m)]
+        returns = {
+            "final_eval_return_per_member": [float(np.mean(row)) for row in nested],
+            "final_eval_return_per_member_seed": nested,
+        }
+    out: Record = {}
+    for key, value in summary.items():
+        out[key] = value
+        if key == "num_seeds":
+            out.update(counts)
+        elif key == "final_eval_return_per_seed":
+            out.update(returns)
+    return {**out, **counts} if "num_seeds" not in summary else out
 
 
 def best_member(table: list[Record]) -> int:

@@ -16,6 +16,7 @@ from jaxspreeze.core.errors import ConfigError
 from jaxspreeze.run.trainer import RunResult, train
 from jaxspreeze.setup import population as sweep_lib
 from jaxspreeze.setup.config import RunConfig, resolve
+from jaxspreeze.store import rundir
 
 Grid = Mapping[str, Iterable[float]] | Iterable[str]
 Sample = Mapping[str, str] | Iterable[str]
@@ -75,7 +76,19 @@ def sweep(
     point (from ``cfg.seed``). Each member trains ``cfg.num_seeds`` seeds. The result's
     ``summary["members"]`` lists each member's values, final and best return and steps to
     the best; ``summary["best_member"]`` the best; the run directory holds
-    ``policy-<m>.msgpack`` for each member. ``train_kwargs`` go to :func:`jaxspreeze.train`.
+    ``policy-<m>.msgpack`` for each member; it is named ``sweep-<algo>-<env>-<time>``
+    unless ``cfg.run_name`` is set. ``result.final_return`` is the mean over every member's
+    seeds (``summary["final_eval_return_per_member"]``: each member's). ``train_kwargs`` go
+    to :func:`jaxspreeze.train`.
     """
     cfg = population_config(cfg or RunConfig(), grid, sample, members)
-    return train(cfg, **train_kwargs)
+    return train(named(cfg), **train_kwargs)
+
+
+def named(cfg: RunConfig) -> RunConfig:
+    """``cfg`` with a run name that says it is a population (``sweep-<algo>-<env>-<time>``,
+    ``pbt-...`` with PBT), unless it has one."""
+    if cfg.run_name or not cfg.population:
+        return cfg
+    kind = "pbt" if cfg.pbt else "sweep"
+    return dataclasses.replace(cfg, run_name=f"{kind}-{rundir.default_run_name(cfg)}")

@@ -30,6 +30,7 @@ from jaxspreeze.agent.evaluate import (
     make_host_evaluate,
     make_seed_evaluate,
 )
+from jaxspreeze.core import exiting
 from jaxspreeze.core.types import Record
 from jaxspreeze.envs import make_env
 from jaxspreeze.run.evalwatch import EvalWatch
@@ -150,7 +151,9 @@ def evaluate_ahead(schedule: schedules.Schedule, state: TrainState) -> Future:
             )
         future.set_result(evaluate)
 
-    threading.Thread(target=work, name="jaxspreeze-eval-compile", daemon=True).start()
+    thread = threading.Thread(target=work, name="jaxspreeze-eval-compile", daemon=True)
+    thread.start()
+    exiting.finish_at_exit(thread)  # a compile in flight is not killed by the exit
     return future
 
 

@@ -71,7 +71,8 @@ from jaxspreeze.sinks import Sink, metrics
 class RunResult:
     """What :func:`train` returns: the run directory, the summary, the final state.
 
-    ``summary`` is what ``summary.json`` holds; ``schedule`` ran the chunks (its
+    ``result.final_return`` (``± result.final_return_se``) is the final evaluation's mean
+    return; ``summary`` is what ``summary.json`` holds; ``schedule`` ran the chunks (its
     ``algo`` acts with ``state.agent.actor``).
     """
 
@@ -79,6 +80,18 @@ class RunResult:
     summary: dict[str, Any]
     state: TrainState | None = field(default=None, repr=False)
     schedule: schedules.Schedule | None = field(default=None, repr=False)
+
+    @property
+    def final_return(self) -> float | None:
+        """The final evaluation's mean return (over seeds; a population's: over every
+        member's seeds, ``summary["members"]`` has each member's); None when there was none
+        (a stopped run, a failed evaluation, a process other than 0)."""
+        return self.summary.get("final_eval_return")
+
+    @property
+    def final_return_se(self) -> float | None:
+        """The standard error of :attr:`final_return` (None with it)."""
+        return self.summary.get("final_eval_return_se")
 
 
 def train(
@@ -164,20 +177,28 @@ def train(
         # chunk, evaluation), for the summary
         with stop or contextlib.nullcontext(), CompileLog() as compile_log:
             starting = stop.starting(BEFORE_SETUP) if stop else contextlib.nullcontext()
-            with starting:
+            # a line that says what is going on while the start takes its time (a live
+            # one in a terminal; elsewhere a line every 30 s while it sets up)
+            working = terminal.Working("setting up", enabled=not quiet)
+            with starting, working:
                 # config, devices, resume point, memory check, run directory (locked)
                 setup = set_up(cfg, resume, overwrite)
                 if stop is not None:
                     stop.run_dir = setup.run.path
                     stop.set_start_line(console.start_line(setup.run.path, setup.point is not None))
                 say(console.header(setup.plan, setup.memory))
-                for line in budget_warnings(setup.plan) if main else []:
+                k = setup.schedule.iterations_per_chunk
+                notes = [*budget_warnings(setup.plan), *console.start_warnings(setup.plan, k)]
+                for line in notes if main else []:
                     metrics.warn(line)
+                # (start() says what it compiles, and in a log a line every few seconds)
+                working.set(console.working_text(setup.point is not None), lines=False)
                 with explained(setup.run.path, None):  # e.g. a host env stalled warming up
                     started = start(setup, say, stop)
             return _run(setup, started, t_start, say, quiet, sinks, save, stop,
                         compile_log, (before_train_s, wall_from), on_eval)  # fmt: skip
     finally:
+        terminal.status(None, keep=True)  # a live line left by a failure: an error goes below
         if setup is not None:
             setup.schedule.close()  # the host schedule's workers and envs
             setup.run.release()
@@ -215,6 +236,8 @@ def _run(
     remaining = math.ceil(max(cfg.total_steps - started.steps, 0) / spi)
     n_chunks = math.ceil(remaining / k)
     say(console.ready_line(n_chunks, k))
+    if "console" in cfg.sinks and n_chunks:
+        say(console.COLUMNS)
 
     # the host threads: metrics -> sinks, snapshots -> evaluator -> metrics
     work = Work.per_chunk(setup.plan, schedule.algo, k)

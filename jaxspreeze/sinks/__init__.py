@@ -5,7 +5,8 @@ A sink is any object with ``name``, ``write(record)`` and ``close()``
 (:class:`~jaxspreeze.sinks.metrics.MetricsThread`) gives each sink its own queue and thread.
 The built-in sinks, named in ``RunConfig.sinks``:
 
-- ``console``: a live progress bar, or plain lines when not a TTY (:mod:`.console`);
+- ``console``: a live progress line in a terminal, plain lines in a log, a pipe or a
+  notebook (:mod:`.console`);
 - ``jsonl``, ``csv``: ``metrics.jsonl`` and ``metrics.csv`` in the run directory (:mod:`.files`);
 - ``tensorboard``: event files under ``<run>/tb/`` (:mod:`.tensorboard`);
 - ``wandb``: Weights & Biases, when installed (:mod:`.wandb`);
@@ -71,7 +72,7 @@ def make_sinks(
     for name in names:
         if name == "console":
             if not quiet:
-                sinks.append(ConsoleSink(total_steps))
+                sinks.append(ConsoleSink(total_steps, slots=num_seeds))
         elif name == "jsonl":
             sinks.append(JsonlSink(run_dir))
         elif name == "csv":

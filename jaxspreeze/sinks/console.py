@@ -1,19 +1,17 @@
-"""Live progress on the terminal: a rich progress bar, or plain lines when not a TTY."""
+"""Live progress on the terminal: one live line in a terminal, plain lines elsewhere."""
 
 from __future__ import annotations
 
 import functools
 import math
-import sys
 from collections.abc import Callable
 from typing import Any
-
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from jaxspreeze.core import terminal
 from jaxspreeze.core.types import Record
 from jaxspreeze.sinks.base import finite_number
+
+BAR = 12  # the live bar's width, in characters
 
 
 def _fmt(value: Any, spec: str = ",.0f") -> str:
@@ -30,12 +28,26 @@ def _si(value: Any) -> str:
     return f"{value:.0f}"
 
 
-class ConsoleSink:
-    """Live progress on the terminal: a rich progress bar, plain lines when not a TTY.
+COLUMNS = (
+    "  columns: env steps done/total (per seed) | time elapsed, ETA | env steps/s (all "
+    "seeds) | train return: mean return of the training episodes that ended lately "
+    "(exploring policy) | eval: the latest evaluation's mean return ± s.e. (deterministic "
+    "policy, fresh starts)"
+)
 
-    The bar shows env steps, env steps/s, update samples/s (``upd/s``), the latest
-    training and eval return, elapsed time and ETA; eval results are also printed as
-    lines above it.
+
+class ConsoleSink:
+    """A run's progress for a person: a live line in a terminal, plain lines elsewhere.
+
+    Each chunk shows, in labelled columns, the env steps done of the total (per seed),
+    the time elapsed (``wall_s``, from the call of ``train``) and the ETA (from the rate
+    since the first chunk), env steps/s (all seeds), the training return (the mean return
+    of the training episodes that ended in the chunk, the latest where none did) and the
+    latest evaluation (mean ± s.e.). In a terminal (``live``; default: stdout is one,
+    :func:`jaxspreeze.core.terminal.is_terminal`) it is one live line at the bottom with a
+    bar, redrawn (:func:`jaxspreeze.core.terminal.status`); in a log file, a pipe or a
+    notebook one plain line per chunk, without a control character. Evaluations are
+    lines of their own either way.
 
     Every evaluation gets its line (its result, or that it was skipped or failed, and
     why) in step order with the progress lines: the trainer's notes (:meth:`note`) say
@@ -44,33 +56,21 @@ class ConsoleSink:
 
     name = "console"
 
-    def __init__(self, total_steps: int, *, live: bool | None = None, file: Any = None):
+    def __init__(
+        self, total_steps: int, *, live: bool | None = None, file: Any = None, slots: int = 1
+    ):
         self.total_steps = total_steps
+        self.slots = max(int(slots), 1)  # seeds (x members): env_steps_per_s sums them
         self._file = file
-        self._live = sys.stdout.isatty() if live is None else live
-        self._progress: Any = None
-        self._task: Any = None
-        self._eval_shown = math.nan  # the return of the latest eval line printed
+        self._live = terminal.is_terminal(file) if live is None else live
+        self._status: str | None = None  # the live line drawn
+        self._record: Record | None = None  # the chunk record it shows
+        self._eval_shown: tuple[Any, Any] = (math.nan, None)  # the latest eval line printed
         self._ret = math.nan  # the latest chunk in which episodes finished
+        self._first: tuple[float, float] | None = None  # (env steps, wall_s) of chunk one
         # lines waiting for an evaluation queued before them: [env_steps, line or None]
         # (None: that evaluation's line is not known yet)
         self._held: list[list[Any]] = []
-
-    def _start(self) -> None:
-        console = Console(file=self._file)
-        self._progress = Progress(
-            BarColumn(bar_width=12),
-            TextColumn("{task.fields[steps]} {task.fields[sps]} steps/s {task.fields[ups]} upd/s"),
-            TextColumn("ret {task.fields[ret]} eval {task.fields[ev]}"),
-            TextColumn("ETA"),
-            TimeRemainingColumn(compact=True),
-            console=console,
-            transient=False,
-        )
-        self._progress.start()
-        self._task = self._progress.add_task(
-            "train", total=self.total_steps, steps="", sps="", ups="", ret="n/a", ev="n/a"
-        )
 
     def note(self, note: Any) -> None:
         """An evaluation queued (its line holds the lines after it), skipped or failed
@@ -82,27 +82,67 @@ class ConsoleSink:
         self._eval_done(note.env_steps, line)
 
     def write(self, record: Record) -> None:
-        """Advance the bar (or print a line) for a chunk or eval record."""
+        """Redraw the live line (or print a line) for a chunk record; an eval record's
+        line in its place."""
         if record.get("kind") == "eval":
             value = record.get("eval_return", math.nan)
-            self._eval_done(record.get("env_steps"), self._eval_line(record), value)
+            shown = (value, record.get("eval_return_se"))
+            self._eval_done(record.get("env_steps"), self._eval_line(record), shown)
             return
         if finite_number(record.get("episode_return")):
             self._ret = record["episode_return"]
         if not self._live:  # (its eval column: the latest eval line printed before it)
             self._say(functools.partial(self._progress_line, record, self._ret))
             return
-        if self._progress is None:
-            self._start()
+        self._record = record
+        self._status = self._live_line(record)
+        terminal.status(self._status, file=self._file)
+
+    def _timing(self, record: Record) -> tuple[str, str, Any]:
+        """The elapsed time, the ETA (``n/a`` where not known yet) and the env steps/s (all
+        seeds) of a chunk record: the rate since the first chunk (a chunk's own rate swings
+        with when its record was built), the first chunk's own rate before that."""
+        steps, wall = record.get("env_steps"), record.get("wall_s")
+        if not (finite_number(steps) and finite_number(wall)):
+            return "n/a", "n/a", record.get("env_steps_per_s")
+        if self._first is None:
+            self._first = (steps, wall)
+        s0, w0 = self._first
+        rate = (steps - s0) / (wall - w0) if steps > s0 and wall > w0 else math.nan
+        if not finite_number(rate) or rate <= 0:  # the first chunk: its own rate, per seed
+            rate = (record.get("env_steps_per_s") or math.nan) / self.slots
+        left = max(self.total_steps - steps, 0)
+        eta = left / rate if finite_number(rate) and rate > 0 else math.nan
+        shown = terminal.elapsed(eta) if finite_number(eta) else "n/a"
+        return terminal.elapsed(wall), shown, rate * self.slots
+
+    def _eval_text(self) -> str:
+        value, se = self._eval_shown
+        text = _fmt(value, ".1f")
+        return f"{text} ± {se:.1f}" if finite_number(value) and finite_number(se) else text
+
+    def _live_line(self, record: Record) -> str:
+        """The live line; on a narrow terminal the bar, the rate, then the labels' words
+        are left out."""
         steps = record.get("env_steps", 0)
-        self._progress.update(
-            self._task,
-            completed=min(steps, self.total_steps),
-            steps=f"{_si(steps)}/{_si(self.total_steps)}",
-            sps=_si(record.get("env_steps_per_s")),
-            ups=_si(record.get("update_samples_per_s")),
+        done = min(max(steps / self.total_steps, 0.0), 1.0) if self.total_steps else 1.0
+        filled = round(done * BAR)
+        elapsed, eta, per_s = self._timing(record)
+        bar = f"{'█' * filled}{'·' * (BAR - filled)} "
+        head = (
+            f"{done:4.0%} {_si(steps)}/{_si(self.total_steps)} steps | {elapsed} elapsed, ETA {eta}"
         )
-        self._progress.update(self._task, ret=_fmt(self._ret, ".0f"))
+        rate = f" | {_si(per_s)} env steps/s"
+        tail = f" | train return {_fmt(self._ret, '.1f')} | eval {self._eval_text()}"
+        short = (
+            f"{done:4.0%} {_si(steps)}/{_si(self.total_steps)} steps | {elapsed}, ETA {eta} | "
+            f"train {_fmt(self._ret, '.1f')} | eval {self._eval_text()}"
+        )
+        width = terminal.width(self._file)
+        for text in (bar + head + rate + tail, head + rate + tail, head + tail, short):
+            if len(text) + 3 <= width:  # (the status line keeps the last column free)
+                break
+        return f"  {text}"
 
     @staticmethod
     def _eval_line(record: Record) -> str:
@@ -123,12 +163,13 @@ class ConsoleSink:
         )
 
     def _progress_line(self, record: Record, ret: Any) -> str:
+        elapsed, eta, per_s = self._timing(record)
+        steps = record["env_steps"]
+        done = f"{min(steps / self.total_steps, 1.0):4.0%}" if self.total_steps else ""
         return (
-            f"  {record['env_steps']:>9,}/{self.total_steps:,} steps | return "
-            f"{_fmt(ret, '8.1f'):>8} | "
-            f"{_fmt(record.get('env_steps_per_s')):>9} steps/s | "
-            f"{_fmt(record.get('update_samples_per_s')):>10} samples/s | "
-            f"eval {_fmt(self._eval_shown, '.1f')}"
+            f"  {steps:>9,}/{self.total_steps:,} steps {done} | {elapsed} elapsed, ETA {eta} | "
+            f"{_fmt(per_s):>9} env steps/s | "
+            f"train return {_fmt(ret, '.1f'):>7} | eval {self._eval_text()}"
         )
 
     def _say(self, text: str | Callable[[], str], steps: Any = None) -> None:
@@ -139,10 +180,10 @@ class ConsoleSink:
         else:
             self._print(text)
 
-    def _eval_done(self, steps: Any, text: str, value: Any = math.nan) -> None:
-        """The line of the evaluation at ``steps`` (its return ``value``, if it has one):
-        in its place, then what it held."""
-        line = functools.partial(self._eval_shows, text, value)
+    def _eval_done(self, steps: Any, text: str, shown: tuple[Any, Any] = (math.nan, None)) -> None:
+        """The line of the evaluation at ``steps`` (its return and s.e. ``shown``, if it
+        has them): in its place, then what it held."""
+        line = functools.partial(self._eval_shows, text, shown)
         for entry in self._held:
             if entry[1] is None and entry[0] == steps:
                 entry[1] = line
@@ -152,27 +193,26 @@ class ConsoleSink:
         while self._held and self._held[0][1] is not None:
             self._print(self._held.pop(0)[1])
 
-    def _eval_shows(self, text: str, value: Any) -> str:
+    def _eval_shows(self, text: str, shown: tuple[Any, Any]) -> str:
         """An evaluation's line, as it is printed (the progress lines after it show it)."""
-        if finite_number(value):
-            self._eval_shown = value
+        if finite_number(shown[0]):
+            self._eval_shown = shown
         return text
 
     def _print(self, text: str | Callable[[], str]) -> None:
         text = text if isinstance(text, str) else text()
-        if not self._live:
-            terminal.line(text, file=self._file)
-            return
-        if self._progress is None:
-            self._start()
-        self._progress.console.print(text)
-        self._progress.update(self._task, ev=_fmt(self._eval_shown, ".0f"))
+        terminal.line(text, file=self._file)  # (above the live line, in a terminal)
+        if self._live and self._record is not None:  # its eval column: the newest
+            self._status = self._live_line(self._record)
+            terminal.status(self._status, file=self._file)
 
     def close(self) -> None:
-        """Print what is held (an evaluation with no line gets one), stop the live bar
-        (it stays on screen)."""
+        """Print what is held (an evaluation with no line gets one); the live line stays
+        on screen as an ordinary line."""
         for steps, text in self._held:
             self._print(text or f"  eval @ {steps:>9,} steps: no result (the run ended first)")
         self._held.clear()
-        if self._progress is not None:
-            self._progress.stop()
+        if self._live and self._status is not None:
+            terminal.status(self._status, file=self._file)
+            terminal.status(None, keep=True)
+            self._status = None

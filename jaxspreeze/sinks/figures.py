@@ -197,9 +197,10 @@ def write_run_plots(run_dir: str | Path, records: Sequence[Record] | None = None
         save(learning_curve_figure(runs), run_dir / LEARNING_CURVE),
         save(throughput_figure(runs), run_dir / THROUGHPUT),
     ]
-    if any(r.get("eval_return_per_member") for r in records):
-        written.append(save(members_figure(records, title=run_dir.name), run_dir / MEMBERS))
     initial = _population(run_dir)
+    if any(r.get("eval_return_per_member") for r in records):
+        fig = members_figure(records, title=run_dir.name, values=initial)
+        written.append(save(fig, run_dir / MEMBERS))
     if initial and (run_dir / population.LINEAGE).exists():  # a PBT run
         events = population.read_lineage(run_dir)
         end = max([_steps_of(r) for r in records] + [e["env_steps"] for e in events] + [0])
@@ -225,9 +226,20 @@ def _population(run_dir: Path) -> list[dict[str, float]]:
 MEMBERS = "members.png"
 
 
-def members_figure(records: Sequence[Record], best: int | None = None, title: str = ""):
-    """A population's eval return per member vs env steps (``eval_return_per_member``), the
-    best member (by default the one with the highest last return) drawn thick, in front."""
+NAMED_MEMBERS = 10  # up to this many members each get a colour and a legend entry
+
+
+def members_figure(
+    records: Sequence[Record],
+    best: int | None = None,
+    title: str = "",
+    values: Sequence[dict[str, float]] = (),
+):
+    """A population's eval return per member vs env steps (``eval_return_per_member``: the
+    mean over the member's seeds), the best member (by default the one with the highest
+    last return) drawn thick, in front. The legend names each member (up to
+    :data:`NAMED_MEMBERS`; more are grey, counted) with its first ``values`` (the
+    population of ``config.json``), if given."""
     rows = [
         (r["env_steps"], r["eval_return_per_member"])
         for r in records
@@ -242,15 +254,29 @@ def members_figure(records: Sequence[Record], best: int | None = None, title: st
     ys = np.asarray([[math.nan if v is None else v for v in y] for _, y in rows], float)
     if best is None:
         best = int(np.nanargmax(ys[-1])) if np.isfinite(ys[-1]).any() else 0
-    for m in range(ys.shape[1]):
-        if m != best:
-            ax.plot(xs, ys[:, m], color="0.6", lw=1, alpha=0.8)
-    ax.plot(xs, ys[:, best], color="C3", lw=2.5, marker="o", ms=3, label=f"best: member {best}")
-    ax.set_title(f"eval return of {ys.shape[1]} members", fontsize=10)
+    n = ys.shape[1]
+
+    def label(m: int) -> str:
+        own = values[m] if m < len(values) else {}
+        shown = ", ".join(f"{k}={v:.3g}" for k, v in list(own.items())[:3])
+        return f"member {m}" + (f" ({shown})" if shown else "")
+
+    named = n <= NAMED_MEMBERS
+    for m in range(n):
+        if m == best:
+            continue
+        if named:
+            ax.plot(xs, ys[:, m], color=f"C{m % 10}", lw=1, alpha=0.8, label=label(m))
+        else:
+            others = f"the other {n - 1} members" if m == (1 if best == 0 else 0) else None
+            ax.plot(xs, ys[:, m], color="0.6", lw=1, alpha=0.8, label=others)
+    ax.plot(xs, ys[:, best], color="k" if named else "C3", lw=2.5, marker="o", ms=3,
+            label=f"best: {label(best)}")  # fmt: skip
+    ax.set_title(f"eval return of {n} members", fontsize=10)
     ax.set_xlabel("env steps (per seed)")
     ax.set_ylabel("return (mean over a member's seeds)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7)
     return fig
 
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from jaxspreeze.core import terminal
+from jaxspreeze.core import exiting, terminal
 from jaxspreeze.core.types import Record, Sink
 
 Report = Callable[[str], None]
@@ -242,6 +242,7 @@ class MetricsThread:
         self._thread.join(max(deadline - time.perf_counter(), 0.01))
         if self._thread.is_alive():
             self._report("the metrics thread did not finish in time")
+            exiting.finish_at_exit(self._thread)  # it ends after its queue: not killed in it
         for worker in self._workers:
             worker.close(deadline)
         return self.drops
