@@ -204,7 +204,7 @@ def test_the_readme_table_puts_brax_beside_jaxspreeze():
 def test_run_brax_calls_brax_train_with_the_preset(algo, monkeypatch):
     """The brax side calls brax's own ``train`` function (looked up by brax's trainer name)
     with the preset's arguments, and reads its evaluations into a row."""
-    train_fn, factory = score._brax_trainer(algo, (32, 32))
+    train_fn, factory = score._brax_trainer(algo, score._brax_hidden(algo, (32, 32)))
     assert train_fn.__module__ == f"brax.training.agents.{algo}.train" and callable(factory)
     calls = []
 

@@ -37,13 +37,18 @@ FAKE = textwrap.dedent(
         (cache / "marker").write_text(name)
         with open(os.environ["FAKE_SCORE_LOG"], "a") as f:
             f.write(f"{name} {run.seed} {'warm' if warm else 'cold'} {run.scale} "
-                    f"{run.total_steps}\\n")
+                    f"{run.total_steps} {run.peer_settings}\\n")
         curve = []
         for i, r in enumerate(returns):
             now = time.time()
             curve.append({"env_steps": 1000 * (i + 1), "return": r + run.seed,
                           "wall_s": 0.1 * (i + 1), "command_s": now - run.started})
-        return row(name, task, curve, compile_s=0.5, notes=f"{name}: a stand-in")
+        settings = {"kind": run.peer_settings, "source": f"{name}'s {run.peer_settings} table",
+                    "defaults": False, "note": "", "options": {"lr": 0.5}}
+        evaluation = {"episodes": 7, "every": 1000, "starts": "fresh at every evaluation",
+                      "deterministic": True, "by": f"{name}'s evaluator"}
+        return row(name, task, curve, compile_s=0.5, notes=f"{name}: a stand-in",
+                   settings=settings, evaluation=evaluation)
 
     def run_a(task, run):
         return _run("fake-a", [-900.0, -150.0, -120.0], task, run)
@@ -94,8 +99,9 @@ def test_score_interleaves_the_sides_and_writes_json_markdown_and_plot(
         for side in ("fake-a", "fake-b")
     ]
     lines = [line.split() for line in fake_sides.read_text().splitlines()]
-    assert [(s, int(seed), c) for s, seed, c, _, _ in lines] == expected
-    assert {(scale, steps) for *_, scale, steps in lines} == {("cpu", "3000")}
+    assert [(s, int(seed), c) for s, seed, c, *_ in lines] == expected
+    # peers run their own settings by default (--peer-settings own)
+    assert {tuple(line[3:]) for line in lines} == {("cpu", "3000", "own")}
 
     doc = json.loads((out / "score.json").read_text())
     assert [(r["side"], r["seed"], r["cache"]) for r in doc["runs"]] == expected
@@ -129,7 +135,7 @@ def test_score_interleaves_the_sides_and_writes_json_markdown_and_plot(
     assert a["wall_to_threshold_s"] == pytest.approx(0.2)
     assert (b["reached"], b["of"]) == (0, 4)
     assert b["env_steps_to_threshold"] is None and b["cold_command_to_threshold_s"] is None
-    assert f"| {ROW} (gymnax/Pendulum-v1, thr. -200) | fake-b | 0/4 | - |" in md
+    assert f"| {ROW} (gymnax/Pendulum-v1, thr. -200) | fake-b (own) | 0/4 | - |" in md
     assert "| -799.5 | -799.5 | 2,000 | 0 / 0 |" in md  # fake-b: final, best, steps, compile
     assert "fake-a: a stand-in" in md
 
@@ -162,7 +168,8 @@ def test_no_warm_runs_cold_only_and_a_failed_side_is_reported(fake_sides, tmp_pa
     ]
     assert doc["runs"][1]["error"] == "RuntimeError: stand-in failure"
     md = (out / "score.md").read_text()
-    assert "Failed runs:" in md and "fake-b on sac-Pendulum-v1: seed 0 cold: RuntimeError" in md
+    assert "Failed runs:" in md
+    assert "fake-b (own) on sac-Pendulum-v1: seed 0 cold: RuntimeError" in md
 
 
 def test_refusals_and_the_list(fake_sides, capsys):
@@ -227,7 +234,7 @@ def test_which_sides_run_which_rows():
     runs = score_run.order(
         [score_tasks.ROWS[ROW]], {ROW: ["jaxspreeze", "rejax"]}, 2, ("cold", "warm")
     )
-    assert [(seed, cache, side) for _, seed, cache, side in runs][:4] == [
+    assert [(seed, cache, side) for _, seed, cache, side, _ in runs][:4] == [
         (0, "cold", "jaxspreeze"),
         (0, "cold", "rejax"),
         (0, "warm", "jaxspreeze"),
@@ -258,14 +265,16 @@ def test_medians_count_an_unreached_seed_as_never():
 
 @pytest.mark.slow
 def test_a_real_tiny_row_end_to_end(tmp_path):
-    """jaxspreeze (and rejax when installed) on gymnax Pendulum SAC, one seed, a reduced
-    budget, cold and warm: every run has its curve, each point's wall from the command's
-    start exceeds its wall after compilation, and the report is written."""
+    """jaxspreeze (and rejax when installed, its own settings and matched) on gymnax
+    Pendulum SAC, one seed, a reduced budget, cold and warm: every run has its curve with
+    standard errors, each point's wall from the command's start exceeds its wall after
+    compilation, every side is evaluated on the row's episodes, and the report is written."""
     import subprocess
     import sys
 
     out = tmp_path / "out"
     argv = ["--rows", ROW, "--seeds", "1", "--total-steps", "2000", "--out", str(out)]
+    argv += ["--peer-settings", "both"]
     done = subprocess.run(
         [sys.executable, "-m", "jaxspreeze", "score", *argv], capture_output=True, text=True,
         timeout=1200,
@@ -274,14 +283,18 @@ def test_a_real_tiny_row_end_to_end(tmp_path):
     doc = json.loads((out / "score.json").read_text())
     sides = doc["sides"][ROW]
     assert sides[0] == "jaxspreeze"
-    assert [(r["side"], r["cache"]) for r in doc["runs"]] == [
-        (s, c) for c in ("cold", "warm") for s in sides
+    kinds = {"jaxspreeze": ["preset"], "rejax": ["own", "matched"]}
+    assert [(r["side"], r["settings"], r["cache"]) for r in doc["runs"]] == [
+        (s, k, c) for c in ("cold", "warm") for s in sides for k in kinds[s]
     ]
     for r in doc["runs"]:
         curve = r["row"]["curve"]
         assert curve and curve[-1]["env_steps"] >= 2000, r["side"]
         assert all(p["command_s"] > p["wall_s"] > 0 for p in curve), curve
+        assert all(p["return_se"] > 0 for p in curve), curve
         assert r["row"]["compile_s"] > 0
+        assert r["row"]["evaluation"]["episodes"] == 128
+        assert r["row"]["settings"]["kind"] == r["settings"]
     if "rejax" not in sides:
         assert [k["side"] for k in doc["skipped"]] == ["rejax"]
     assert (out / f"{ROW}.png").exists() and "| jaxspreeze |" in (out / "score.md").read_text()

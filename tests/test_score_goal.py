@@ -147,7 +147,9 @@ def test_merge_takes_a_row_side_from_the_last_run_given(tmp_path):
     for r in doc["runs"]:
         held[(r["task"], r["side"])].add(r["source"])
     assert held == {(task, "jaxspreeze"): {1}, (task, "rejax"): {1}, (other, "jaxspreeze"): {0}}
-    assert doc["replaced"] == [{"task": task, "side": "jaxspreeze", "source": 0, "by": 1}]
+    assert doc["replaced"] == [
+        {"task": task, "side": "jaxspreeze", "settings": None, "source": 0, "by": 1}
+    ]
     (line,) = [s for s in doc["summary"] if s["task"] == task and s["side"] == "jaxspreeze"]
     assert line["cold_before_s"] == pytest.approx(7.0)
     md = (out / "score.md").read_text()

@@ -19,7 +19,9 @@ DESCRIPTION = (
     "train jaxspreeze and every peer that runs it (brax's trainers on brax and Playground "
     "rows, rejax on gymnax rows, SBX on gymnasium rows; peers: pip install "
     "'jaxspreeze[peers]'), each seed and side in its own process, with a fresh (cold) "
-    "compile cache and again on it (warm). Writes score.json, score.md and a plot per row."
+    "compile cache and again on it (warm). Peers run their own published settings for the "
+    "task (--peer-settings own), jaxspreeze's preset (matched) or both; every side of a row "
+    "is evaluated alike. Writes score.json, score.md and a plot per row."
 )
 
 FLAGS = (tyro.conf.FlagCreatePairsOff,)  # a bool option is one flag (no --no- pair)
@@ -47,6 +49,9 @@ class ScoreArgs:
     """Every side's env-step budget instead of the row's (a quick, reduced run)."""
     run_timeout_s: float | None = None
     """Stop a side's run after this many seconds (reported as failed)."""
+    peer_settings: str = "own"
+    """The peers' settings: own (each peer's published settings for the task, scaled to
+    the row's budget), matched (the row's jaxspreeze preset) or both (two columns)."""
     note: str = ""
     """A note for the report (e.g. 'CPU shared')."""
     merge: Annotated[tuple[str, ...], tyro.conf.arg(metavar="DIR [DIR ...]")] = ()
@@ -63,6 +68,7 @@ RUN_OPTIONS = {
     "no_warm": "--no-warm",
     "total_steps": "--total-steps",
     "run_timeout_s": "--run-timeout-s",
+    "peer_settings": "--peer-settings",
 }
 
 
@@ -74,7 +80,7 @@ def main(argv: Sequence[str]) -> int:
     from jaxspreeze.score import runs as score_run
 
     out = None if args.list_rows else Path(args.out)
-    if bad := score_run.check_options(out, args.run_timeout_s):
+    if bad := score_run.check_options(out, args.run_timeout_s, args.peer_settings):
         return fail(f"{bad[0]}: {bad[1]}")
     if args.merge:
         return _merge(args, argv)
@@ -97,6 +103,8 @@ def main(argv: Sequence[str]) -> int:
                 + ", ".join(active[t.name] + off)
             )
         return 0
+    if bad := score_run.make_out(Path(args.out)):
+        return fail(f"{bad[0]}: {bad[1]}")
     doc = score_run.run(
         tasks,
         sides=args.sides or None,
@@ -108,6 +116,7 @@ def main(argv: Sequence[str]) -> int:
         total_steps=args.total_steps,
         note=args.note,
         timeout_s=args.run_timeout_s,
+        peer_settings=args.peer_settings,
     )
     print()
     print((Path(args.out) / "score.md").read_text().split("\nColumns:")[0])
@@ -122,6 +131,7 @@ def _merge(args: ScoreArgs, argv: Sequence[str]) -> int:
     if given:
         return fail(f"--merge runs nothing: leave out {given[0]} (it takes --out and --note)")
     from jaxspreeze.score import merge as score_merge
+    from jaxspreeze.score import runs as score_run
 
     out = Path(args.out)
     if out.resolve() in {Path(d).resolve() for d in args.merge}:
@@ -132,6 +142,8 @@ def _merge(args: ScoreArgs, argv: Sequence[str]) -> int:
         )
     except ValueError as e:
         return fail(f"--merge: {e}")
+    if bad := score_run.make_out(out):
+        return fail(f"{bad[0]}: {bad[1]}")
     score_merge.write(doc, out)
     print((out / "score.md").read_text().split("\nColumns:")[0])
     print(f"wrote {out}/score.json, score.md and {len(doc['plots'])} plot(s)")

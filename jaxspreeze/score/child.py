@@ -1,7 +1,8 @@
 """One side of one time-to-score run, in its own process (what ``jaxspreeze score`` starts).
 
     python -m jaxspreeze.score.child --side S --task T --seed N --scale cpu \\
-        --compile-cache DIR --started EPOCH --out ROW.json [--total-steps N]
+        --compile-cache DIR --started EPOCH --out ROW.json [--total-steps N] \\
+        [--peer-settings own|matched]
 
 ``--started`` is the ``time.time()`` at which the parent started this process, so the
 side's wall counts the interpreter, its imports and its compilation (the user's wall).
@@ -28,6 +29,7 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--started", type=float, required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--total-steps", type=int, default=None)
+    p.add_argument("--peer-settings", choices=["own", "matched"], default="own")
     args = p.parse_args(argv)
 
     from jaxspreeze.score import sides as score_sides
@@ -39,7 +41,13 @@ def main(argv: Sequence[str]) -> int:
     try:
         side = score_sides.sides()[args.side]
         run = score_sides.SideRun(
-            args.seed, args.scale, args.compile_cache, args.started, args.total_steps, say
+            args.seed,
+            args.scale,
+            args.compile_cache,
+            args.started,
+            args.total_steps,
+            say,
+            peer_settings=args.peer_settings,
         )
         result = score_sides.runner(side)(ROWS[args.task], run)
         status = 0

@@ -10,7 +10,8 @@ Two comparisons (imports no JAX):
   SAC/TD3 with their defaults on the same env): jaxspreeze on this row against the best
   of jaxspreeze on those rows; the goal is below :data:`VERSUS_GOAL` (1x).
 
-Cold and warm compile caches are judged apart. The gap between the two medians is split
+Cold and warm compile caches are judged apart, and so are the peers' own settings and
+their settings matched to the preset (``--peer-settings both``: two verdicts per cache). The gap between the two medians is split
 into three terms (seconds) from the medians over the runs that reached the threshold,
 each run's wall ``command = before + steps * rate`` (``before``: process start to the end
 of compilation; ``rate``: seconds per env step after it):
@@ -68,23 +69,29 @@ def split(mine: Record, ref: Record, cache: str) -> dict[str, float] | None:
 
 
 def judge(summary: Sequence[Record]) -> list[Record]:
-    """One verdict per (row, cache) where jaxspreeze's side has a reference and ran that
-    cache: ``task``, ``cache``, ``wall_s``, ``reference`` (``side`` or ``side on row``),
-    ``reference_s``, ``ratio``, ``goal``, ``met``, ``verdict`` (words), ``why`` (a term
-    of :data:`TERMS` or None) and ``terms`` (seconds, or None)."""
+    """One verdict per (row, cache, peers' settings) where jaxspreeze's side has a
+    reference and ran that cache: ``task``, ``cache``, ``peer_settings`` (``own``,
+    ``matched``, or None: a fast recipe's rows, an older report), ``wall_s``,
+    ``reference`` (``side`` or ``side on row``), ``reference_s``, ``ratio``, ``goal``,
+    ``met``, ``verdict`` (words), ``why`` (a term of :data:`TERMS` or None) and ``terms``
+    (seconds, or None)."""
     out = []
     for mine in (s for s in summary if s["side"] == SIDE):
         refs, goal = references(summary, mine["task"])
-        for cache in CACHES:
-            ran = [s for s in refs if s.get(f"{cache}_runs")]
-            if not ran or not mine.get(f"{cache}_runs"):
-                continue
-            out.append(_verdict(mine, ran, cache, goal))
+        kinds = list(dict.fromkeys(s.get("settings") for s in refs if s["side"] != SIDE))
+        for kind in kinds or [None]:
+            column = [s for s in refs if s["side"] == SIDE or s.get("settings") == kind]
+            for cache in CACHES:
+                ran = [s for s in column if s.get(f"{cache}_runs")]
+                if not ran or not mine.get(f"{cache}_runs"):
+                    continue
+                out.append(_verdict(mine, ran, cache, goal) | {"peer_settings": kind})
     return out
 
 
 def _name(ref: Record, task: str) -> str:
-    return ref["side"] if ref["task"] == task else f"{ref['side']} on {ref['task']}"
+    side = ref.get("label", ref["side"])
+    return side if ref["task"] == task else f"{side} on {ref['task']}"
 
 
 def _verdict(mine: Record, refs: list[Record], cache: str, goal: float) -> Record:
@@ -139,14 +146,15 @@ def markdown(summary: Sequence[Record]) -> list[str]:
         "threshold, at the reference's rate) and rate (slower per env step after "
         "compilation); the largest is the why.",
         "",
-        "| row | cache | jaxspreeze s | reference | reference s | ratio | goal | verdict | "
-        "compile / steps / rate s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| row | cache | peers' settings | jaxspreeze s | reference | reference s | ratio | "
+        "goal | verdict | compile / steps / rate s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for v in verdicts:
         terms = " / ".join(f"{v['terms'][t]:+.1f}" for t in TERMS) if v["terms"] else "-"
         lines.append(
-            f"| {v['task']} | {v['cache']} | {_fmt(v['wall_s'])} | {v['reference']} | "
+            f"| {v['task']} | {v['cache']} | {v.get('peer_settings') or '-'} | "
+            f"{_fmt(v['wall_s'])} | {v['reference']} | "
             f"{_fmt(v['reference_s'])} | {_fmt(v['ratio'], '.2f')} | {v['goal']:g}x | "
             f"{v['verdict']} | {terms} |"
         )

@@ -4,7 +4,7 @@ A table of every row takes hours on a small machine, so it is often made a few r
 time; merging their ``score.json`` files gives the one table, its goal section and a plot
 per row, each run keeping the run it came from (``source``: its index in ``sources``,
 which hold each run's directory, date, command, note, machine and versions). A (row,
-side) comes from one run only: its seeds and caches were interleaved with the other
+side, settings) comes from one run only: its seeds and caches were interleaved with the other
 sides of that run, and mixing two runs' seeds would hide which load they shared. Where
 several runs hold it, the last one given is taken whole (a rerun, e.g. beside a peer,
 replaces the earlier measure) and the report names what each replaced (``replaced``).
@@ -48,19 +48,19 @@ def merge(folders: Sequence[Path], command: str, note: str = "") -> Record:
     scales = {d.get("scale") for d in docs}
     if len(scales) > 1:
         raise ValueError(f"the runs' scales differ ({', '.join(map(str, sorted(scales)))})")
-    holders: dict[tuple[str, str], list[int]] = {}
+    holders: dict[tuple[str, str, Any], list[int]] = {}
     for i, doc in enumerate(docs):
-        for key in dict.fromkeys((r["task"], r["side"]) for r in doc["runs"]):
+        for key in dict.fromkeys(_key(r) for r in doc["runs"]):
             holders.setdefault(key, []).append(i)
     runs = [
         {**r, "source": i}
         for i, doc in enumerate(docs)
         for r in doc["runs"]
-        if holders[(r["task"], r["side"])][-1] == i
+        if holders[_key(r)][-1] == i
     ]
     replaced = [
-        {"task": task, "side": side, "source": i, "by": held[-1]}
-        for (task, side), held in holders.items()
+        {"task": task, "side": side, "settings": kind, "source": i, "by": held[-1]}
+        for (task, side, kind), held in holders.items()
         for i in held[:-1]
     ]
     rows = list(dict.fromkeys(t for d in docs for t in d.get("rows", [])))
@@ -84,6 +84,7 @@ def merge(folders: Sequence[Path], command: str, note: str = "") -> Record:
         "seeds": max((d.get("seeds") or 0) for d in docs),
         "caches": list(dict.fromkeys(c for d in docs for c in d.get("caches", []))),
         "total_steps": None,
+        "peer_settings": list(dict.fromkeys(k for d in docs for k in d.get("peer_settings", []))),
         "rows": rows,
         "sides": sides,
         "skipped": [k for d in docs for k in d.get("skipped", [])],
@@ -92,6 +93,11 @@ def merge(folders: Sequence[Path], command: str, note: str = "") -> Record:
         "summary": [],
         "plots": [],
     }
+
+
+def _key(run: Record) -> tuple[str, str, Any]:
+    """A run's (row, side, settings): the unit one run is taken whole for."""
+    return run["task"], run["side"], run.get("settings")
 
 
 def write(doc: Record, out: Path) -> Record:

@@ -1,21 +1,31 @@
 """The peers' sides of time to score: rejax (gymnax rows) and SBX (gymnasium rows).
 
-Each runner trains the peer on a row's env, matched to the row's preset as far as the
-peer allows (hidden sizes, num_envs, budget, batch, updates per env step, warm-up, buffer,
-learning rate, discount, evaluation cadence and episodes), and returns the side's row
-(:func:`jaxspreeze.score.rows.row`); what differs is said in its ``notes``.
+Each runner trains the peer on a row's env with the peer's own settings for the task
+(``run.peer_settings == "own"``: :mod:`jaxspreeze.score.settings`, scaled to the row's
+budget only) or matched to the row's preset as far as the peer allows (``"matched"``:
+hidden sizes, num_envs, budget, batch, updates per env step, warm-up, buffer, learning
+rate, discount), and returns the side's row (:func:`jaxspreeze.score.rows.row`) with the
+settings used and their source; what differs is said in its ``notes``.
+
+Every side of a row is evaluated alike (the row's protocol: its episodes, fresh starts
+at every evaluation): rejax's policy by jaxspreeze's own evaluator on jaxspreeze's gymnax
+env, inside rejax's program, from the same evaluation key as jaxspreeze's side; SBX's on
+gymnasium envs reset with the seeds jaxspreeze's host evaluator uses.
 Installed by ``pip install 'jaxspreeze[peers]'``; each is imported only in its own side's
 process.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
 
 from jaxspreeze.run.caches import enable_compile_cache
 from jaxspreeze.score import runners as score
+from jaxspreeze.score import settings as score_settings
 from jaxspreeze.score.rows import row
 from jaxspreeze.score.sides import SideRun
 from jaxspreeze.score.tasks import ScoreTask
@@ -41,6 +51,15 @@ class FiveValueEnv:
 
         obs, state, reward, terminated, truncated, info = self._env.step(key, state, action, params)
         return obs, state, reward, jnp.logical_or(terminated, truncated), info
+
+
+def rejax_own_config(cfg: Any, task: ScoreTask) -> tuple[dict[str, Any], Any]:
+    """rejax's own settings for ``task`` at the row's budget (``cfg.total_steps``), its
+    evaluation at the row's cadence (none before training, as on every side); and the
+    settings."""
+    own = score_settings.own("rejax", task, cfg.total_steps)
+    options = dict(own.options, eval_freq=task.eval_every, skip_initial_evaluation=True)
+    return options, dataclasses.replace(own, options=copy.deepcopy(options))
 
 
 def _rejax_config(planned: Any, task: ScoreTask) -> dict[str, Any]:
@@ -116,25 +135,42 @@ _REJAX_UPDATES: dict[str, Callable[[Any, Any], dict[str, Any]]] = {
 }
 
 
-def _deterministic_act(algo: Any, ts: Any) -> Callable[[Any, Any], Any]:
-    """rejax's policy, deterministic as jaxspreeze evaluates its own: SAC's squashed mean,
-    PPO's mode (a Gaussian's mean clipped to the action range, a categorical's argmax);
-    TD3's actor is deterministic already (rejax's own ``make_act``)."""
+class PeerPolicy:
+    """A peer's deterministic policy seen as jaxspreeze's evaluator sees an algorithm
+    (``act`` and ``initial_carry``: :func:`jaxspreeze.agent.evaluate.make_evaluate`):
+    ``act(actor, carry, obs [N, ...], key, deterministic)`` with ``actor`` the peer's
+    train state, ``batched(actor, obs)`` the peer's batched deterministic action."""
+
+    def __init__(self, batched: Callable[[Any, Any], Any]):
+        self._batched = batched
+
+    def initial_carry(self, n: int) -> tuple:
+        del n
+        return ()
+
+    def act(self, actor: Any, carry: Any, obs: Any, key: Any, deterministic: bool) -> tuple:
+        del key, deterministic
+        return self._batched(actor, obs), carry
+
+
+def rejax_batched_act(algo: Any) -> Callable[[Any, Any], Any]:
+    """rejax's deterministic policy on a batch ``[N, ...]`` of observations (its train
+    state first): SAC's squashed mean, PPO's mode (a Gaussian's mean clipped to the action
+    range, a categorical's argmax), TD3's actor; observations normalised as rejax does."""
     import jax.numpy as jnp
 
-    if not hasattr(algo.actor, "_action_dist"):
-        return algo.make_act(ts)
-
     def mode(m: Any, obs: Any) -> Any:
+        if not hasattr(m, "_action_dist"):  # TD3's deterministic actor
+            return m(obs)
         a = m._action_dist(obs).mode()
         if hasattr(m, "bij"):  # rejax's squashed Gaussian: tanh, then the action range
             return m.action_loc + m.bij.forward(a) * m.action_scale
         return jnp.clip(a, *m.action_range) if hasattr(m, "action_range") else a
 
-    def act(obs: Any, rng: Any) -> Any:
+    def act(ts: Any, obs: Any) -> Any:
         if getattr(algo, "normalize_observations", False):
             obs = algo.normalize_obs(ts.obs_rms_state, obs)
-        return jnp.squeeze(algo.actor.apply(ts.actor_ts.params, obs[None], method=mode))
+        return algo.actor.apply(ts.actor_ts.params, obs, method=mode)
 
     return act
 
@@ -155,24 +191,35 @@ def run_rejax(task: ScoreTask, run: SideRun) -> Record:
     import jax
     import rejax
     from jax.experimental import io_callback
-    from rejax.evaluate import evaluate
 
-    fields = score.side_fields(task, run)
-    planned = score.preset_config(task, **fields)
-    enable_compile_cache(planned.cfg.compile_cache)
+    from jaxspreeze.agent.evaluate import eval_seed, make_evaluate, start_key
+    from jaxspreeze.envs import make_env
+
+    cfg, planned = score.peer_config(task, run.peer_settings, **score.side_fields(task, run))
+    enable_compile_cache(cfg.compile_cache)
     env, env_params = gymnax.make(task.env.partition("/")[2])
-    options = _rejax_config(planned, task)
+    if planned is None:
+        options, used = rejax_own_config(cfg, task)
+    else:
+        options = _rejax_config(planned, task)
+        used = score_settings.matched(task, options)
+    record = used.record()  # before rejax pops the networks' tables
     algo_cls = {"sac": rejax.SAC, "td3": rejax.TD3, "ppo": rejax.PPO}[task.algo]
     algo = algo_cls.create(env=FiveValueEnv(env), env_params=env_params, **options)
+    # the row's protocol: jaxspreeze's evaluator on jaxspreeze's env, the row's episodes,
+    # starts from the key jaxspreeze's side of this seed draws them from
+    eval_env = make_env(task.env, score_settings.episodes(task))
+    eval_key = jax.random.split(jax.random.key(eval_seed(run.seed)), 1)[0]
 
     curve: list[dict[str, Any]] = []
     t_start = [0.0]
 
-    def stamp(step: Any, ret: Any) -> None:
+    def stamp(step: Any, ret: Any, se: Any) -> None:
         now = time.time()
         point = {
             "env_steps": int(step),
             "return": float(ret),
+            "return_se": float(se),
             "wall_s": now - t_start[0],
             "command_s": now - run.started,
         }
@@ -183,17 +230,11 @@ def run_rejax(task: ScoreTask, run: SideRun) -> Record:
         )
 
     def eval_callback(algo: Any, ts: Any, rng: Any) -> Any:
-        act = _deterministic_act(algo, ts)
-        lengths, returns = evaluate(
-            act,
-            rng,
-            algo.env,
-            algo.env_params,
-            task.eval_episodes,
-            algo.env_params.max_steps_in_episode,
-        )
-        io_callback(stamp, None, ts.global_step, returns.mean(), ordered=True)
-        return lengths, returns
+        del rng
+        evaluate = make_evaluate(PeerPolicy(rejax_batched_act(algo)), eval_env)
+        result = evaluate(ts, start_key(eval_key, ts.global_step))
+        io_callback(stamp, None, ts.global_step, result.return_mean, result.return_se, ordered=True)
+        return result.return_mean
 
     algo = algo.replace(eval_callback=eval_callback)
     t0 = time.perf_counter()
@@ -205,13 +246,14 @@ def run_rejax(task: ScoreTask, run: SideRun) -> Record:
     notes = [
         "gymnax >= 1.0's six-value step given to rejax as five (done = terminated or "
         "truncated: no bootstrap at time limits)",
-        "rejax's own initialisations; evaluated with its policy's mode (rejax's own "
-        "evaluation samples)",
+        "rejax's own initialisations; evaluated by jaxspreeze's evaluator with its policy's "
+        "mode (rejax's own evaluation samples)",
         "the host callback that stamps each evaluation keeps JAX from caching rejax's "
         "program (JAX does not cache programs with host callbacks): its warm runs compile "
         "again",
-        REJAX_NOTES[task.algo],
     ]
+    if run.peer_settings == "matched":
+        notes.append(REJAX_NOTES[task.algo])
     return row(
         "rejax",
         task,
@@ -219,31 +261,49 @@ def run_rejax(task: ScoreTask, run: SideRun) -> Record:
         compile_s=compile_s,
         wall_s=wall_s,
         trainer=f"rejax.{algo_cls.__name__}",
-        config={k: v if isinstance(v, (int, float, bool)) else str(v) for k, v in options.items()},
-        notes="; ".join(notes),
+        config=record["options"],
+        notes="; ".join(filter(None, [*notes, used.note])),
+        settings=record,
+        evaluation=score_settings.protocol(task, REJAX_EVALUATOR),
     )
+
+
+REJAX_EVALUATOR = (
+    "jaxspreeze's evaluator (agent/evaluate.py) inside rejax's program: rejax's "
+    "deterministic policy, one episode in each of the row's envs, starts drawn from the "
+    "seed's evaluation key folded with rejax's env step (jaxspreeze's side's key)"
+)
 
 
 # ----------------------------------------------------------------------------- SBX
 def run_sbx(task: ScoreTask, run: SideRun) -> Record:
-    """SBX (Stable Baselines Jax) on a gymnasium row: ``num_envs`` envs of gymnasium's
-    vector env (SB3's DummyVecEnv), evaluated every ``eval_every`` env steps on
-    ``eval_episodes`` deterministic episodes by a callback."""
-    import gymnasium as gym
+    """SBX (Stable Baselines Jax) on a gymnasium row: its envs in SB3's DummyVecEnv,
+    with rl-zoo3's settings for the task (``run.peer_settings == "own"``) or the preset's;
+    evaluated every ``eval_every`` env steps by a callback, as jaxspreeze's host evaluator
+    does (:func:`sbx_evaluate`)."""
     import sbx
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.evaluation import evaluate_policy
 
-    fields = score.side_fields(task, run)
-    planned = score.preset_config(task, **fields)
-    cfg, a = planned.cfg, planned.algo_config
+    cfg, planned = score.peer_config(task, run.peer_settings, **score.side_fields(task, run))
     enable_compile_cache(cfg.compile_cache)
     env_id = task.env.partition("/")[2]
-    venv = make_vec_env(env_id, n_envs=cfg.num_envs, seed=run.seed)
-    eval_env = gym.make(env_id)
-    options = dict(policy_kwargs=dict(net_arch=list(a.hidden)), seed=run.seed)
-    model = _SBX_MODELS[task.algo](sbx, venv, cfg, a, options)
+    if planned is None:
+        n_envs, kwargs, used = sbx_own_options(task, cfg.total_steps)
+    else:
+        n_envs, kwargs = cfg.num_envs, _SBX_MODELS[task.algo](cfg, planned.algo_config)
+        used = score_settings.matched(task, dict(kwargs, n_envs=n_envs))
+    record = used.record()  # before SBX writes into policy_kwargs
+    venv = make_vec_env(env_id, n_envs=n_envs, seed=run.seed)
+    noise = kwargs.pop("action_noise", None)
+    if noise is not None:  # rl-zoo3's noise_type normal, noise_std
+        import numpy as np
+        from stable_baselines3.common.noise import NormalActionNoise
+
+        dim = venv.action_space.shape[0]
+        kwargs["action_noise"] = NormalActionNoise(np.zeros(dim), noise[1] * np.ones(dim))
+    model = getattr(sbx, task.algo.upper())("MlpPolicy", venv, seed=run.seed, **kwargs)
+    episodes = score_settings.episodes(task)
 
     curve: list[dict[str, Any]] = []
     t_start = time.time()
@@ -258,13 +318,13 @@ def run_sbx(task: ScoreTask, run: SideRun) -> Record:
         def _on_step(self) -> bool:
             if self.num_timesteps >= self.next_eval:
                 self.next_eval += task.eval_every
-                mean, _ = evaluate_policy(
-                    self.model, eval_env, n_eval_episodes=task.eval_episodes, deterministic=True
-                )
+                steps = int(self.num_timesteps)
+                mean, se = sbx_evaluate(self.model, env_id, episodes, run.seed, steps)
                 now = time.time()
                 point = {
-                    "env_steps": int(self.num_timesteps),
-                    "return": float(mean),
+                    "env_steps": steps,
+                    "return": mean,
+                    "return_se": se,
                     "wall_s": now - t_start,
                     "command_s": now - run.started,
                 }
@@ -277,6 +337,15 @@ def run_sbx(task: ScoreTask, run: SideRun) -> Record:
 
     model.learn(total_timesteps=cfg.total_steps, callback=Evaluate())
     wall_s = time.time() - t_start
+    notes = [
+        "SBX: compiles inside learn() (its 'after compile' wall includes compilation); "
+        "evaluation on one gymnasium env, sequential episodes"
+    ]
+    if run.peer_settings == "matched":
+        notes.append(
+            "gradient_steps per train_freq step of all envs as jaxspreeze's grad_steps per "
+            "iteration; one learning rate for all networks"
+        )
     return row(
         "sbx",
         task,
@@ -284,26 +353,68 @@ def run_sbx(task: ScoreTask, run: SideRun) -> Record:
         compile_s=None,
         wall_s=wall_s,
         trainer=f"sbx.{type(model).__name__}",
-        config={
-            "num_envs": cfg.num_envs,
-            "batch_size": cfg.batch_size,
-            "hidden": list(a.hidden),
-            "total_steps": cfg.total_steps,
-            "buffer_size": cfg.buffer_size,
-        },
-        notes=(
-            "SBX: compiles inside learn() (its 'after compile' wall includes compilation); "
-            "gradient_steps per train_freq step of all envs as jaxspreeze's grad_steps per "
-            "iteration; evaluation on one gymnasium env, sequential episodes; one learning "
-            "rate for all networks"
-        ),
+        config=record["options"],
+        notes="; ".join(filter(None, [*notes, used.note])),
+        settings=record,
+        evaluation=score_settings.protocol(task, SBX_EVALUATOR),
     )
 
 
-def _sbx_ppo(sbx: Any, venv: Any, cfg: Any, a: Any, common: dict[str, Any]) -> Any:
-    return sbx.PPO(
-        "MlpPolicy",
-        venv,
+SBX_EVALUATOR = (
+    "jaxspreeze's host protocol (agent/evaluate.py's seeds): SBX's deterministic policy, "
+    "one episode in each of the row's gymnasium envs, env j reset with seed "
+    "host_start_seed(seed + 10000, 0, env step) + j"
+)
+
+
+def sbx_own_options(task: ScoreTask, total_steps: int) -> tuple[int, dict[str, Any], Any]:
+    """SBX's own settings for ``task`` (rl-zoo3's, :mod:`jaxspreeze.score.settings`) at
+    ``total_steps``: the number of envs, the model's keyword arguments (``action_noise``
+    as ``(kind, std)``, made into SB3's noise by the runner) and the settings."""
+    own = score_settings.own("sbx", task, total_steps)
+    kwargs = dict(own.options)
+    kwargs.pop("n_timesteps")  # the budget: learn(total_timesteps=...)
+    kwargs.pop("policy", None)  # "MlpPolicy"
+    n_envs = int(kwargs.pop("n_envs", 1))
+    kind, std = kwargs.pop("noise_type", None), kwargs.pop("noise_std", None)
+    if kind is not None:
+        if kind != "normal":
+            raise ValueError(f"rl-zoo3's noise_type {kind!r} is not read here")
+        kwargs["action_noise"] = (kind, float(std))
+    return n_envs, kwargs, own
+
+
+def sbx_evaluate(model: Any, env_id: str, episodes: int, seed: int, env_steps: int) -> tuple:
+    """``(mean, s.e.)`` of ``model``'s deterministic return over ``episodes`` gymnasium
+    episodes, episode j reset with the seed jaxspreeze's host evaluator gives env j of
+    seed ``seed``'s evaluation at ``env_steps``: fresh starts at every evaluation."""
+    import gymnasium as gym
+    import numpy as np
+
+    from jaxspreeze.agent.evaluate import eval_seed, host_start_seed
+
+    start = host_start_seed(eval_seed(seed), 0, env_steps)
+    returns = []
+    env = gym.make(env_id)
+    try:
+        for j in range(episodes):
+            obs, _ = env.reset(seed=start + j)
+            ret, done = 0.0, False
+            while not done:
+                action, _ = model.predict(obs, deterministic=True)
+                obs, reward, terminated, truncated, _ = env.step(action)
+                ret += float(reward)
+                done = bool(terminated or truncated)
+            returns.append(ret)
+    finally:
+        env.close()
+    r = np.asarray(returns)
+    se = float(r.std(ddof=1) / np.sqrt(len(r))) if len(r) > 1 else float("nan")
+    return float(r.mean()), se
+
+
+def _sbx_ppo(cfg: Any, a: Any) -> dict[str, Any]:
+    return dict(
         n_steps=cfg.rollout_steps,
         batch_size=cfg.batch_size,
         n_epochs=a.epochs,
@@ -314,11 +425,11 @@ def _sbx_ppo(sbx: Any, venv: Any, cfg: Any, a: Any, common: dict[str, Any]) -> A
         ent_coef=a.ent_coef,
         vf_coef=a.vf_coef,
         max_grad_norm=a.max_grad_norm,
-        **common,
+        policy_kwargs=dict(net_arch=list(a.hidden)),
     )
 
 
-def _sbx_replay(cfg: Any, a: Any, common: dict[str, Any]) -> dict[str, Any]:
+def _sbx_replay(cfg: Any, a: Any) -> dict[str, Any]:
     return dict(
         buffer_size=cfg.buffer_size,
         learning_starts=cfg.learning_starts,
@@ -328,23 +439,22 @@ def _sbx_replay(cfg: Any, a: Any, common: dict[str, Any]) -> dict[str, Any]:
         learning_rate=a.critic_lr,
         train_freq=cfg.rollout_steps,
         gradient_steps=max(1, cfg.grad_steps),
-        **common,
+        policy_kwargs=dict(net_arch=list(a.hidden)),
     )
 
 
-def _sbx_td3(sbx: Any, venv: Any, cfg: Any, a: Any, common: dict[str, Any]) -> Any:
-    return sbx.TD3(
-        "MlpPolicy",
-        venv,
+def _sbx_td3(cfg: Any, a: Any) -> dict[str, Any]:
+    return dict(
+        _sbx_replay(cfg, a),
         policy_delay=a.policy_delay,
         target_policy_noise=a.target_noise,
         target_noise_clip=a.target_noise_clip,
-        **_sbx_replay(cfg, a, common),
     )
 
 
-def _sbx_sac(sbx: Any, venv: Any, cfg: Any, a: Any, common: dict[str, Any]) -> Any:
-    return sbx.SAC("MlpPolicy", venv, **_sbx_replay(cfg, a, common))
-
-
-_SBX_MODELS: dict[str, Callable[..., Any]] = {"sac": _sbx_sac, "td3": _sbx_td3, "ppo": _sbx_ppo}
+# SBX's model arguments matched to the planned preset, by algorithm
+_SBX_MODELS: dict[str, Callable[[Any, Any], dict[str, Any]]] = {
+    "sac": _sbx_replay,
+    "td3": _sbx_td3,
+    "ppo": _sbx_ppo,
+}

@@ -24,6 +24,12 @@ Record = dict[str, Any]
 CACHES = ("cold", "warm")
 
 
+def label(side: str, settings: str | None) -> str:
+    """A side's name in the report: a peer's with its settings (``rejax (own)``,
+    ``rejax (matched)``); jaxspreeze's (its preset) and an older report's as they are."""
+    return f"{side} ({settings})" if settings in ("own", "matched") else side
+
+
 def first_reaching(curve: list[dict[str, Any]], threshold: float) -> dict[str, Any] | None:
     """The first point of ``curve`` whose ``return`` is at least ``threshold`` (or None)."""
     return next((p for p in curve if p["return"] >= threshold), None)
@@ -37,6 +43,7 @@ def row(side: str, task: Any, curve: list[dict[str, Any]], **fields: Any) -> Rec
     """
     hit = first_reaching(curve, task.threshold)
     final = curve[-1]["return"] if curve else math.nan
+    final_se = curve[-1].get("return_se") if curve else None
     out = {
         "kind": "time_to_score",
         "side": side,
@@ -50,6 +57,7 @@ def row(side: str, task: Any, curve: list[dict[str, Any]], **fields: Any) -> Rec
         "wall_to_threshold_s": hit.get("wall_s") if hit else None,
         "train_to_threshold_s": hit.get("train_s") if hit else None,
         "final_return": final,
+        "final_return_se": final_se,
         "best_return": max((p["return"] for p in curve), default=math.nan),
         "env_steps": curve[-1]["env_steps"] if curve else 0,
         "curve": curve,
@@ -83,7 +91,7 @@ def _hit(row: Record) -> dict[str, Any] | None:
 
 
 def summarise(runs: Sequence[Record]) -> list[Record]:
-    """One line per (row, side): medians over seeds, cold and warm apart.
+    """One line per (row, side, settings): medians over seeds, cold and warm apart.
 
     Besides the report's columns, per cache, over the runs that reached the threshold:
     ``<cache>_before_s`` (process start to the end of compilation: the command's wall
@@ -91,14 +99,17 @@ def summarise(runs: Sequence[Record]) -> list[Record]:
     (seconds per env step after compilation), which :mod:`~jaxspreeze.score.goal`
     splits a gap with.
 
-    ``runs`` are the runs' entries (``task``, ``side``, ``seed``, ``cache``, ``row`` or
-    ``error``), in any order; lines come in the order their (row, side) first appears.
+    ``runs`` are the runs' entries (``task``, ``side``, ``settings`` (an older report's
+    have none), ``seed``, ``cache``, ``row`` or ``error``), in any order; lines come in the
+    order their (row, side, settings) first appears; a line's ``label`` names the side
+    with its settings (:func:`label`), its ``used`` and ``evaluation`` are its first row's
+    settings and evaluation protocol.
     """
-    groups: dict[tuple[str, str], list[Record]] = {}
+    groups: dict[tuple[str, str, Any], list[Record]] = {}
     for r in runs:
-        groups.setdefault((r["task"], r["side"]), []).append(r)
+        groups.setdefault((r["task"], r["side"], r.get("settings")), []).append(r)
     out = []
-    for (task, side), rs in groups.items():
+    for (task, side, kind), rs in groups.items():
         ok = [r for r in rs if r.get("row") is not None and not r["row"].get("error")]
         rows = [r["row"] for r in ok]
         by_cache = {c: [r["row"] for r in ok if r["cache"] == c] for c in CACHES}
@@ -106,6 +117,8 @@ def summarise(runs: Sequence[Record]) -> list[Record]:
         line: Record = {
             "task": task,
             "side": side,
+            "settings": kind,
+            "label": label(side, kind),
             "seeds": seeds,
             "runs": len(rs),
             "failed": [
@@ -121,6 +134,7 @@ def summarise(runs: Sequence[Record]) -> list[Record]:
                 [r["wall_to_threshold_s"] for r in rows], unreached=True
             ),
             "final_return": _median([r["final_return"] for r in rows]),
+            "final_return_se": _median([r.get("final_return_se") for r in rows]),
             "best_return": _median([r["best_return"] for r in rows]),
             "env_steps": _median([r["env_steps"] for r in rows]),
         }
@@ -142,6 +156,8 @@ def summarise(runs: Sequence[Record]) -> list[Record]:
                 algo=first["algo"],
                 threshold=first["threshold"],
                 notes=first.get("notes", ""),
+                used=first.get("settings"),
+                evaluation=first.get("evaluation"),
             )
         out.append(line)
     return out
@@ -154,7 +170,7 @@ def _fmt(x: Any, spec: str = ",.0f") -> str:
 COLUMNS = (
     ("row", "the row: algorithm and env"),
     ("side", "jaxspreeze or a peer library"),
-    ("reached", "runs (seeds x caches) whose evaluation reached the threshold"),
+    ("runs reached", "runs that reached the threshold, of all: each seed runs cold and warm"),
     ("steps to thr.", "env steps (one seed) at the first evaluation at or above the threshold"),
     (
         "cold: command to thr. s",
@@ -163,7 +179,7 @@ COLUMNS = (
     ),
     ("warm: command to thr. s", "the same, run again on the cache the cold run filled"),
     ("after compile to thr. s", "wall from the end of compilation to that evaluation"),
-    ("final", "the last evaluation's mean return"),
+    ("final", "the last evaluation's mean return (± its standard error, a median over seeds)"),
     ("best", "the best evaluation's mean return"),
     ("env steps", "the env steps the side ran (one seed's): the budget"),
     ("compile s cold / warm", "the side's compile seconds as it reports them"),
@@ -191,7 +207,8 @@ def markdown(doc: Record) -> str:
     if doc.get("replaced"):
         lines += ["", "Replaced by a later run given (which is taken whole, seeds and caches):"]
         lines += [
-            f"- {r['side']} on {r['task']}: run {r['source'] + 1}'s by run {r['by'] + 1}'s"
+            f"- {label(r['side'], r.get('settings'))} on {r['task']}: run {r['source'] + 1}'s "
+            f"by run {r['by'] + 1}'s"
             for r in doc["replaced"]
         ]
     lines += [
@@ -205,17 +222,19 @@ def markdown(doc: Record) -> str:
         "Medians over seeds; a seed that never reached the threshold counts as never "
         "(a median is shown when at least half reached it).",
         "",
+        _settings_line(doc),
+        "",
         "| " + " | ".join(c for c, _ in COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),
     ]
     for s in doc.get("summary", []):
         name = f"{s['task']} ({s.get('env', '')}, thr. {_fmt(s.get('threshold'), 'g')})"
         lines.append(
-            f"| {name} | {s['side']}{_from(s)} | {s['reached']}/{s['of']} | "
+            f"| {name} | {s.get('label', s['side'])}{_from(s)} | {s['reached']}/{s['of']} | "
             f"{_fmt(s['env_steps_to_threshold'])} | "
             f"{_fmt(s['cold_command_to_threshold_s'], '.1f')} | "
             f"{_fmt(s['warm_command_to_threshold_s'], '.1f')} | "
-            f"{_fmt(s['wall_to_threshold_s'], '.1f')} | {_fmt(s['final_return'], '.1f')} | "
+            f"{_fmt(s['wall_to_threshold_s'], '.1f')} | {_final(s)} | "
             f"{_fmt(s['best_return'], '.1f')} | {_fmt(s['env_steps'])} | "
             f"{_fmt(s['cold_compile_s'], '.0f')} / "
             f"{_fmt(s['warm_compile_s'], '.0f')} |"
@@ -224,12 +243,14 @@ def markdown(doc: Record) -> str:
     if doc.get("skipped"):
         lines += ["", "Skipped sides:"]
         lines += [f"- {k['side']} on {k['task']}: {k['why']}" for k in doc["skipped"]]
+    summary = doc.get("summary", [])
+    lines += settings_section(summary)
     failed = [
-        f"{s['side']} on {s['task']}: {f}" for s in doc.get("summary", []) for f in s["failed"]
+        f"{s.get('label', s['side'])} on {s['task']}: {f}" for s in summary for f in s["failed"]
     ]
     if failed:
         lines += ["", "Failed runs:", *(f"- {f}" for f in failed)]
-    notes = [(s["task"], s["side"], s["notes"]) for s in doc.get("summary", []) if s.get("notes")]
+    notes = [(s["task"], s.get("label", s["side"]), s["notes"]) for s in summary if s.get("notes")]
     if notes:
         lines += ["", "What differs, per row:"]
         lines += [f"- {t}, {side}: {n}" for t, side, n in notes]
@@ -243,6 +264,58 @@ def markdown(doc: Record) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _final(line: Record) -> str:
+    """The final return, ``± s.e.`` where the side reported one."""
+    se = line.get("final_return_se")
+    return _fmt(line["final_return"], ".1f") + ("" if se is None else f" ± {se:.1f}")
+
+
+def _settings_line(doc: Record) -> str:
+    kinds = doc.get("peer_settings")
+    if not kinds:  # an older report: the peers ran the preset
+        return (
+            "Peers' settings: matched to jaxspreeze's preset (a report from before own settings)."
+        )
+    said = {
+        "own": "their own published settings for the task, scaled to the row's budget only "
+        "(`(own)`)",
+        "matched": "jaxspreeze's preset, matched as far as each peer allows (`(matched)`)",
+    }
+    return (
+        "Peers' settings: "
+        + "; and ".join(said[k] for k in kinds)
+        + ". jaxspreeze's side runs each row's preset (not its defaults). Every side of a "
+        "row is evaluated alike: the same episodes, deterministic, fresh start states at "
+        "every evaluation; `final` is the last evaluation's mean ± its standard error."
+    )
+
+
+def settings_section(summary: Sequence[Record]) -> list[str]:
+    """The settings each side ran with and their source, and how it was evaluated."""
+    lines: list[str] = []
+    for s in summary:
+        used, ev = s.get("used"), s.get("evaluation")
+        if not used and not ev:
+            continue
+        head = f"- {s['task']}, {s.get('label', s['side'])}:"
+        if used:
+            kind = "its documented defaults (no published entry)" if used.get("defaults") else ""
+            options = ", ".join(f"{k}={_short(v)}" for k, v in used.get("options", {}).items())
+            head += f" settings from {used.get('source', '?')}" + (f", {kind}" if kind else "")
+            head += f": {options}." if options else "."
+        if ev:
+            head += (
+                f" Evaluated every {ev.get('every'):,} env steps on {ev.get('episodes')} "
+                f"episodes, starts {ev.get('starts')}, by {ev.get('by')}."
+            )
+        lines.append(head)
+    return ["", "Settings and evaluation, per side:", *lines] if lines else []
+
+
+def _short(v: Any) -> str:
+    return format(v, "g") if isinstance(v, float) else str(v)
+
+
 def plot(task: str, runs: Sequence[Record], path: str | Path) -> Path | None:
     """Return against wall from the command's start, every side and seed of one row
     (cold caches solid, warm dashed; the threshold dotted); None when nothing to draw."""
@@ -254,17 +327,17 @@ def plot(task: str, runs: Sequence[Record], path: str | Path) -> Path | None:
     fig, (ax,) = plots._figure(1, title=task)
     colors: dict[str, Any] = {}
     for r in drawn:
-        side = r["side"]
+        side = label(r["side"], r.get("settings"))
         color = colors.setdefault(side, f"C{len(colors)}")
         curve = [p for p in r["row"]["curve"] if p.get("command_s") is not None]
-        label = f"{side} ({r['cache']})" if r["seed"] == drawn[0]["seed"] else None
+        legend = f"{side} ({r['cache']})" if r["seed"] == drawn[0]["seed"] else None
         ax.plot(
             [p["command_s"] for p in curve],
             [p["return"] for p in curve],
             color=color,
             linestyle="-" if r["cache"] == "cold" else "--",
             marker=".",
-            label=label,
+            label=legend,
         )
     ax.axhline(drawn[0]["row"]["threshold"], color="gray", linestyle=":", label="threshold")
     ax.set_xlabel("wall from the command's start (s)")

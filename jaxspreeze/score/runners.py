@@ -35,7 +35,9 @@ own initialisations and action squashing).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import inspect
 import math
 import time
 from collections.abc import Callable
@@ -53,6 +55,7 @@ from jaxspreeze.core.compiles import CompileLog
 from jaxspreeze.envs import make_env
 from jaxspreeze.run.caches import enable_compile_cache
 from jaxspreeze.schedules.base import abstract_on, compile_beside
+from jaxspreeze.score import settings as score_settings
 from jaxspreeze.score.rows import first_reaching, row  # noqa: F401 (re-exported)
 from jaxspreeze.score.sides import SideRun
 from jaxspreeze.score.tasks import (  # noqa: F401 (re-exported)
@@ -80,12 +83,24 @@ def preset_config(task: ScoreTask, **fields: Any) -> RunPlan:
         env=task.env,
         num_seeds=1,
         eval_every=task.eval_every,
-        eval_episodes=task.eval_episodes,
+        eval_episodes=score_settings.episodes(task),
         **fields,
     )
     planned = plan(cfg, on_devices=False)
     k = max(1, task.eval_every // planned.steps_per_iteration)
     return plan(planned.cfg.replace(chunk_iterations=k), on_devices=False)
+
+
+def peer_config(task: ScoreTask, peer_settings: str, **fields: Any) -> tuple[RunConfig, Any]:
+    """A peer side's view of the row: the config and its plan (``matched``: the peer reads
+    the planned preset's sizes), or the config resolved only (``own``: the peer reads the
+    budget, seed and compile cache; a budget the preset's warm-up does not fit is then not
+    refused for a peer that does not run the preset); the plan is None then."""
+    if peer_settings == "own":
+        cfg = config.load(task.path).replace(env=task.env, num_seeds=1, **fields)
+        return config.resolve(cfg), None
+    planned = preset_config(task, **fields)
+    return planned.cfg, planned
 
 
 # ----------------------------------------------------------------------------- jaxspreeze
@@ -130,6 +145,7 @@ def run_jaxspreeze(
         point = {
             "env_steps": int(np.asarray(done.state.env_steps).reshape(-1)[0]),
             "return": float(np.mean(done.result.return_mean)),
+            "return_se": _se(done.result),
             "wall_s": time.perf_counter() - t_start,
             "train_s": train_s,
         }
@@ -152,7 +168,24 @@ def run_jaxspreeze(
         env_steps_per_s=curve[-1]["env_steps"] / train_s if curve else None,
         config={k: getattr(cfg, k) for k in (*RUN_SIZES, "eval_every", "eval_episodes", "seed")},
         algo_config=_plain(planned.algo_config),
+        settings=_preset_settings(task, cfg, planned),
+        evaluation=score_settings.protocol(task, score_settings.JAXSPREEZE_EVALUATOR),
     )
+
+
+def _se(result: Any) -> float | None:
+    """One seed's standard error of the mean return (None where there is none)."""
+    se = getattr(result, "return_se", None)
+    if se is None:
+        return None
+    value = float(np.asarray(se).reshape(-1)[0])
+    return None if math.isnan(value) else value
+
+
+def _preset_settings(task: ScoreTask, cfg: RunConfig, planned: RunPlan) -> dict[str, Any]:
+    """jaxspreeze's side's ``settings``: its preset's run sizes and algorithm config."""
+    sizes = {k: getattr(cfg, k) for k in RUN_SIZES}
+    return score_settings.preset(task, sizes | _plain(planned.algo_config)).record()
 
 
 def _plain(algo_config: Any) -> dict[str, Any]:
@@ -189,7 +222,7 @@ def brax_kwargs(planned: RunPlan, task: ScoreTask) -> dict[str, Any]:
         episode_length=EPISODE_LENGTH,
         num_envs=cfg.num_envs,
         num_evals=max(2, cfg.total_steps // task.eval_every + 1),
-        num_eval_envs=task.eval_episodes,
+        num_eval_envs=score_settings.episodes(task),
         deterministic_eval=True,
         seed=cfg.seed,
         learning_rate=getattr(a, BRAX_LEARNING_RATE[task.algo]),
@@ -245,21 +278,75 @@ BRAX_KWARGS = {"sac": _brax_sac_kwargs, "ppo": _brax_ppo_kwargs}  # by brax's tr
 BRAX_LEARNING_RATE = {"sac": "critic_lr", "ppo": "lr"}  # brax has one rate for all networks
 
 
+# brax 0.14.2's train() defaults of the sizes that set the env steps of one update
+BRAX_SIZES = {
+    "sac": {"num_envs": 1, "action_repeat": 1},
+    "ppo": {"batch_size": 32, "num_minibatches": 16, "unroll_length": 10, "action_repeat": 1},
+}
+
+
+# the sizes whose product is the env steps of one of brax's training steps
+BRAX_UPDATE_STEPS = {
+    "sac": ("num_envs", "action_repeat"),
+    "ppo": ("batch_size", "num_minibatches", "unroll_length", "action_repeat"),
+}
+
+
+def brax_steps_per_update(algo: str, kw: dict[str, Any]) -> int:
+    """The env steps of one of brax's training steps under the arguments ``kw``."""
+    size = {**BRAX_SIZES[algo], **{k: v for k, v in kw.items() if k in BRAX_SIZES[algo]}}
+    return math.prod(size[k] for k in BRAX_UPDATE_STEPS[algo])
+
+
+def brax_own_kwargs(
+    cfg: RunConfig, task: ScoreTask
+) -> tuple[dict[str, Any], dict[str, Any], score_settings.Settings]:
+    """brax's own settings for ``task`` (:mod:`jaxspreeze.score.settings`) at the row's
+    budget (``cfg.total_steps``; the seed ``cfg.seed``): the trainer's arguments, its
+    network factory's and the settings. The row's protocol sets the evaluation: ``num_eval_envs`` episodes, deterministic,
+    every ``eval_every`` env steps or every update where one update takes more (brax
+    evaluates between updates; more evaluations than updates would run past the budget)."""
+    own = score_settings.own("brax", task, cfg.total_steps)
+    kw = dict(own.options)
+    network = dict(kw.pop("network_factory", {}))
+    every = max(task.eval_every, brax_steps_per_update(task.algo, kw))
+    kw.update(
+        num_evals=max(2, cfg.total_steps // every + 1),
+        num_eval_envs=score_settings.episodes(task),
+        deterministic_eval=True,
+        seed=cfg.seed,
+    )
+    kw.setdefault("episode_length", EPISODE_LENGTH)
+    ran = dict(kw, network_factory=network) if network else dict(kw)
+    return kw, network, dataclasses.replace(own, options=ran)
+
+
 def run_brax(
     task: ScoreTask,
     say: Callable[[str], None] = lambda *a: None,
     started: float | None = None,
+    peer_settings: str = "matched",
     **fields: Any,
 ) -> Record:
-    """brax's own trainer on ``task``'s env, matched to its preset; its row (``started``:
-    as :func:`run_jaxspreeze`'s)."""
-    planned = preset_config(task, **fields)
-    cfg = planned.cfg
+    """brax's own trainer on ``task``'s env, with its own settings for the task
+    (``peer_settings="own"``) or matched to the row's preset (``"matched"``); its row
+    (``started``: as :func:`run_jaxspreeze`'s)."""
+    cfg, planned = peer_config(task, peer_settings, **fields)
     enable_compile_cache(cfg.compile_cache)
     brax_compat.install()
     env, wrap_fn = brax_env(task.env)
-    kw = brax_kwargs(planned, task)
-    hidden = kw.pop("hidden")
+    if planned is None:
+        kw, network, used = brax_own_kwargs(cfg, task)
+    else:
+        kw = brax_kwargs(planned, task)
+        hidden = tuple(kw.pop("hidden"))
+        network = _brax_hidden(task.algo, hidden)
+        used = score_settings.matched(task, {**kw, **network})
+    train_fn, factory = _brax_trainer(task.algo, network)
+    params = inspect.signature(train_fn).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    dropped = [] if takes_any else sorted(set(kw) - set(params))  # another brax's arguments
+    kw = {k: v for k, v in kw.items() if k not in dropped}
     # the wall time JAX spent tracing, lowering and compiling: the union of the events'
     # intervals (traces nest: a jitted function traced inside another's trace is its own
     # event, so summing the durations would count it twice)
@@ -273,9 +360,11 @@ def run_brax(
             return
         now = time.time()
         compile_s[0] = log.total_s(until=now)
+        std = metrics.get("eval/episode_reward_std")
         point = {
             "env_steps": int(step),
             "return": float(metrics["eval/episode_reward"]),
+            "return_se": None if std is None else float(std) / math.sqrt(kw["num_eval_envs"]),
             "wall_s": now - t0[0] - compile_s[0],
             "compile_s": compile_s[0],
         }
@@ -288,7 +377,6 @@ def run_brax(
             f"(compiled {compile_s[0]:.0f}s)"
         )
 
-    train_fn, factory = _brax_trainer(task.algo, hidden)
     with log:
         t0[0] = time.time()
         train_fn(
@@ -312,42 +400,56 @@ def run_brax(
         compile_s=compile_s[0],
         wall_s=total - compile_s[0] - start,
         trainer=f"brax.training.agents.{task.algo}.train",
-        config={k: v for k, v in kw.items()} | {"hidden": list(hidden)},
-        notes=_brax_notes(task),
+        config={k: v for k, v in kw.items()} | {"network": network},
+        notes="; ".join(filter(None, [_brax_notes(task, peer_settings, dropped), used.note])),
+        settings=used.record(),
+        evaluation=score_settings.protocol(task, BRAX_EVALUATOR),
     )
 
 
-def _brax_trainer(algo: str, hidden: tuple[int, ...]) -> tuple[Any, Callable[..., Any]]:
-    """brax's ``train`` function for ``algo`` (brax's name) and its network factory."""
+BRAX_EVALUATOR = (
+    "brax's own evaluator (brax.training.acting.Evaluator): one deterministic episode in "
+    "each of num_eval_envs envs, new starts at every evaluation (its key split each "
+    "time); s.e. from its eval/episode_reward_std"
+)
+
+
+BRAX_HIDDEN = {
+    "sac": ("hidden_layer_sizes",),
+    "ppo": ("policy_hidden_layer_sizes", "value_hidden_layer_sizes"),
+}
+
+
+def _brax_hidden(algo: str, hidden: tuple[int, ...]) -> dict[str, Any]:
+    """brax's network factory arguments for ``hidden`` (the preset's widths)."""
+    names = BRAX_HIDDEN[algo]  # brax's SAC names one size for both networks
+    return dict.fromkeys(names, hidden)
+
+
+def _brax_trainer(algo: str, network: dict[str, Any]) -> tuple[Any, Callable[..., Any]]:
+    """brax's ``train`` function for ``algo`` (brax's name) and its network factory with
+    the arguments ``network``."""
     from brax.training.agents.ppo import networks as ppo_nets  # heavy: benchmark only
     from brax.training.agents.ppo import train as ppo
     from brax.training.agents.sac import networks as sac_nets
     from brax.training.agents.sac import train as sac
 
-    factories = {
-        "sac": (sac, functools.partial(sac_nets.make_sac_networks, hidden_layer_sizes=hidden)),
-        "ppo": (
-            ppo,
-            functools.partial(
-                ppo_nets.make_ppo_networks,
-                policy_hidden_layer_sizes=hidden,
-                value_hidden_layer_sizes=hidden,
-            ),
-        ),
-    }
-    train, factory = factories[algo]
-    return train.train, factory
+    factories = {"sac": (sac, sac_nets.make_sac_networks), "ppo": (ppo, ppo_nets.make_ppo_networks)}
+    train, make = factories[algo]
+    return train.train, functools.partial(make, **network)
 
 
-def _brax_notes(task: ScoreTask) -> str:
+def _brax_notes(task: ScoreTask, peer_settings: str = "matched", dropped: Any = ()) -> str:
     notes = [
         "wall = brax's train() minus JAX trace/lower/compile events, from after its step-0 eval"
     ]
+    if dropped:
+        notes.append(f"left out (brax's train() does not take them): {', '.join(dropped)}")
     if task.env.startswith("playground/"):
         notes.append("Playground via wrap_for_brax_training (drops the final observation)")
     else:
         notes.append("brax's training wrappers (AutoReset to the first state of each env)")
-    if algos.get(task.algo).on_policy:
+    if algos.get(task.algo).on_policy and peer_settings == "matched":
         notes.append(
             "PPO: minibatches of whole env rows (brax) vs shuffled samples (jaxspreeze); "
             "brax's learning rate constant, jaxspreeze's annealed when anneal_lr; brax's "
@@ -379,8 +481,14 @@ def run_side(task: ScoreTask, run: SideRun) -> Record:
 
 
 def run_brax_side(task: ScoreTask, run: SideRun) -> Record:
-    """brax's side: :func:`run_brax` with :func:`side_fields`."""
-    return run_brax(task, say=run.say, started=run.started, **side_fields(task, run))
+    """brax's side: :func:`run_brax` with :func:`side_fields` and the run's peer settings."""
+    return run_brax(
+        task,
+        say=run.say,
+        started=run.started,
+        peer_settings=run.peer_settings,
+        **side_fields(task, run),
+    )
 
 
 def run_trainer(
@@ -404,6 +512,7 @@ def run_trainer(
         point = {
             "env_steps": int(record["env_steps"]),
             "return": float(record["eval_return"]),
+            "return_se": record.get("eval_return_se"),
             "at": now,
         }
         if started is not None:
@@ -434,6 +543,8 @@ def run_trainer(
         trainer="jaxspreeze.train",
         config={k: getattr(cfg, k) for k in (*RUN_SIZES, "eval_every", "eval_episodes", "seed")},
         notes="host env: jaxspreeze.train(), wall after compilation counted from the first chunk",
+        settings=_preset_settings(task, cfg, planned),
+        evaluation=score_settings.protocol(task, score_settings.HOST_EVALUATOR),
     )
 
 

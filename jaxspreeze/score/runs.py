@@ -3,9 +3,11 @@ each in its own process, interleaved so that the sides share the machine's load.
 
 The order: for each seed, every row in turn, and on a row the cold runs of every side,
 then their warm runs (``jaxspreeze cold, brax cold, jaxspreeze warm, brax warm``, then the
-next row; every row's seed 0 before any seed 1), so rows share the load as sides do. A cold
-run gets a fresh compile-cache directory; the warm run of the same side and seed runs
-again on it. Each run is ``python -m jaxspreeze.score.child`` started with the
+next row; every row's seed 0 before any seed 1), so rows share the load as sides do. A
+peer runs once per kind of settings asked for (``--peer-settings both``: its own, then
+matched to the preset, each its own column); jaxspreeze's side runs its preset once. A cold
+run gets a fresh compile-cache directory; the warm run of the same side, settings and seed
+runs again on it. Each run is ``python -m jaxspreeze.score.child`` started with the
 ``time.time()`` of its start, so its wall counts the interpreter, imports and compilation.
 This process imports no JAX. After every run ``score.json`` and ``score.md`` are written
 again (the table so far), and the row's plot, ``<row>.png``.
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxspreeze.score import rows as score_rows
+from jaxspreeze.score import settings as score_settings
 from jaxspreeze.score import sides as score_sides
 from jaxspreeze.score.tasks import ScoreTask
 
@@ -89,18 +92,32 @@ def plan_sides(
     return active, skipped
 
 
+PEER_SETTINGS = {"own": ("own",), "matched": ("matched",), "both": ("own", "matched")}
+SIDE = "jaxspreeze"
+
+
+def side_settings(side: str, peer_settings: Sequence[str]) -> tuple[str, ...]:
+    """The kinds of settings ``side`` runs: its preset (jaxspreeze), else ``peer_settings``."""
+    return (score_settings.PRESET,) if side == SIDE else tuple(peer_settings)
+
+
 def order(
-    tasks: Sequence[ScoreTask], active: dict[str, list[str]], seeds: int, caches: Sequence[str]
-) -> list[tuple[ScoreTask, int, str, str]]:
-    """The runs in the order they run: (row, seed, cache, side), seed by seed over every
-    row, so that the rows (a fast recipe's and SAC's on one env) share the machine's load
-    as the sides of one row do."""
+    tasks: Sequence[ScoreTask],
+    active: dict[str, list[str]],
+    seeds: int,
+    caches: Sequence[str],
+    peer_settings: Sequence[str] = ("own",),
+) -> list[tuple[ScoreTask, int, str, str, str]]:
+    """The runs in the order they run: (row, seed, cache, side, settings), seed by seed
+    over every row, so that the rows (a fast recipe's and SAC's on one env) share the
+    machine's load as the sides of one row do; a peer once per kind of ``peer_settings``."""
     return [
-        (task, seed, cache, side)
+        (task, seed, cache, side, kind)
         for seed in range(seeds)
         for task in tasks
         for cache in caches
         for side in active[task.name]
+        for kind in side_settings(side, peer_settings)
     ]
 
 
@@ -112,6 +129,7 @@ def run_one(
     scale: str,
     total_steps: int | None,
     timeout_s: float | None,
+    peer_settings: str = "own",
 ) -> Record:
     """One side's process on one row; its entry (``row`` or ``error``, and its times)."""
     with tempfile.TemporaryDirectory(prefix="jaxspreeze-score-") as tmp:
@@ -136,6 +154,8 @@ def run_one(
             "--out",
             str(out),
         ]
+        if peer_settings in score_settings.KINDS:  # (jaxspreeze's side: its preset)
+            cmd += ["--peer-settings", peer_settings]
         if total_steps is not None:
             cmd += ["--total-steps", str(total_steps)]
         load = os.getloadavg()[0]
@@ -156,11 +176,15 @@ def run_one(
     return entry
 
 
-def check_options(out: Path | None, timeout_s: float | None) -> tuple[str, str] | None:
+def check_options(
+    out: Path | None, timeout_s: float | None, peer_settings: str = "own"
+) -> tuple[str, str] | None:
     """(the flag, why) for an option of a score run that cannot work, checked before any
     side runs (a report that cannot be written would be found only after the first run):
-    ``--out`` a folder that can be made and written (None: no report), ``--run-timeout-s``
-    > 0."""
+    ``--peer-settings`` one of :data:`PEER_SETTINGS`, ``--run-timeout-s`` > 0, ``--out``
+    a folder that can be made and written (None: no report)."""
+    if peer_settings not in PEER_SETTINGS:
+        return "--peer-settings", f"choose from {', '.join(PEER_SETTINGS)}, got {peer_settings!r}"
     if timeout_s is not None and not (math.isfinite(timeout_s) and timeout_s > 0):
         return "--run-timeout-s", f"must be a number of seconds > 0, got {timeout_s:g}"
     if out is None:  # nothing is written (--list)
@@ -181,6 +205,20 @@ def check_options(out: Path | None, timeout_s: float | None) -> tuple[str, str] 
     return None
 
 
+def make_out(out: Path) -> tuple[str, str] | None:
+    """Make the report's folder and write a probe file in it, before any side runs:
+    (``--out``, why) when it cannot be (a path the checks above let through, e.g. under
+    ``/proc``, or a folder root may not write), else None."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".jaxspreeze-probe-"):
+            pass
+    except OSError as e:
+        why = e.strerror or type(e).__name__
+        return "--out", f"{out} cannot be made or written ({why}); give another folder"
+    return None
+
+
 def run(
     tasks: Sequence[ScoreTask],
     *,
@@ -193,13 +231,16 @@ def run(
     total_steps: int | None = None,
     note: str = "",
     timeout_s: float | None = None,
+    peer_settings: str = "own",
     say: Callable[[str], None] = print,
 ) -> Record:
-    """Run every (row, seed, cache, side) in :func:`order`; write the report; its doc."""
+    """Run every (row, seed, cache, side, settings) in :func:`order`; write the report;
+    its doc. ``peer_settings``: ``own``, ``matched`` or ``both`` (:data:`PEER_SETTINGS`)."""
+    kinds = PEER_SETTINGS[peer_settings]
     active, skipped = plan_sides(tasks, sides)
     for k in skipped:
         say(f"score: skipped {k['side']} on {k['task']}: {k['why']}")
-    runs_planned = order(tasks, active, seeds, caches)
+    runs_planned = order(tasks, active, seeds, caches, kinds)
     for task in tasks:
         if not active[task.name]:
             say(f"score: no side of {', '.join(sides or ['any'])} runs {task.name} here")
@@ -218,6 +259,7 @@ def run(
         "seeds": seeds,
         "caches": list(caches),
         "total_steps": total_steps,
+        "peer_settings": list(kinds),
         "rows": [t.name for t in tasks],
         "sides": {t.name: active[t.name] for t in tasks},
         "skipped": skipped,
@@ -230,13 +272,21 @@ def run(
     on_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminated) if on_main else None
     try:
-        for i, (task, seed, cache, side) in enumerate(runs_planned):
-            say(f"score [{i + 1}/{len(runs_planned)}] {task.name} {side} seed {seed} {cache}")
-            cache_dir = root / f"{task.name}-{side}-{seed}"
+        for i, (task, seed, cache, side, kind) in enumerate(runs_planned):
+            label = score_rows.label(side, kind)
+            say(f"score [{i + 1}/{len(runs_planned)}] {task.name} {label} seed {seed} {cache}")
+            cache_dir = root / f"{task.name}-{side}-{kind}-{seed}"
             if cache == "cold" and cache_dir.exists():
                 shutil.rmtree(cache_dir)
-            entry = {"order": i, "task": task.name, "side": side, "seed": seed, "cache": cache}
-            entry |= run_one(task, side, seed, cache_dir, scale, total_steps, timeout_s)
+            entry = {
+                "order": i,
+                "task": task.name,
+                "side": side,
+                "settings": kind,
+                "seed": seed,
+                "cache": cache,
+            }
+            entry |= run_one(task, side, seed, cache_dir, scale, total_steps, timeout_s, kind)
             doc["runs"].append(entry)
             say(_line(entry))
             png = score_rows.plot(task.name, doc["runs"], out / f"{task.name}.png")
@@ -263,7 +313,8 @@ def write(doc: Record, out: Path) -> None:
 
 
 def _line(entry: Record) -> str:
-    head = f"  {entry['side']} {entry['task']} seed {entry['seed']} {entry['cache']}:"
+    side = score_rows.label(entry["side"], entry.get("settings"))
+    head = f"  {side} {entry['task']} seed {entry['seed']} {entry['cache']}:"
     if entry.get("error"):
         return f"{head} FAILED {entry['error']}"
     r = entry["row"]

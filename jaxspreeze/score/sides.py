@@ -38,6 +38,9 @@ class SideRun(NamedTuple):
     started: float  # the time.time() the side's process was started at
     total_steps: int | None = None  # the env-step budget instead of the row's
     say: Callable[[str], None] = _quiet  # where progress lines go
+    # a peer's settings: "own" (its published ones for the task: score.settings) or
+    # "matched" (the row's jaxspreeze preset); jaxspreeze's side runs its preset either way
+    peer_settings: str = "own"
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,7 @@ BUILTIN = (
         ("sac", "ppo"),
         ("brax",),
         install="pip install brax (and 'jaxspreeze[playground]' for playground/ rows)",
-        what="brax.training.agents.sac / ppo, matched to the preset",
+        what="brax.training.agents.sac / ppo: its own settings for the task, or the preset",
     ),
     Side(
         "rejax",

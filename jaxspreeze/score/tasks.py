@@ -28,7 +28,9 @@ class ScoreTask:
     a 2-core machine runs in minutes); ``label`` names the row when ``algo-<task>`` would
     be ambiguous (gymnax's and gymnasium's Pendulum-v1); ``versus`` are the rows it is
     meant to beat where no peer runs it (the fast recipes: SAC/TD3's rows of the same env;
-    :mod:`jaxspreeze.score.goal`).
+    :mod:`jaxspreeze.score.goal`). Every side of a row is evaluated alike:
+    :func:`jaxspreeze.score.settings.protocol` (``eval_episodes`` left unset: 128
+    episodes on a device env, 16 on a host env).
     """
 
     algo: str
@@ -36,7 +38,7 @@ class ScoreTask:
     preset: str  # jaxspreeze/presets/<preset>.toml (PRESETS)
     threshold: float
     eval_every: int
-    eval_episodes: int = 8
+    eval_episodes: int | None = None  # None: jaxspreeze's default (settings.episodes)
     label: str = ""
     cpu: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
     versus: tuple[str, ...] = ()
@@ -94,7 +96,8 @@ _BRAX_ENVS = {  # env: (name, SAC's eval_every, eval_episodes)
 }
 _PPO_EVAL_EVERY = 16_384
 _FAST_ENVS = {  # env: (preset name, eval_every, eval_episodes), as SAC's row of the env
-    "gymnax/Pendulum-v1": ("pendulum", 1_000, 16),
+    # (None: jaxspreeze's default, as SAC's gymnax row)
+    "gymnax/Pendulum-v1": ("pendulum", 1_000, None),
     "brax/inverted_pendulum": ("inverted_pendulum", 2_000, 8),
     "brax/reacher": ("reacher", 2_000, 8),
     "brax/halfcheetah": ("brax_halfcheetah", 2_000, 4),

@@ -1,0 +1,348 @@
+"""`jaxspreeze score`'s peers with their own settings, one evaluation protocol per row,
+and `--peer-settings own|matched|both`.
+
+The own-settings table (jaxspreeze/score/settings.py) is the one place the peers'
+published settings live: every entry names its source, and every row a built-in peer
+runs has an entry from which the peer's arguments build (no peer library needed: the
+builders are plain Python). The protocol: every side of a row is evaluated on the same
+number of episodes with fresh starts; rejax's policy by jaxspreeze's evaluator from the
+key jaxspreeze's side draws its starts from, SBX's on the gymnasium starts jaxspreeze's
+host evaluator uses. The CLI runs with stand-in sides (no JAX in the sides' processes).
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from types import SimpleNamespace
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxspreeze.cli import main
+from jaxspreeze.score import goal as score_goal
+from jaxspreeze.score import peers as score_peers
+from jaxspreeze.score import runners as score
+from jaxspreeze.score import runs as score_run
+from jaxspreeze.score import settings as score_settings
+from jaxspreeze.score import sides as score_sides
+from jaxspreeze.score import tasks as score_tasks
+
+ROW = "sac-Pendulum-v1"
+PEERS = {s.name: s for s in score_sides.BUILTIN if s.name != "jaxspreeze"}
+
+
+def _claimed():
+    """(peer, row) for every row a built-in peer runs."""
+    return [
+        (peer, task)
+        for task in score_tasks.ROWS.values()
+        for peer, side in PEERS.items()
+        if side.runs(task.family, task.algo)
+    ]
+
+
+def test_every_entry_names_its_source_and_every_claimed_row_has_one():
+    keys = [(p.peer, p.algo, p.env) for p in score_settings.TABLE]
+    assert len(keys) == len(set(keys))  # one entry per (peer, algo, env)
+    for entry in score_settings.TABLE:
+        assert entry.source and entry.budget, entry
+        assert entry.peer in PEERS
+        # an entry is its peer's published options (the budget among them), or its
+        # documented defaults, which it says
+        assert entry.defaults or entry.budget in entry.options, entry
+        if entry.defaults:
+            assert "default" in entry.source and "publishes no" in entry.source
+    claimed = {(peer, t.algo, t.env) for peer, t in _claimed()}
+    assert claimed == set(keys)  # no row without settings, no entry without a row
+
+
+@pytest.mark.parametrize("peer, task", _claimed(), ids=lambda x: getattr(x, "name", x))
+def test_the_peers_arguments_build_for_every_row_it_claims(peer, task):
+    """Scaled to the row's budget only: every other option is the published one."""
+    # what the builders read of the row's config: the budget and the seed
+    cfg = SimpleNamespace(total_steps=12_345, seed=0)
+    entry = score_settings.published(peer, task.algo, task.env)
+    own = score_settings.own(peer, task, 12_345)
+    assert own.options[entry.budget] == 12_345 and own.source == entry.source
+    unchanged = {k: v for k, v in own.options.items() if k != entry.budget}
+    assert unchanged == {
+        k: v for k, v in entry.options.items() if k != entry.budget and v is not None
+    }
+    assert own.record()["kind"] == "own"
+    if peer == "rejax":
+        options, _ = score_peers.rejax_own_config(cfg, task)
+        assert options["total_timesteps"] == 12_345
+        assert options["eval_freq"] == task.eval_every and options["skip_initial_evaluation"]
+        assert "env" not in options and None not in options.values()
+        # rejax pops a network's activation from its table: the table must not change
+        for v in options.values():
+            if isinstance(v, dict):
+                v.pop("activation", None)
+        assert score_peers.rejax_own_config(cfg, task)[0] == dict(
+            score_settings.own(peer, task, 12_345).options,
+            eval_freq=task.eval_every,
+            skip_initial_evaluation=True,
+        )
+    elif peer == "brax":
+        kw, network, _ = score.brax_own_kwargs(cfg, task)
+        assert kw["num_timesteps"] == 12_345 and kw["deterministic_eval"]
+        assert kw["num_eval_envs"] == score_settings.episodes(task)
+        # evaluations no closer than one of brax's updates (else brax overruns the budget)
+        per_update = score.brax_steps_per_update(task.algo, kw)
+        assert (kw["num_evals"] - 1) * per_update <= max(12_345, 2 * per_update)
+        assert "network_factory" not in kw and isinstance(network, dict)
+    else:
+        n_envs, kwargs, _ = score_peers.sbx_own_options(task, 12_345)
+        assert n_envs >= 1 and "n_timesteps" not in kwargs and "policy" not in kwargs
+        assert kwargs.get("action_noise", ("normal", 0.1))[0] == "normal"
+
+
+def test_the_table_is_read_from_one_place(monkeypatch):
+    """A changed entry in settings.TABLE is what every peer's builder then gives."""
+    task = score_tasks.ROWS["ppo-inverted_pendulum"]
+    entry = score_settings.published("brax", "ppo", task.env)
+    changed = score_settings.Published(
+        entry.peer, entry.algo, entry.env, {**entry.options, "learning_rate": 0.123},
+        "a test's table", entry.budget,
+    )  # fmt: skip
+    table = tuple(changed if p is entry else p for p in score_settings.TABLE)
+    monkeypatch.setattr(score_settings, "TABLE", table)
+    kw, _, used = score.brax_own_kwargs(SimpleNamespace(total_steps=300_000, seed=0), task)
+    assert kw["learning_rate"] == 0.123 and used.source == "a test's table"
+
+
+def test_a_published_warmup_beyond_the_budget_is_said():
+    task = score_tasks.ROWS["td3-HalfCheetah-v5"]  # rl-zoo3: learning_starts 10,000
+    assert "does not learn within it" in score_settings.own("sbx", task, 8_000).note
+    assert "does not learn" not in score_settings.own("sbx", task, 30_000).note
+
+
+# ----------------------------------------------------------------------------- protocol
+def test_every_side_of_a_row_has_the_rows_episodes():
+    task = score_tasks.ROWS[ROW]  # jaxspreeze's side: its preset planned with them
+    assert score.preset_config(task).cfg.eval_episodes == score_settings.episodes(task)
+    # brax's side, its own settings and matched (what brax_kwargs reads of a plan)
+    task = score_tasks.ROWS["sac-inverted_pendulum"]
+    cfg = SimpleNamespace(total_steps=20_000, num_envs=8, seed=0, batch_size=128, grad_steps=8,
+                          rollout_steps=1, learning_starts=1000, buffer_size=20_000)  # fmt: skip
+    a = SimpleNamespace(gamma=0.99, critic_lr=1e-3, tau=0.005, hidden=(64, 64))
+    planned = SimpleNamespace(cfg=cfg, algo_config=a)
+    n = score_settings.episodes(task)
+    assert score.brax_kwargs(planned, task)["num_eval_envs"] == n
+    assert score.brax_own_kwargs(cfg, task)[0]["num_eval_envs"] == n
+    # unset: jaxspreeze's default (128 on a device env, 16 on a host env)
+    assert score_settings.episodes(score_tasks.ROWS["sac-Pendulum-v1"]) == 128
+    assert score_settings.episodes(score_tasks.ROWS["sac-gymnasium-Pendulum-v1"]) == 16
+
+
+def _toward_zero(actor, obs):
+    """A stand-in peer's batched deterministic policy (the actor scales a fixed action)."""
+    return jnp.broadcast_to(actor["w"], (obs.shape[0], 1)) * jnp.tanh(obs[:, :1])
+
+
+def test_a_peer_policy_is_evaluated_as_jaxspreezes_side_is():
+    """rejax's evaluation (jaxspreeze's evaluator, the seed's evaluation key folded with
+    the step) draws what jaxspreeze's side draws: the same step and seed the same starts,
+    another step fresh ones."""
+    from jaxspreeze.agent.evaluate import eval_seed, make_evaluate, make_seed_evaluate, start_key
+    from jaxspreeze.envs import make_env
+
+    env = make_env("gymnax/Pendulum-v1", 4)
+    policy = score_peers.PeerPolicy(_toward_zero)
+    actor = {"w": jnp.float32(-2.0)}
+    key = jax.random.split(jax.random.key(eval_seed(3)), 1)[0]  # as run_rejax
+    peer = jax.jit(make_evaluate(policy, env))
+    ours = make_seed_evaluate(policy, env, jax.random.split(jax.random.key(eval_seed(3)), 1))
+    for step in (1000, 2000):
+        a = peer(actor, start_key(key, step))
+        b = ours(jax.tree.map(lambda x: x[None], actor), step)
+        np.testing.assert_allclose(a.return_mean, b.return_mean[0], rtol=1e-6)
+        np.testing.assert_allclose(a.return_se, b.return_se[0], rtol=1e-6)
+    first, second = (peer(actor, start_key(key, s)).return_mean for s in (1000, 2000))
+    assert first != second  # fresh starts at every evaluation
+
+
+def test_sbx_is_evaluated_on_the_host_evaluators_starts():
+    """SBX's evaluation resets episode j with the seed jaxspreeze's host evaluator gives
+    env j: a stand-in model's returns equal the host evaluator's, step by step."""
+    pytest.importorskip("gymnasium")
+    from jaxspreeze.agent.evaluate import eval_seed, make_host_evaluate
+
+    class Model:  # SB3's predict of a zero action
+        def predict(self, obs, deterministic=False):
+            assert deterministic
+            return np.zeros(1, np.float32), None
+
+    policy = score_peers.PeerPolicy(lambda actor, obs: jnp.zeros((obs.shape[0], 1)))
+    host = make_host_evaluate(policy, "gymnasium/Pendulum-v1", 3, eval_seed(5))
+    for step in (1000, 2000):
+        mean, se = score_peers.sbx_evaluate(Model(), "Pendulum-v1", 3, 5, step)
+        ours = host({"w": np.zeros((1,))}, step)
+        np.testing.assert_allclose(mean, ours.return_mean[0], rtol=1e-4)
+        np.testing.assert_allclose(se, ours.return_se[0], rtol=1e-3)
+    assert score_peers.sbx_evaluate(Model(), "Pendulum-v1", 3, 5, 1000) != (
+        score_peers.sbx_evaluate(Model(), "Pendulum-v1", 3, 5, 2000)
+    )
+
+
+# ----------------------------------------------------------------------------- the CLI
+FAKE = textwrap.dedent(
+    '''
+    """Stand-in sides for tests/test_score_settings.py (no JAX)."""
+    import os, time
+    from jaxspreeze.score.rows import row
+    from jaxspreeze.score.sides import Side
+
+    def _run(name, returns, task, run, kind):
+        with open(os.environ["FAKE_SCORE_LOG"], "a") as f:
+            f.write(f"{name} {run.seed} {run.peer_settings}\\n")
+        curve = [{"env_steps": 1000 * (i + 1), "return": r, "return_se": 2.0,
+                  "wall_s": 0.1 * (i + 1), "command_s": 1.0 + i}
+                 for i, r in enumerate(returns)]
+        settings = {"kind": kind, "source": f"{name}: {kind} source", "defaults": False,
+                    "note": "", "options": {"learning_rate": 0.01 if kind == "own" else 3e-4}}
+        evaluation = {"episodes": 128, "every": 1000, "starts": "fresh at every evaluation",
+                      "deterministic": True, "by": f"{name}'s evaluator"}
+        return row(name, task, curve, compile_s=0.5, settings=settings,
+                   evaluation=evaluation)
+
+    def run_ours(task, run):
+        return _run("jaxspreeze", [-900.0, -150.0], task, run, "preset")
+
+    def run_peer(task, run):  # its own settings reach the threshold, matched ones do not
+        own = run.peer_settings == "own"
+        return _run("peer", [-150.0] if own else [-900.0, -800.0], task, run,
+                    run.peer_settings)
+
+    SIDES = [
+        Side("jaxspreeze", "fakeboth:run_ours", ("*",), ("*",)),
+        Side("peer", "fakeboth:run_peer", ("gymnax",), ("*",)),
+    ]
+    '''
+)
+
+
+@pytest.fixture
+def stand_ins(tmp_path, monkeypatch):
+    (tmp_path / "fakeboth.py").write_text(FAKE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import os
+
+    path = os.environ.get("PYTHONPATH", "")
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep + path if path else ''}")
+    monkeypatch.setenv(score_sides.PLUGIN_VAR, "fakeboth:SIDES")
+    log = tmp_path / "runs.log"
+    monkeypatch.setenv("FAKE_SCORE_LOG", str(log))
+    return log
+
+
+def test_both_gives_two_labelled_columns(stand_ins, tmp_path):
+    out = tmp_path / "out"
+    argv = ["score", "--rows", ROW, "--seeds", "1", "--no-warm", "--out", str(out)]
+    assert main([*argv, "--sides", "jaxspreeze", "peer", "--peer-settings", "both"]) == 0
+    # jaxspreeze's side runs its preset once; the peer its own settings, then matched
+    runs = [line.split() for line in stand_ins.read_text().splitlines()]
+    assert [(side, kind) for side, _, kind in runs] == [
+        ("jaxspreeze", "own"),  # (the flag reaches it; it runs its preset either way)
+        ("peer", "own"),
+        ("peer", "matched"),
+    ]
+    doc = json.loads((out / "score.json").read_text())
+    assert doc["peer_settings"] == ["own", "matched"]
+    assert [(r["side"], r["settings"]) for r in doc["runs"]] == [
+        ("jaxspreeze", "preset"),
+        ("peer", "own"),
+        ("peer", "matched"),
+    ]
+    labels = [s["label"] for s in doc["summary"]]
+    assert labels == ["jaxspreeze", "peer (own)", "peer (matched)"]
+    own, matched = doc["summary"][1:]
+    assert (own["reached"], matched["reached"]) == (1, 0)
+    assert own["used"]["source"] == "peer: own source" and own["final_return_se"] == 2.0
+
+    # the goal: one verdict per peers' settings (the matched peer never reaches it)
+    verdicts = score_goal.judge(doc["summary"])
+    assert [(v["peer_settings"], v["reference"]) for v in verdicts] == [
+        ("own", "peer (own)"),
+        ("matched", "peer (matched)"),
+    ]
+    assert verdicts[1]["verdict"] == "met: jaxspreeze reaches it, the reference does not"
+    assert not verdicts[0]["met"]  # 2.0 s against the peer's 1.0 s
+
+    md = (out / "score.md").read_text()
+    assert f"| {ROW} (gymnax/Pendulum-v1, thr. -200) | peer (own) | 1/1 |" in md
+    assert f"| {ROW} (gymnax/Pendulum-v1, thr. -200) | peer (matched) | 0/1 |" in md
+    assert "| -150.0 ± 2.0 |" in md
+    assert "| peers' settings |" in md and f"| {ROW} | cold | matched |" in md
+    assert "jaxspreeze's side runs each row's preset (not its defaults)" in md
+    # the settings and their source beside each side, and how each was evaluated
+    assert f"- {ROW}, peer (own): settings from peer: own source: learning_rate=0.01." in md
+    assert "peer (matched): settings from peer: matched source: learning_rate=0.0003." in md
+    assert "on 128 episodes, starts fresh at every evaluation, by peer's evaluator." in md
+
+
+def test_own_is_the_default_and_matched_is_todays(stand_ins, tmp_path):
+    for flags, kinds in (([], ["own"]), (["--peer-settings", "matched"], ["matched"])):
+        out = tmp_path / "-".join(kinds)
+        argv = ["score", "--rows", ROW, "--seeds", "1", "--no-warm", "--out", str(out), *flags]
+        argv += ["--sides", "jaxspreeze", "peer"]
+        assert main(argv) == 0
+        doc = json.loads((out / "score.json").read_text())
+        assert [r["settings"] for r in doc["runs"] if r["side"] == "peer"] == kinds
+
+
+@pytest.mark.parametrize(
+    "flags, says",
+    [
+        (["--rows", ROW, "--peer-settings", "mine"],
+         "--peer-settings: choose from own, matched, both, got 'mine'"),
+        (["--rows", ROW, "--run-timeout-s", "-5"],
+         "--run-timeout-s: must be a number of seconds > 0, got -5"),
+        (["--rows", ROW, "--out", "/proc/no-such/report"],
+         "--out: /proc/no-such/report cannot be made"),
+        (["--merge", "{tmp}", "--peer-settings", "both"], "--merge runs nothing: leave out --peer-settings"),
+    ],
+)  # fmt: skip
+def test_refusals_come_before_any_side_runs(stand_ins, tmp_path, monkeypatch, capsys, flags, says):
+    monkeypatch.setattr(score_run, "run_one", lambda *a, **k: pytest.fail("a side ran"))
+    flags = [f.format(tmp=tmp_path) for f in flags]
+    assert main(["score", *flags]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"jaxspreeze: error: {says}"), line
+    assert not stand_ins.exists()
+
+
+def test_merge_keeps_a_peers_own_and_matched_columns_apart(tmp_path):
+    """A run of a peer's matched settings does not replace a run of its own settings."""
+    from jaxspreeze.score import merge as score_merge
+    from jaxspreeze.score import rows as score_rows
+
+    task = score_tasks.ROWS[ROW]
+    curve = [{"env_steps": 1000, "return": -150.0, "wall_s": 1.0, "command_s": 2.0}]
+    folders = []
+    for kind in ("own", "matched"):
+        run = {"task": ROW, "side": "peer", "settings": kind, "seed": 0, "cache": "cold",
+               "row": score_rows.row("peer", task, curve)}  # fmt: skip
+        doc = {"command": kind, "scale": "cpu", "rows": [ROW], "peer_settings": [kind],
+               "runs": [run], "summary": [], "plots": []}  # fmt: skip
+        folder = tmp_path / kind
+        folder.mkdir()
+        score_run.write(doc, folder)
+        folders.append(folder)
+    merged = score_merge.merge(folders, "merge")
+    assert merged["replaced"] == [] and merged["peer_settings"] == ["own", "matched"]
+    assert [(r["settings"], r["source"]) for r in merged["runs"]] == [("own", 0), ("matched", 1)]
+
+
+def test_a_peer_with_its_own_settings_does_not_need_the_presets_plan():
+    """A budget the preset's warm-up does not fit is refused for the preset's runs only."""
+    from jaxspreeze.core.errors import ConfigError
+
+    task = score_tasks.ROWS[ROW]  # sac_pendulum: 1,000 warm-up steps
+    cfg, planned = score.peer_config(task, "own", total_steps=500, seed=4)
+    assert planned is None and (cfg.total_steps, cfg.seed) == (500, 4)
+    with pytest.raises(ConfigError, match="total_steps"):
+        score.peer_config(task, "matched", total_steps=500)
