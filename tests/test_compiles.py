@@ -3,8 +3,6 @@ the summary of a run reporting them all."""
 
 from __future__ import annotations
 
-import time
-
 import jax
 import jax.numpy as jnp
 import pytest
@@ -49,12 +47,11 @@ def test_the_log_sees_every_program_while_open():
 
 
 def test_the_summary_reports_all_compiles(tiny_cfg):
-    """Every program in the summary; the evaluation compiled once, ahead of time, before
-    the first chunk (its first call compiles nothing); init traced once (the memory
-    estimate reads its trace); the start timed from the command."""
+    """Every program in the summary; the evaluation compiled once, ahead of time (its
+    first call compiles nothing); init traced once (the memory estimate reads its trace);
+    the start timed from the command."""
     from jaxspreeze.run.trainer import train
 
-    t0 = time.time()
     with CompileLog() as log:
         summary = train(tiny_cfg, quiet=True, save=False).summary
     programs = summary["compile_programs_s"]
@@ -67,12 +64,10 @@ def test_the_summary_reports_all_compiles(tiny_cfg):
     assert summary["command_to_first_chunk_s"] == pytest.approx(
         summary["command_to_train_s"] + summary["first_chunk_dispatched_s"]
     )
-    # the evaluation: one trace, one compile, both before the first chunk was dispatched
-    # (t0 + first_chunk_dispatched_s is earlier than the dispatch itself)
-    first_chunk = t0 + summary["first_chunk_dispatched_s"]
+    # the evaluation: one trace, one compile (on its thread, not waited for before the
+    # first chunk: run.starting.PendingEvaluate)
     evals = [(event, end) for event, name, _, end in log.spans if "evaluate" in name]
     assert sorted(e for e, _ in evals) == sorted([TRACE, LOWER, BACKEND]), evals
-    assert all(end < first_chunk for _, end in evals)
     assert summary["evaluations_done"] >= 1  # ... and it ran, without compiling again
     # the init program is traced once: the memory estimate used that trace's shapes
     assert [name for event, name, _, _ in log.spans if event == TRACE].count("init") == 1

@@ -233,6 +233,8 @@ def headline(record: Record) -> tuple[str, float | None]:
         return "update_samples_per_s", record.get("update_samples_per_s")
     if record.get("kind") in ("end_to_end", "learning"):
         return "wall_to_threshold_s", record.get("wall_to_threshold_s")
+    if record.get("kind") == "cold":  # a whole process (bench/cold.py)
+        return "wall_s", record.get("wall_s")
     return "env_steps_per_s", record.get("env_steps_per_s")
 
 

@@ -18,6 +18,7 @@ UNITS = {
     "env_steps_per_s": "env steps/s",
     "update_samples_per_s": "samples/s",
     "wall_to_threshold_s": "s to threshold",
+    "wall_s": "s wall",
 }
 COLUMNS = ("case", "jaxspreeze", "reference", "ratio", "unit", "compile s", "notes")
 
@@ -50,6 +51,12 @@ def _notes(rec: Record) -> str:
             f"final return {_num(rec.get('final_return'))} vs {_num(ref.get('final_return'))}"
         )
         notes.append(f"seeds reached {rec.get('reached')} vs {ref.get('reached')}")
+    elif rec.get("kind") == "cold" and rec.get("cpu_s") is not None:
+        notes.append(f"cpu {_num(rec['cpu_s'])} s")
+        if rec.get("compile_all_s") is not None:
+            notes.append(f"compiling {_num(rec['compile_all_s'])} s")
+            notes.append(f"first chunk at {_num(rec.get('command_to_first_chunk_s'))} s")
+        notes.append(f"load {rec.get('load_1min', 0):.1f}")
     elif rec.get("kind") == "end_to_end":
         if rec.get("reached"):
             notes.append(f"{rec['env_steps_to_threshold']:,} env steps")

@@ -20,7 +20,7 @@ from typing import Any
 import jax
 
 from jaxspreeze import algos
-from jaxspreeze.bench import cases, learning
+from jaxspreeze.bench import cases, cold, learning
 from jaxspreeze.bench.record import (
     Record,
     Workload,
@@ -143,6 +143,8 @@ class Case:
     @property
     def id(self) -> str:
         """A short readable id, e.g. ``sampling-gymnax/Pendulum-v1-1024``."""
+        if self.kind == "cold":
+            return cold.case_id(self.args)
         return "-".join([self.kind, *(str(v) for v in self.args.values())])
 
 
@@ -171,6 +173,12 @@ def selection(full: bool = False, scale: str | None = None) -> list[Case]:
         out += [Case("end_to_end", {"algo": a}) for a in ("sac", "ppo")]
         out += [Case("learning", {"task": name}) for name in learning.TASKS]
     return out
+
+
+def cold_selection(total_steps: int | None = None) -> list[Case]:
+    """The cold-start group (:mod:`.cold`): each case a fresh process; ``total_steps``:
+    the jobs' budget (default: their algorithm's)."""
+    return [Case("cold", args) for args in cold.cases(total_steps)]
 
 
 def _chunk_config(algo: str, scale: str) -> RunConfig:
@@ -287,6 +295,8 @@ def measure(case: Case, refs: ModuleType | None = None, rounds: int = 3, warmup:
     overrides the tasks' autotune probe budgets.
     """
     try:
+        if case.kind == "cold":
+            return cold.measure(case.args, rounds)
         if case.kind == "learning":
             budget = os.environ.get("JAXSPREEZE_AUTOTUNE_BUDGET_S")
             task = learning.TASKS[case.args["task"]]

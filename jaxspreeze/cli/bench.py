@@ -48,6 +48,11 @@ class BenchArgs:
     """A note for the report (e.g. 'CPU shared')."""
     budget_s: float | None = None
     """Start no case after this many seconds (the rest are reported as skipped)."""
+    cold: bool = False
+    """Only the cold-start group: each row a fresh process timed whole (imports, --help,
+    the default SAC and PPO jobs with a new empty --compile-cache, then warm)."""
+    total_steps: int | None = None
+    """The cold group's jobs' budget (default: their algorithm's)."""
     list_cases: Annotated[bool, tyro.conf.arg(name="list")] = False
     """List the selected cases and exit."""
 
@@ -60,7 +65,11 @@ def main(argv: Sequence[str]) -> int:
     from jaxspreeze.bench import references, report, suite
     from jaxspreeze.bench.record import best_matmul_peak_flops, matmul_peak_flops, versions
     from jaxspreeze.setup.devices import describe_hardware
-    selected = suite.selection(args.full, args.scale)
+
+    if args.cold:
+        selected = suite.cold_selection(args.total_steps)
+    else:
+        selected = suite.selection(args.full, args.scale)
     if args.only:
         selected = [c for c in selected if any(s in c.id for s in args.only)]
     if args.list_cases:

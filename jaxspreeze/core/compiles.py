@@ -5,12 +5,16 @@ JAX reports each step of making a program as a monitoring event naming the progr
 :class:`CompileLog` is open it keeps them all, whichever thread compiles. Traces nest (a
 jitted function traced inside another program's trace), so the total is the wall time
 covered by at least one event (the union of their intervals), not their sum.
+
+:class:`Progress` says a start's compile as it goes: what is compiled, each program as it
+is ready, and a heartbeat line while a long compile runs.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import jax
 
@@ -66,3 +70,58 @@ class CompileLog:
                 if event == BACKEND:
                     out[name] = out.get(name, 0.0) + end - start
         return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+HEARTBEAT_S = 5.0  # a line this often while a start's compile runs
+
+
+class Progress:
+    """The start's compile said as it goes, through ``say`` (plain lines, any thread).
+
+    :meth:`begin` says ``compiling N programs: ...``; :meth:`ready` says a line per
+    program as it is compiled (or loaded from the program cache); while any is still
+    compiling, a heartbeat line comes every ``every_s`` seconds (None: none). :meth:`end` stops both
+    (nothing is said after it, so the training's own lines are left alone).
+    """
+
+    def __init__(self, say: Callable[[str], None], every_s: float | None = HEARTBEAT_S) -> None:
+        self._say = say
+        self._every = every_s
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._ready: list[str] = []
+        self._start = time.perf_counter()
+        self._thread: threading.Thread | None = None
+
+    def begin(self, names: list[str]) -> None:
+        """Say what will be compiled and start the heartbeat."""
+        self._start = time.perf_counter()
+        self._say(f"  compiling {len(names)} programs: {', '.join(names)}")
+        if self._every is None:  # no heartbeat
+            return
+        self._thread = threading.Thread(target=self._beat, name="jaxspreeze-heartbeat", daemon=True)
+        self._thread.start()
+
+    def ready(self, name: str, how: str, seconds: float) -> None:
+        """Say that the program ``name`` is ready (``how``: compiled, loaded)."""
+        with self._lock:
+            if self._done.is_set():
+                return
+            self._ready.append(name)
+            self._say(f"    {name} {how} in {seconds:.1f}s")
+
+    def _beat(self) -> None:
+        while not self._done.wait(self._every):
+            with self._lock:
+                if self._done.is_set():
+                    return
+                ready = f"; ready: {', '.join(self._ready)}" if self._ready else ""
+                waited = time.perf_counter() - self._start
+                self._say(f"    still compiling ({waited:.0f}s so far{ready})")
+
+    def end(self) -> None:
+        """Stop the heartbeat; later :meth:`ready` calls say nothing."""
+        with self._lock:
+            self._done.set()
+        if self._thread is not None:
+            self._thread.join()

@@ -23,8 +23,9 @@ key holds:
   an accelerator's driver version (:func:`jaxspreeze.core.cachedir.cpu_identity`: a
   program built for another CPU dies at its first instruction), ``XLA_FLAGS`` and JAX's
   settings (those not about caches, logs or dumps);
-- the program: its name and the shapes, dtypes, weak types and placements of its
-  arguments, with their tree structure.
+- the program: its name, the shapes, dtypes, weak types and placements of its
+  arguments, with their tree structure, and XLA's compile options it is built with
+  (:func:`default_options`: the rare programs may be compiled for compile speed).
 
 Anything else is not seen: a program whose trace depends on a module-level value changed
 at run time (a monkeypatched function, a registry edited in place) is found again as it
@@ -88,11 +89,39 @@ distributions = envids.distributions
 # packages whose Python files are fingerprinted by size and time (besides the env's)
 TRACED_PACKAGES = ("jax", "flax", "optax", "chex")
 _UNKEYED_SETTINGS = ("cache", "log", "dump", "traceback", "pprint", "explain", "timeout")
+# the programs a run calls once or rarely: the init, the warm-up (the split's warm-up
+# pieces are warmup_<piece>) and the evaluation. Compiled for compile speed when
+# QUICK_VAR is on: XLA's backend at optimisation level 0 halves their XLA compile on a
+# CPU (experiments/results/cold_start_cpu.md) but changes their numerics (the init's
+# weights differ in the last bit), so it is opt-in
+RARE_PROGRAMS = ("init", "warmup", "evaluate")
+QUICK_VAR = "JAXSPREEZE_QUICK_COMPILE"  # "on": the rare programs compiled with QUICK_OPTIONS
+QUICK_OPTIONS: dict[str, Any] = {
+    "xla_backend_optimization_level": 0,
+    "xla_llvm_disable_expensive_passes": True,
+}
 
 
 def enabled() -> bool:
     """False when ``JAXSPREEZE_PROGRAM_CACHE=off``."""
     return os.environ.get(ENV_VAR, "").strip().lower() not in ("off", "0", "false", "no")
+
+
+def quick_compile() -> bool:
+    """True when ``JAXSPREEZE_QUICK_COMPILE=on`` (the rare programs compiled quickly)."""
+    return os.environ.get(QUICK_VAR, "").strip().lower() in ("on", "1", "true", "yes")
+
+
+def rare(name: str) -> bool:
+    """True for a program a run calls once or rarely (:data:`RARE_PROGRAMS`)."""
+    return name in RARE_PROGRAMS or name.startswith("warmup_")
+
+
+def default_options(quick: bool | None = None) -> Callable[[str], dict[str, Any]]:
+    """XLA compile options by program name: :data:`QUICK_OPTIONS` for the rare programs
+    when ``quick`` (default: :func:`quick_compile`), none (full optimisation) otherwise."""
+    quick = quick_compile() if quick is None else quick
+    return lambda name: dict(QUICK_OPTIONS) if quick and rare(name) else {}
 
 
 def _digest(*parts: Any) -> str:
@@ -216,7 +245,10 @@ class ProgramCache:
     """Compiled programs of one run, kept in ``directory`` (None: kept nowhere).
 
     ``run`` says what the run's programs are made of beyond the code (see the module's
-    docstring); two caches with the same ``run`` share entries. :meth:`jit` names a
+    docstring); two caches with the same ``run`` share entries. ``options(name)`` gives
+    the XLA compile options of the program ``name`` (default :func:`default_options`:
+    full optimisation, or compile speed for the rare programs with
+    ``JAXSPREEZE_QUICK_COMPILE=on``); they are part of the kept program's key. :meth:`jit` names a
     program, :meth:`compile` lowers and compiles it, or loads the program a previous
     process kept for the same key. ``loaded`` and ``compiled`` name the programs of each
     kind; ``load_s`` is the seconds spent loading.
@@ -234,9 +266,15 @@ class ProgramCache:
         run: Any = (),
         label: str = "",
         warn: Callable[[str], None] | None = None,
+        options: Callable[[str], dict[str, Any]] | None = None,
     ) -> None:
         self.directory = Path(directory) if directory is not None and enabled() else None
         self._run = run
+        # XLA's compile options of each program, by name (part of a kept program's key)
+        self.options = options if options is not None else default_options()
+        # told (name, "compiled" or "loaded", seconds) as each program is ready (the
+        # start's progress lines; any thread)
+        self.on_ready: Callable[[str, str, float], None] | None = None
         self.label = label  # what the entries are for, in words (``jaxspreeze cache`` lists it)
         self._warn = warn or _warn
         self._namespace: str | None = None
@@ -280,7 +318,9 @@ class ProgramCache:
 
     def _path(self, name: str, args: tuple[Any, ...]) -> Path:
         assert self.directory is not None
-        key = _digest(self.namespace, name, signature(args))[:40]
+        options = sorted(self.options(name).items())
+        parts = (self.namespace, name, signature(args), *([options] if options else []))
+        key = _digest(*parts)[:40]
         return self.directory / f"{name}-{key}{SUFFIX}"
 
     def load(self, name: str, *args: Any) -> jax.stages.Compiled | None:
@@ -372,27 +412,42 @@ class ProgramCache:
     def compile(self, name: str, jitted: Any, *args: Any) -> jax.stages.Compiled:
         """``jitted.lower(*args).compile()`` (``jitted`` from :meth:`jit` with the same
         ``name``), or the program kept for it; a program XLA compiled is then kept."""
+        start = time.perf_counter()
         program = self.load(name, *args)
         if program is not None:
+            self._ready(name, "loaded", start)
             return program
-        return self.compile_lowered(name, jitted.lower(*args), args)
+        return self.compile_lowered(name, jitted.lower(*args), args, start)
+
+    def _ready(self, name: str, how: str, start: float) -> None:
+        hook = self.on_ready
+        if hook is not None:
+            hook(name, how, time.perf_counter() - start)
 
     def compile_lowered(
-        self, name: str, lowered: jax.stages.Lowered, args: tuple[Any, ...]
+        self,
+        name: str,
+        lowered: jax.stages.Lowered,
+        args: tuple[Any, ...],
+        start: float | None = None,
     ) -> jax.stages.Compiled:
         """Compile ``lowered`` (the program ``name`` lowered for ``args``) and keep it when
-        XLA compiled it (not JAX's cache) and another process can load it."""
+        XLA compiled it (not JAX's cache) and another process can load it. ``start``
+        (a ``time.perf_counter()``): when its trace began, for :attr:`on_ready`."""
+        start = time.perf_counter() if start is None else start
         # a discarded entry (here or by an earlier process): JAX's copy could not be kept
         path = self._path(name, args) if self.on else None
         past_jax_cache = path is not None and (path in self._fresh or _discarded(path).exists())
+        options = self.options(name)  # JAX's persistent cache keys them too
         with _persistent_cache_hits() as hits:
             if past_jax_cache:
                 with jax_config.enable_compilation_cache(False):
-                    program = lowered.compile()
+                    program = lowered.compile(compiler_options=options or None)
             else:
-                program = lowered.compile()
+                program = lowered.compile(compiler_options=options or None)
         with self._lock:
             self.compiled.append(name)
+        self._ready(name, "compiled", start)
         if self.on and not hits:
             calls = custom_calls(lowered.as_text())
             if loadable(calls):
@@ -489,16 +544,21 @@ class Piece:
         donate: tuple[int, ...] = (),
     ) -> None:
         self._programs, self._name, self._args = programs, name, args
+        self._start = time.perf_counter()
         self._program = programs.load(name, *args)
         self._lowered = None
-        if self._program is None:
+        if self._program is not None:
+            programs._ready(name, "loaded", self._start)
+        else:
             self._lowered = programs.jit(name, fn, donate).lower(*args)
         self.out_info = (self._program or self._lowered).out_info
 
     def compile(self) -> jax.stages.Compiled:
         """The compiled program (compiled and kept at the first call when not loaded)."""
         if self._program is None:
-            self._program = self._programs.compile_lowered(self._name, self._lowered, self._args)
+            self._program = self._programs.compile_lowered(
+                self._name, self._lowered, self._args, self._start
+            )
         return self._program
 
 

@@ -10,8 +10,11 @@ restore has succeeded; a new run's is marked ``NOT_STARTED`` until its first che
 
 from __future__ import annotations
 
+import atexit
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +23,8 @@ import jax
 
 from jaxspreeze import schedules
 from jaxspreeze.agent.evaluate import EvalResult
+from jaxspreeze.core import terminal
+from jaxspreeze.core.compiles import HEARTBEAT_S, Progress
 from jaxspreeze.core.types import Placement, Record
 from jaxspreeze.envs import jaxenv
 from jaxspreeze.host import hostenvs
@@ -27,7 +32,7 @@ from jaxspreeze.run.caches import enable_compile_cache, program_cache
 from jaxspreeze.run.faults import agree
 from jaxspreeze.run.lines import resumed
 from jaxspreeze.run.stopping import GracefulStop
-from jaxspreeze.run.threads import await_evaluate, evaluate_ahead
+from jaxspreeze.run.threads import evaluate_ahead
 from jaxspreeze.schedules.iteration import TrainState
 from jaxspreeze.setup import config as config_lib
 from jaxspreeze.setup import devices, distributed, memory, population
@@ -173,32 +178,30 @@ def start(setup: Setup, say: Callable[[str], None], stop: GracefulStop | None) -
     Where the schedule can (:meth:`~jaxspreeze.schedules.base.Schedule.init_compiled`),
     the chunk and the warm-up compile on threads for the init's shapes while the init
     compiles and runs; process 0's evaluation compiles on a thread beside them all, and is
-    awaited before the first chunk. ``compile_s`` counts the chunk's compile (with the
-    init it overlaps) and that wait; the first evaluation compiles nothing.
+    not awaited: the first chunk starts when its own programs are ready, and the first
+    evaluation waits for its program if it is not ready yet (:class:`PendingEvaluate`).
+    ``compile_s`` counts the chunk's compile (with the init it overlaps).
+
+    ``say`` gets ``compiling N programs: ...``, a line per program as it is ready and a
+    heartbeat line every few seconds while they compile (:class:`Progress`), until the
+    chunk's programs are ready.
     """
     cfg, schedule, point, run = setup.cfg, setup.schedule, setup.point, setup.run
     check = stop.check if stop is not None else (lambda: None)
     main = distributed.is_main()
-    evaluating = evaluate_ahead(schedule, setup.abstract) if main and setup.abstract else None
-    if setup.abstract is not None and not cfg.population:
-        t_compile = time.perf_counter()
-        state = schedule.init_compiled()
-    else:  # a population's members go into the state before its chunk compiles
-        state = schedule.init()
-        if cfg.population:  # each member's values into its slots (a resume's template too)
-            agent = population.apply_members(jax.device_get(state.agent), cfg, setup.plan.algo_spec)
-            state = schedule.place(state._replace(agent=jax.device_get(agent)))
-        if main and evaluating is None:
-            evaluating = evaluate_ahead(schedule, state)
-        t_compile = time.perf_counter()
-        schedule.compile(state)
-    compile_s = time.perf_counter() - t_compile
+    progress = _progress(schedule, say, evaluates=main)
+    try:
+        evaluating = evaluate_ahead(schedule, setup.abstract) if main and setup.abstract else None
+        state, evaluating, compile_s = _compile(setup, schedule, evaluating, main)
+    finally:
+        progress.end()
+        schedule.programs.on_ready = None
     check()
+    evaluate = PendingEvaluate(evaluating) if evaluating is not None else None
     if point is None:
         state = jax.block_until_ready(schedule.warmup(state))
         check()
-        evaluate, waited = await_evaluate(evaluating)
-        return Started(state, 0, setup.plan.warmup_steps, compile_s + waited, [], evaluate)
+        return Started(state, 0, setup.plan.warmup_steps, compile_s, [], evaluate)
     template = state
     state = resume_lib.restore(point, template)
     if point.hyperparameters_changed:
@@ -211,8 +214,84 @@ def start(setup: Setup, say: Callable[[str], None], stop: GracefulStop | None) -
         history = run.commit_resume(cfg, point.env_steps, _resume_entry(point), damaged)
     for line in resumed(point):
         say(line)
-    evaluate, waited = await_evaluate(evaluating)
-    return Started(state, point.first_chunk, point.env_steps, compile_s + waited, history, evaluate)
+    return Started(state, point.first_chunk, point.env_steps, compile_s, history, evaluate)
+
+
+def _compile(
+    setup: Setup, schedule: schedules.Schedule, evaluating: Future | None, main: bool
+) -> tuple[TrainState, Future | None, float]:
+    """The initial state with the chunk (and warm-up) compiled; the evaluation compiling
+    (None: none); the seconds of the chunk's compile."""
+    cfg = setup.cfg
+    if setup.abstract is not None and not cfg.population:
+        t_compile = time.perf_counter()
+        state = schedule.init_compiled()
+    else:  # a population's members go into the state before its chunk compiles
+        state = schedule.init()
+        if cfg.population:  # each member's values into its slots (a resume's template too)
+            agent = population.apply_members(jax.device_get(state.agent), cfg, setup.plan.algo_spec)
+            state = schedule.place(state._replace(agent=jax.device_get(agent)))
+        if main and evaluating is None:
+            evaluating = evaluate_ahead(schedule, state)
+        t_compile = time.perf_counter()
+        schedule.compile(state)
+    return state, evaluating, time.perf_counter() - t_compile
+
+
+# the programs' names in the start's lines
+LABELS = {"init": "init", "warmup": "warm-up", "fused_chunk": "chunk", "evaluate": "evaluation"}
+
+
+def _label(name: str) -> str:
+    if name.startswith("warmup_"):  # a split's warm-up piece
+        return f"warm-up {name.removeprefix('warmup_')}"
+    return LABELS.get(name, name)
+
+
+def _progress(
+    schedule: schedules.Schedule, say: Callable[[str], None], evaluates: bool
+) -> Progress:
+    """The start's compile lines (:class:`~jaxspreeze.core.compiles.Progress`), begun: the
+    programs to make, then each as the program cache says it is ready."""
+    # on a terminal the trainer's live line already counts the seconds: no heartbeat lines
+    progress = Progress(say, every_s=None if terminal.is_terminal() else HEARTBEAT_S)
+    names = ["init"]
+    if schedule.plan.warmup_steps and not schedule.algo.on_policy:
+        names.append("warm-up")
+    names.append("chunk")
+    if evaluates:
+        names.append("evaluation")
+    schedule.programs.on_ready = lambda name, how, s: progress.ready(_label(name), how, s)
+    progress.begin(names)
+    return progress
+
+
+class PendingEvaluate:
+    """The run's evaluation while its program may still compile on a thread: the first
+    call waits for it (on the evaluator's thread, not the training's); ``waited_s`` is
+    how long that wait was. A process that ends before the compile has finished waits
+    for it first (no thread is left inside XLA as the interpreter shuts down)."""
+
+    def __init__(self, evaluating: Future) -> None:
+        self._evaluating = evaluating
+        self._evaluate: Callable[..., EvalResult] | None = None
+        self._lock = threading.Lock()
+        self.waited_s = 0.0
+        if not evaluating.done():
+            atexit.register(self._settle)
+            evaluating.add_done_callback(lambda _: atexit.unregister(self._settle))
+
+    def _settle(self) -> None:
+        wait([self._evaluating])
+
+    def __call__(self, *args: Any, **kwargs: Any) -> EvalResult:
+        if self._evaluate is None:
+            with self._lock:
+                if self._evaluate is None:
+                    t0 = time.perf_counter()
+                    self._evaluate = self._evaluating.result()
+                    self.waited_s = time.perf_counter() - t0
+        return self._evaluate(*args, **kwargs)
 
 
 def _resume_entry(point: resume_lib.ResumePoint) -> Record:
