@@ -47,6 +47,12 @@
 #             train and wall seconds, members per hour at this budget), <algo>-<members>/
 #             runs and logs. POP_MEMBERS (default 64), POP_ENV (default brax/halfcheetah;
 #             any brax/ or playground/ task)
+#   minatar   (only when named) MinAtar at the published budget (issues 40, 41): PPO on
+#             Breakout and SpaceInvaders (purejaxql's ppo_minatar.yaml, PureJaxRL's PPO) and
+#             PQN on Breakout (purejaxql's pqn_minatar.yaml), 10M env steps each
+#             (jaxspreeze/presets/*_minatar_gpu.toml), each run at most MINATAR_RUN_S (default
+#             180) -> RESULTS_DIR/minatar/minatar.md (final return, env steps, compile, train
+#             and command wall), <preset>/ runs and logs. MINATAR_PRESETS (default the three)
 #   scaling   (only when named) data parallelism, 1 device vs every device, the same
 #             sizes per device -> RESULTS_DIR/scaling/scaling.md (env steps/s and update
 #             samples/s, in all and per device), devices-<d>/ runs and logs; with an even
@@ -58,6 +64,16 @@
 # 10-minute device call; the rows saved by then come back), BENCH_BUDGET_S (start no case
 # after this, default 330), BENCH_TIMEOUT_S (hard stop, default 450). All three stages
 # need about 15 minutes on an H200; run them as separate calls where a call is shorter.
+#
+# GPU_BENCH_DRY=1: a dry run on the CPU, so that a lent device's minutes are never spent on
+# a broken script: no wheel installs, no GPU check, no nvidia-smi, and every stage at tiny
+# sizes (autotune: a 3 s budget; learning: one task, 3 s of autotune; bench: two cheap
+# cases, one round; score: one gymnax row, one seed, cold only, 4,096 env steps; fast and
+# minatar: their presets cut to a few thousand env steps and a few envs; population: 2
+# members on gymnax/Pendulum-v1; scaling: 64 envs), each result file where the real run
+# writes it. A dry run's per-run time limits default to 600 s (900 s for learning):
+# compiles on a busy CPU are slow.
+# tests/test_gpu_bench_dry.py (slow) runs every stage this way.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -92,9 +108,15 @@ STAGES="${2:-autotune learning bench}"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
 cd "$REPO"
+DRY="${GPU_BENCH_DRY:-0}"
+dry() { [[ "$DRY" == 1 ]]; }
+SCALE=gpu
+dry && SCALE=cpu
 
 # dependencies: gymnax and brax (with mujoco-mjx) are not in a bare CUDA jax image
-if ! "$PY" -c "import gymnax, brax.envs, mujoco.mjx, mujoco_playground, rejax" >/dev/null 2>&1; then
+if dry; then
+    echo "GPU_BENCH_DRY=1: a dry run on $(uname -n) at tiny sizes (no installs, no GPU)"
+elif ! "$PY" -c "import gymnax, brax.envs, mujoco.mjx, mujoco_playground, rejax" >/dev/null 2>&1; then
     if compgen -G ".whl/*.whl" >/dev/null; then
         "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
             --upgrade --target /tmp/jaxspreeze-site .whl/*.whl
@@ -109,23 +131,33 @@ if ! "$PY" -c "import gymnax, brax.envs, mujoco.mjx, mujoco_playground, rejax" >
 fi
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"  # jaxspreeze from this checkout
 export PYTHONUNBUFFERED=1
-"$PY" -c "import jax; assert jax.default_backend() == 'gpu', jax.devices(); print(jax.devices())"
-nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
+if dry; then
+    "$PY" -c "import jax; print(jax.devices())"
+else
+    "$PY" -c "import jax; assert jax.default_backend() == 'gpu', jax.devices(); print(jax.devices())"
+    nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
+fi
 
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 status=0
 set +e
 if has autotune; then
     mkdir -p "$OUT/autotune"
+    SIZES=(--total-steps 10000000 --buffer-size 1000000 --autotune-budget-s "${AUTOTUNE_BUDGET_S:-90}")
+    dry && SIZES=(--total-steps 4096 --buffer-size 4096 --autotune-budget-s "${AUTOTUNE_BUDGET_S:-3}")
     timeout 300 "$PY" -m jaxspreeze autotune --out "$OUT/autotune" --algo sac \
-        --env gymnax/Pendulum-v1 --total-steps 10000000 --buffer-size 1000000 \
-        --autotune-budget-s "${AUTOTUNE_BUDGET_S:-90}" 2>&1 | tee "$OUT/autotune/autotune.log"
+        --env gymnax/Pendulum-v1 "${SIZES[@]}" 2>&1 | tee "$OUT/autotune/autotune.log"
     rc=${PIPESTATUS[0]}; [[ $rc != 0 ]] && status=$rc
 fi
 if has learning; then
     mkdir -p "$OUT/learning"
-    timeout "${LEARNING_TIMEOUT_S:-420}" "$PY" -m jaxspreeze bench --full --only learning \
-        --scale gpu --out "$OUT/learning" \
+    TASKS=(--only learning)
+    if dry; then
+        TASKS=(--only learning-ppo-CartPole-v1)
+        export JAXSPREEZE_AUTOTUNE_BUDGET_S="${JAXSPREEZE_AUTOTUNE_BUDGET_S:-3}"
+    fi
+    timeout "${LEARNING_TIMEOUT_S:-$(dry && echo 900 || echo 420)}" "$PY" -m jaxspreeze bench --full "${TASKS[@]}" \
+        --scale "$SCALE" --out "$OUT/learning" \
         --note "experiments/gpu_bench.sh; autotuned vs default" 2>&1 | tee "$OUT/learning/bench.log"
     rc=${PIPESTATUS[0]}; [[ $rc != 0 ]] && status=$rc
     [[ $rc == 124 ]] && echo "learning: time limit reached; $OUT/learning/bench.json" \
@@ -133,11 +165,19 @@ if has learning; then
 fi
 if has bench; then
     # every case of the full selection but the learning ones (the stage above)
+    # (a dry run: two cheap cases of the same list, one round)
+    KEEP='.'
+    ROUNDS=(--rounds 3)
+    if dry; then
+        KEEP='^(sampling-gymnax/CartPole-v1-64|update-ppo-256)$'
+        ROUNDS=(--rounds 1 --warmup 0)
+    fi
     ONLY=()
     while read -r id; do ONLY+=(--only "$id"); done \
-        < <("$PY" -m jaxspreeze bench --list --full --scale gpu | grep -v '^learning-')
-    timeout "${BENCH_TIMEOUT_S:-450}" "$PY" -m jaxspreeze bench --full --scale gpu --rounds 3 \
-        "${ONLY[@]}" --budget-s "${BENCH_BUDGET_S:-330}" --out "$OUT" \
+        < <("$PY" -m jaxspreeze bench --list --full --scale "$SCALE" | grep -v '^learning-' \
+            | grep -E "$KEEP")
+    timeout "${BENCH_TIMEOUT_S:-450}" "$PY" -m jaxspreeze bench --full --scale "$SCALE" \
+        "${ROUNDS[@]}" "${ONLY[@]}" --budget-s "${BENCH_BUDGET_S:-330}" --out "$OUT" \
         --note "experiments/gpu_bench.sh; GPU sizes" 2>&1 | tee "$OUT/bench.log"
     rc=${PIPESTATUS[0]}; [[ $rc != 0 ]] && status=$rc
     [[ $rc == 124 ]] && echo "hard time limit reached: $OUT/bench.json holds the cases that finished"
@@ -147,8 +187,13 @@ if has score; then
     # interleaved, cold then warm compile cache, at 16x the CPU rows' sizes
     mkdir -p "$OUT/score"
     ROWS=()
+    EXTRA=()
+    if dry; then
+        SCORE_ROWS="${SCORE_ROWS:-ppo-CartPole-v1}"
+        EXTRA=(--no-warm --total-steps 4096)
+    fi
     for r in ${SCORE_ROWS:-}; do ROWS+=(--rows "$r"); done
-    timeout "${SCORE_TIMEOUT_S:-540}" "$PY" -m jaxspreeze score --scale gpu \
+    timeout "${SCORE_TIMEOUT_S:-540}" "$PY" -m jaxspreeze score --scale "$SCALE" "${EXTRA[@]}" \
         --seeds "${SCORE_SEEDS:-1}" "${ROWS[@]}" --run-timeout-s "${SCORE_RUN_TIMEOUT_S:-150}" \
         --out "$OUT/score" --note "experiments/gpu_bench.sh; GPU sizes" 2>&1 \
         | tee "$OUT/score/score.log"
@@ -162,9 +207,12 @@ if has fast; then
     # Playground CheetahRun and brax humanoid, each for FAST_RUN_S seconds of the wall:
     # return against wall time from the command's start (metrics.jsonl, summary.json)
     mkdir -p "$OUT/fast"
+    SIZES=(--eval-every 409600)
+    dry && SIZES=(--total-steps 512 --num-envs 4 --batch-size 32 --buffer-size 1024
+                  --learning-starts 64 --eval-every 256 --eval-episodes 2)
     for preset in fasttd3_cheetah_run_gpu fasttd3_brax_humanoid_gpu; do
-        timeout "${FAST_RUN_S:-270}" "$PY" -m jaxspreeze train \
-            --config "experiments/presets/$preset.toml" --eval-every 409600 --sinks jsonl \
+        timeout "${FAST_RUN_S:-$(dry && echo 600 || echo 270)}" "$PY" -m jaxspreeze train \
+            --config "experiments/presets/$preset.toml" "${SIZES[@]}" --sinks jsonl \
             --logdir "$OUT/fast" --run-name "$preset" --overwrite 2>&1 | tee "$OUT/fast/$preset.log"
         rc=${PIPESTATUS[0]}; [[ $rc != 0 && $rc != 124 ]] && status=$rc
     done
@@ -180,18 +228,62 @@ for f in sorted(pathlib.Path(sys.argv[1]).glob("*/metrics.jsonl")):
                   f"{r['eval_return']:.1f} |")
 PYEOF
 fi
+if has minatar; then
+    # MinAtar at the published budget and settings (10M env steps; the presets cite their
+    # sources): each preset a run of its own, at most MINATAR_RUN_S of wall; the final
+    # evaluation's return beside the wall from the command's start (summary.json)
+    mkdir -p "$OUT/minatar"
+    SIZES=()
+    dry && SIZES=(--total-steps 4096 --num-envs 8 --rollout-steps 16 --batch-size 64
+                  --chunk-iterations 4 --eval-every 2048 --eval-episodes 4)
+    for preset in ${MINATAR_PRESETS:-ppo_breakout_minatar_gpu ppo_space_invaders_minatar_gpu pqn_breakout_minatar_gpu}; do
+        timeout "${MINATAR_RUN_S:-$(dry && echo 600 || echo 180)}" "$PY" -m jaxspreeze train \
+            --config "jaxspreeze/presets/$preset.toml" "${SIZES[@]}" --sinks jsonl \
+            --logdir "$OUT/minatar" --run-name "$preset" --overwrite 2>&1 \
+            | tee "$OUT/minatar/$preset.log"
+        rc=${PIPESTATUS[0]}; [[ $rc != 0 ]] && status=$rc
+    done
+    "$PY" - "$OUT/minatar" <<'PYEOF' | tee "$OUT/minatar/minatar.md"
+import json, pathlib, sys
+print("| preset | env | env steps | final return | compile s | train s | command wall s | env steps/s |")
+print("|---|---|---|---|---|---|---|---|")
+for d in sorted(p for p in pathlib.Path(sys.argv[1]).iterdir() if p.is_dir()):
+    cfg = json.loads((d / "config.json").read_text()) if (d / "config.json").exists() else {}
+    if not (d / "summary.json").exists():  # stopped by the timeout: its last evaluation
+        evals = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()
+                 if '"eval_return"' in x] if (d / "metrics.jsonl").exists() else []
+        last = evals[-1] if evals else {}
+        print(f"| {d.name} | {cfg.get('env', '?')} | {last.get('env_steps', 0):,} (timed out) | "
+              f"{last.get('eval_return', float('nan')):.2f} (last eval) | | | | |")
+        continue
+    s = json.loads((d / "summary.json").read_text())
+    ret = s.get("final_eval_return", s.get("eval_return", float("nan")))
+    print(f"| {d.name} | {cfg.get('env', '?')} | {s['env_steps']:,} | {ret:.2f} | "
+          f"{s.get('compile_s', 0):.0f} | {s.get('train_s', 0):.0f} | "
+          f"{s.get('command_wall_s', s.get('wall_s', 0)):.0f} | {s['env_steps_per_s']:,.0f} |")
+print()
+print("Published (10M env steps): experiments/results/minatar_cpu.md, References.")
+PYEOF
+fi
 if has population; then
     # members x seeds slots vmapped in one program: the sum over the members of env
     # steps/s, against the wall (compile included) of the whole population
     mkdir -p "$OUT/population"
     M="${POP_MEMBERS:-64}"
+    SIZES=(--num-envs 32 --batch-size 256 --grad-steps 4 --buffer-size 65536
+           --learning-starts 2048 --total-steps "${POP_STEPS:-65536}")
+    if dry; then
+        M="${POP_MEMBERS:-2}"
+        POP_ENV="${POP_ENV:-gymnax/Pendulum-v1}"  # the script's path, not brax's compile
+        SIZES=(--num-envs 4 --batch-size 32 --grad-steps 2 --buffer-size 1024
+               --learning-starts 64 --total-steps "${POP_STEPS:-512}")  # TD3: policy_delay 2
+    fi
     for algo in sac td3; do
-        timeout "${POP_TIMEOUT_S:-240}" "$PY" -m jaxspreeze sweep --algo "$algo" \
+        timeout "${POP_TIMEOUT_S:-$(dry && echo 600 || echo 240)}" "$PY" -m jaxspreeze sweep --algo "$algo" \
             --env "${POP_ENV:-brax/halfcheetah}" --members "$M" \
             --sample "$algo.actor_lr=log-uniform:1e-4:3e-3" \
             --sample "$algo.critic_lr=log-uniform:1e-4:3e-3" \
-            --num-envs 32 --batch-size 256 --grad-steps 4 --buffer-size 65536 \
-            --learning-starts 2048 --total-steps "${POP_STEPS:-65536}" --eval-every 0 \
+            "${SIZES[@]}" --eval-every 0 \
             --sinks jsonl --logdir "$OUT/population" --run-name "$algo-$M" --overwrite 2>&1 \
             | tee "$OUT/population/$algo-$M.log"
         rc=${PIPESTATUS[0]}; [[ $rc != 0 ]] && status=$rc
@@ -228,11 +320,13 @@ if has scaling; then
     # machine (one process, --placement data); env steps/s and update samples/s per device
     mkdir -p "$OUT/scaling"
     N=$("$PY" -c "import jax; print(jax.device_count())")
+    E=4096 B=1048576 I=400  # per device: envs (and batch), replay rows, iterations
+    dry && E=64 B=4096 I=32  # 2,048 env steps: past SAC's warm-up of 1,024
     for d in $(echo 1 "$N" | tr ' ' '\n' | sort -un); do
-        CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((d - 1))) timeout "${SCALING_TIMEOUT_S:-240}" \
+        CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((d - 1))) timeout "${SCALING_TIMEOUT_S:-$(dry && echo 600 || echo 240)}" \
             "$PY" -m jaxspreeze train --algo sac --env gymnax/Pendulum-v1 --placement data \
-            --num-envs $((4096 * d)) --batch-size $((4096 * d)) --buffer-size $((1048576 * d)) \
-            --total-steps $((4096 * 400 * d)) --eval-every 0 --sinks jsonl \
+            --num-envs $((E * d)) --batch-size $((E * d)) --buffer-size $((B * d)) \
+            --total-steps $((E * I * d)) --eval-every 0 --sinks jsonl \
             --logdir "$OUT/scaling" --run-name "devices-$d" --overwrite 2>&1 \
             | tee "$OUT/scaling/devices-$d.log"
         rc=${PIPESTATUS[0]}; [[ $rc != 0 ]] && status=$rc
@@ -240,10 +334,10 @@ if has scaling; then
     if (( N >= 2 && N % 2 == 0 )); then
         # the split composed with data parallelism: k = N/2 pairs, the same sizes per pair
         k=$((N / 2))
-        timeout "${SCALING_TIMEOUT_S:-240}" \
+        timeout "${SCALING_TIMEOUT_S:-$(dry && echo 600 || echo 240)}" \
             "$PY" -m jaxspreeze train --algo sac --env gymnax/Pendulum-v1 --placement split-data \
-            --num-envs $((4096 * k)) --batch-size $((4096 * k)) --buffer-size $((1048576 * k)) \
-            --total-steps $((4096 * 400 * k)) --eval-every 0 --sinks jsonl \
+            --num-envs $((E * k)) --batch-size $((E * k)) --buffer-size $((B * k)) \
+            --total-steps $((E * I * k)) --eval-every 0 --sinks jsonl \
             --logdir "$OUT/scaling" --run-name "split-data-$N" --overwrite 2>&1 \
             | tee "$OUT/scaling/split-data-$N.log"
         rc=${PIPESTATUS[0]}; [[ $rc != 0 ]] && status=$rc
