@@ -277,6 +277,7 @@ def test_grid_geometry_and_interpolation():
     assert interpolate(pts, 4096).rate == pytest.approx(4000.0)  # flat beyond the grid
 
 
+@pytest.mark.slow  # a real probe; the choice rule is tested on fakes (the default run stays under 10 minutes)
 def test_real_probe_on_pendulum(tmp_path):
     """The real probe with a small budget: measures, stops by a rule, writes a usable profile."""
     cfg = RunConfig(

@@ -263,6 +263,7 @@ def test_every_evaluation_has_its_line_in_step_order(held_run):
     assert len(chunks) == 5
 
 
+@pytest.mark.slow  # a whole run (the default run stays under 10 minutes)
 def test_train_from_python_counts_the_wall_from_its_call(tmp_path, capsys):
     summary = trainer.train(tiny(tmp_path, eval_every=0, total_steps=280)).summary
     assert summary["wall_counted_from"] == "train()"

@@ -82,12 +82,16 @@ def test_defaults_validate_on_the_other_classic_envs(name, env):
 
 
 SUPPORTED = [(a, e) for a, e in MATRIX if _supported(a, e)]
-# td3 and ddpg train with SAC's run-level defaults through the same schedule: -m slow
-SLOW_DEFAULTS = {"td3", "ddpg"}
+# td3 and ddpg train with SAC's run-level defaults through the same schedule, fastsac
+# with fasttd3's (their recipes' own tests run one update each by default), PPO on
+# Pendulum through the same schedule as on CartPole: -m slow
+SLOW_DEFAULTS = {("td3", None), ("ddpg", None), ("fasttd3", None), ("fastsac", None),
+                 ("ppo", "gymnax/Pendulum-v1")}  # fmt: skip
 TRAINED = [
-    pytest.param(a, e, id=f"{a}-{e.split('/')[1]}", marks=[pytest.mark.slow] * (a in SLOW_DEFAULTS))
+    pytest.param(a, e, id=f"{a}-{e.split('/')[1]}",
+                 marks=[pytest.mark.slow] * bool({(a, None), (a, e)} & SLOW_DEFAULTS))
     for a, e in SUPPORTED
-]
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("name", "env"), TRAINED)

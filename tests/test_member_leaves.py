@@ -209,7 +209,7 @@ def _as_saved_before(run_dir) -> int:
     return removed
 
 
-@pytest.mark.parametrize("algo", ["ppo", pytest.param("td3", marks=pytest.mark.slow), pytest.param("sac", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("algo", [pytest.param("ppo", marks=pytest.mark.slow), pytest.param("td3", marks=pytest.mark.slow), pytest.param("sac", marks=pytest.mark.slow)])
 def test_a_run_saved_before_the_leaves_loads_evaluates_and_resumes(tiny_config, algo):
     """Without the added leaves in its checkpoint and policy file, a run still loads
     (``jaxspreeze.load``), evaluates its checkpoint and resumes, bitwise as the same run

@@ -286,6 +286,7 @@ def test_conv_torsos_refuse_asymmetric_columns():
     assert torsos.unfit("mlp", VECTOR, ((0, 3), (3, 7))) is None
 
 
+@pytest.mark.slow  # test_obs_dtype widens uint8/bool by default (the default run stays under 10 minutes)
 def test_integer_observations_are_cast_inside_the_torso():
     """uint8 is scaled by 1/255, bool is 0/1, a float observation is untouched."""
     pixels = jax.random.randint(jax.random.key(0), (B, *GRID), 0, 256).astype(jnp.uint8)

@@ -201,6 +201,7 @@ def test_resume_is_bitwise_with_the_statistics(fused_run, tmp_path):
     assert not bitwise(dropped_b.agent.critic, state_b.agent.critic)
 
 
+@pytest.mark.slow  # a whole run (the default run stays under 10 minutes)
 def test_saved_policy_acts_with_the_statistics_saved_with_it(tmp_path):
     """policy.msgpack carries the run's final statistics (every env step collected); the
     loaded agent's action stays that of the saved statistics however the statistics of a

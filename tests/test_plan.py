@@ -170,6 +170,7 @@ def test_plan_rejects_what_is_not_a_config():
     assert isinstance(plan_lib.plan(RunConfig(), on_devices=False), RunPlan)
 
 
+@pytest.mark.slow  # a whole run (the default run stays under 10 minutes)
 def test_a_run_plans_once(tiny_cfg, monkeypatch):
     """``train`` plans its config once: one plan, one registry look-up, one resolution
     (nothing re-derives the config after the set-up)."""

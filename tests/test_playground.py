@@ -140,6 +140,7 @@ def test_adapter_final_obs_on_termination_and_truncation():
 
 
 # ---------------------------------------------------------------- a real task: CartpoleBalance
+@pytest.mark.slow  # compiles MJX CartpoleBalance (the default run stays under 10 minutes)
 @needs_playground
 def test_cartpole_contract_compiles_once_and_truncates():
     env = make_env("playground/CartpoleBalance", 3)

@@ -192,6 +192,7 @@ def _tiny(tmp_path, **changes) -> RunConfig:
     return RunConfig().replace(**{**base, **changes})
 
 
+@pytest.mark.slow  # resume goes through PPO's tested path (the default run stays under 10 minutes)
 def test_resume_is_bitwise_and_the_policy_acts_greedily(tmp_path):
     """A copy of the run cut back to its checkpoint at 128 steps resumes to the same state,
     bitwise (epsilon and the learning rate follow the optimiser's step count)."""

@@ -232,6 +232,7 @@ def _train(tmp_path, name, *extra, env=None):
     return out, summary, rows
 
 
+@pytest.mark.slow  # two whole runs; a kept program's load is tested alone below (the default run stays under 10 minutes)
 def test_a_second_run_of_a_config_loads_every_program_and_trains_the_same(tmp_path):
     _, first, rows1 = _train(tmp_path, "first")
     out, second, rows2 = _train(tmp_path, "second")

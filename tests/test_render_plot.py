@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 from typing import ClassVar
@@ -74,6 +75,7 @@ def short_run(tmp: Path, name: str, env: str = "gymnax/Pendulum-v1", algo: str =
     return run_dir
 
 
+@pytest.mark.slow  # a whole run for its plots (the default run stays under 10 minutes)
 def test_write_run_plots_writes_the_run_pngs(tmp_path):
     run_dir = short_run(tmp_path, "a")
     paths = plots.write_run_plots(run_dir)
@@ -173,7 +175,7 @@ def test_render_a_trained_gymnasium_cartpole_ppo_run(tmp_path, capsys):
     drawn = render.gymnasium_frames(render.load_policy(run_dir))
     assert len(drawn) == episode.length_mean + 1
     # the GIF encoder merges identical consecutive frames (a cart that moved under a pixel)
-    distinct = 1 + sum(bool((a != b).any()) for a, b in zip(drawn, drawn[1:]))
+    distinct = 1 + sum(bool((a != b).any()) for a, b in itertools.pairwise(drawn))
     assert frames.shape[0] == distinct and frames.shape[-1] == 3
     assert frames[0].std() > 0 and (frames[0] != frames[-1]).any()  # the pole moved
     # --max-steps caps the episode

@@ -243,6 +243,7 @@ def test_a_run_killed_after_its_last_checkpoint_is_finished_by_resuming_it(
 
 
 # ------------------------------------------------------------------------------ applied
+@pytest.mark.slow  # two whole runs (the default run stays under 10 minutes)
 def test_a_changed_learning_rate_applies_from_the_first_resumed_update(
     trained_run, tmp_path, capsys
 ):
