@@ -75,6 +75,21 @@ def jsonl(path: Path) -> list[dict]:
     return [learning_fields(json.loads(x)) for x in path.read_text().splitlines() if x.strip()]
 
 
+def policy_digest(path: Path) -> str | None:
+    """A policy file's digest, its arrays and config bitwise but for the run's own name
+    (a member's file records the config, whose ``run_name`` is the reference's or the
+    chaos run's)."""
+    if not path.exists():
+        return None
+    from flax import serialization
+
+    state = serialization.msgpack_restore(path.read_bytes())
+    if isinstance(state, dict) and isinstance(state.get("config"), str):
+        cfg = {k: v for k, v in json.loads(state["config"]).items() if k != "run_name"}
+        state = {**state, "config": json.dumps(cfg, sort_keys=True)}
+    return hashlib.sha256(serialization.msgpack_serialize(state)).hexdigest()
+
+
 def policy_files(run: Path) -> list[str]:
     """The run directory's policy files (the final one, the best ones, the members')."""
     return sorted(
@@ -192,7 +207,7 @@ def compare(ref: Path, run: Path, bitwise: bool) -> dict:
         )
         names = policy_files(ref)
         same[f"policy files, {len(names)} (bitwise)"] = names == policy_files(run) and all(
-            digest(ref / n) == digest(run / n) for n in names
+            policy_digest(ref / n) == policy_digest(run / n) for n in names
         )
         same["metric rows (learning fields)"] = [learning_fields(r) for r in ra] == [
             learning_fields(r) for r in rb

@@ -201,6 +201,7 @@ def test_sac_trains_asymmetric_and_its_policy_sees_only_the_actor_key(standins, 
     assert e.value.field == "critic_obs_key"
 
 
+@pytest.mark.slow  # a whole CLI run; the asymmetric networks and plan are tested above
 def test_ppo_trains_asymmetric_from_the_cli(standins, tmp_path):
     args = [
         "train", "--algo", "ppo", "--env", "playground/TestPointMass",

@@ -186,6 +186,7 @@ def test_host_profile_round_trip_and_cli(tmp_path, monkeypatch, capsys):
         autotune.apply_profile(RunConfig(), out / "autotune.json")
 
 
+@pytest.mark.slow  # a real probe; the host probe's rule is tested on stand-ins
 def test_real_host_probe_on_gymnasium_pendulum(tmp_path):
     """The real probe, small budget: the worker pool and the learner are measured."""
     cfg = RunConfig(

@@ -35,7 +35,7 @@ def test_a_run_killed_at_random_and_resumed_ends_bitwise_as_the_uninterrupted(tm
 @pytest.mark.parametrize(
     "population",
     [
-        ["--sweep", "sac.actor_lr=0.001,0.0003", "--pbt", "--pbt-interval", "600"],
+        ["--sweep", "sac.actor_lr=0.001,0.0003", "--pbt", "--pbt-interval", "704"],
         ["--stop-at-return", "-1100"],
     ],
     ids=["pbt", "stop-at-return"],
