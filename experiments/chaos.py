@@ -91,10 +91,9 @@ def policy_digest(path: Path) -> str | None:
 
 
 def policy_files(run: Path) -> list[str]:
-    """The run directory's policy files (the final one, the best ones, the members')."""
-    return sorted(
-        str(p.relative_to(run)) for p in run.rglob("*.msgpack") if "checkpoints" not in p.parts
-    )
+    """The policy files a user reads (the final one, the best ones, the members'; not the
+    best policy's snapshots under ``best/``, whose journal is compared instead)."""
+    return sorted(p.name for p in run.glob("*.msgpack"))
 
 
 def population_flags(args) -> list[str]:
