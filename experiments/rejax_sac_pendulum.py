@@ -3,9 +3,10 @@ start's peer: rejax compiles its one program every run).
 
     python experiments/rejax_sac_pendulum.py     (prints the final return and seconds)
 
-The settings are jaxspreeze.score.settings' rejax row (rejax's configs/gymnax/pendulum.yaml);
+The settings are read from jaxspreeze.score.settings' rejax row (rejax's
+configs/gymnax/pendulum.yaml; a no-JAX module, the only jaxspreeze this process imports);
 the five-value env view is jaxspreeze.score.peers.FiveValueEnv's, copied here so that this
-process imports no jaxspreeze.
+process imports no more of jaxspreeze.
 """
 
 import time
@@ -16,6 +17,10 @@ import gymnax  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import rejax  # noqa: E402
+
+from jaxspreeze.score import settings  # noqa: E402
+
+OWN = settings.published("rejax", "sac", "gymnax/Pendulum-v1")  # rejax's own, one place
 
 
 class FiveValueEnv:
@@ -39,18 +44,7 @@ def main() -> None:
     algo = rejax.SAC.create(
         env=FiveValueEnv(env),
         env_params=env_params,
-        agent_kwargs={"activation": "swish"},
-        num_envs=1,
-        buffer_size=10_000,
-        fill_buffer=256,
-        batch_size=256,
-        learning_rate=0.01,
-        num_epochs=1,
-        total_timesteps=10_000,
-        eval_freq=100,
-        gamma=0.99,
-        polyak=0.98,
-        normalize_observations=True,
+        **OWN.options,
     )
     _, (_, returns) = jax.block_until_ready(jax.jit(algo.train)(jax.random.PRNGKey(0)))
     print(f"final {float(returns[-1].mean()):.1f} s {time.time() - T0:.1f}")
