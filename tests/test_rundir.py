@@ -118,6 +118,31 @@ def test_a_directory_with_a_run_is_refused_unless_resumed_or_overwritten(
     assert not (run_dir / rundir.NOT_STARTED).exists() and not (run_dir / rundir.LOCK).exists()
 
 
+def test_overwrite_removes_every_policy_file_a_previous_run_wrote(tmp_path):
+    """A previous run's best policy, its best/ snapshots and its members' policy files go
+    with --overwrite (a run with fewer members must not leave another run's behind); a
+    user's own files stay."""
+    from jaxspreeze.agent import policy
+    from jaxspreeze.run import evalwatch
+
+    cfg = tiny_cfg(tmp_path, "r")
+    run = rundir.claim(cfg)
+    old = [
+        policy.POLICY_FILE,
+        policy.member_file(3),
+        evalwatch.best_file(None),
+        evalwatch.best_file(3),
+    ]
+    for name in old:
+        (run.path / name).write_bytes(b"old")
+    (run.path / evalwatch.BEST_DIR).mkdir()
+    (run.path / evalwatch.BEST_DIR / evalwatch.JOURNAL).write_text("{}\n")
+    (run.path / "mine.msgpack").write_bytes(b"mine")
+    run.clear()
+    assert sorted(p.name for p in run.path.iterdir()) == sorted(["mine.msgpack", rundir.LOCK])
+    run.release()
+
+
 def test_a_run_that_never_started_is_replaced(tmp_path):
     """NOT_STARTED and no checkpoint: a new run may take the directory; it is cleared."""
     cfg = tiny_cfg(tmp_path, "r")

@@ -63,11 +63,15 @@ RUN_FILES = (
     "wandb",
     checkpoint.CHECKPOINTS,
     "policy.msgpack",
+    "best",  # the best evaluation's snapshots and journal (run.evalwatch.BEST_DIR)
     "learning_curve.png",
     "throughput.png",
     "render.gif",
     "render.html",
 )
+# ... and the policy files named per member or best (policy-best.msgpack, policy-<m>.msgpack,
+# policy-<m>-best.msgpack): a run with fewer members must not leave a previous run's behind
+RUN_FILE_PATTERNS = ("policy-*.msgpack",)
 NOT_STARTED_TEXT = (
     "This run has written no checkpoint yet (it was stopped or failed before its first one):\n"
     "it cannot be resumed. Starting a run with the same name replaces it.\n"
@@ -165,9 +169,11 @@ class RunDir:
         self.write_config(cfg)
 
     def clear(self) -> None:
-        """Remove a run's files (:data:`RUN_FILES`); other files stay."""
-        for name in RUN_FILES:
-            target = self.path / name
+        """Remove a run's files (:data:`RUN_FILES`, :data:`RUN_FILE_PATTERNS`); other files
+        stay."""
+        named = [self.path / name for name in RUN_FILES]
+        matched = [p for pattern in RUN_FILE_PATTERNS for p in sorted(self.path.glob(pattern))]
+        for target in named + matched:
             if target.is_dir() and not target.is_symlink():
                 shutil.rmtree(target)
             elif target.exists() or target.is_symlink():
