@@ -80,9 +80,9 @@ class _RunFields:
     algo: str = _is(algos.NAMES[0], "shape")
     """Algorithm."""
     env: str = _is("gymnax/Pendulum-v1", "shape")
-    """Environment, ``gymnax/<Name>``, ``brax/<name>`` or ``playground/<Name>`` (on the
-    device), or ``gymnasium/<id>`` or ``envpool/<task>`` (on the host CPU, through sampling
-    workers)."""
+    """Environment, ``<family>/<id>``: on the device ``gymnax/``, ``brax/``,
+    ``playground/``, ``craftax/``, ``jumanji/``, ``xminigrid/``, ``navix/``; on the host CPU
+    (sampling workers) ``gymnasium/`` or ``envpool/``. ``jaxspreeze envs`` lists them."""
     actor_obs_key: str = _is("", "shape")
     """Dict observations (Playground's locomotion tasks: ``state``, ``privileged_state``):
     the key the actor (the policy: acting, evaluation, the saved policy) reads; '' = ``state``.
