@@ -19,7 +19,11 @@ with the policy of one seed (0 by default) and writes a file (default
   classic-control tasks of :data:`DRAWERS` when it cannot (no pygame), the same drawings
   (:func:`gymnasium_frames`);
 - envpool: the pool's own frames (``render_mode="rgb_array"``; MuJoCo tasks draw into an
-  offline OpenGL context made current here) (:func:`envpool_frames`).
+  offline OpenGL context made current here) (:func:`envpool_frames`);
+- the JAX suites (Craftax, Jumanji, XLand-MiniGrid, Navix): the family's adapter draws the
+  episode's states with the suite's own renderer (its ``frames(render_state, states)``:
+  Craftax's pixel renderer, Jumanji's viewers in ``rgb_array`` mode, XLand-MiniGrid's
+  ``env.render``, Navix's ``observations.rgb``) (:func:`adapter_frames`).
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from PIL import Image, ImageDraw
 
 from jaxspreeze.agent.policy import Policy, load_policy
 from jaxspreeze.core import envids
-from jaxspreeze.envs import env_spec, make_env
+from jaxspreeze.envs import FAMILIES, env_spec, make_env
 from jaxspreeze.host import hostenvs
 
 WIDTH, HEIGHT = 320, 240
@@ -443,6 +447,41 @@ def playground_frames(
     return [np.asarray(f, np.uint8)[..., :3] for f in frames]
 
 
+FRAME_SIDES = (160, 480)  # a frame's longer side is scaled into this range (pixels)
+
+
+def fitted(frame: Frame) -> Frame:
+    """``frame`` scaled so that its longer side lies in :data:`FRAME_SIDES`: a small one
+    (Navix's 8-pixel tiles) by whole pixels (nearest), a large one down (bilinear)."""
+    side = max(frame.shape[:2])
+    low, high = FRAME_SIDES
+    if side < low:
+        k = -(-low // side)
+        return np.repeat(np.repeat(frame, k, axis=0), k, axis=1)
+    if side > high:
+        h, w = (round(n * high / side) for n in frame.shape[:2])
+        return np.asarray(Image.fromarray(frame).resize((w, h), Image.BILINEAR), np.uint8)
+    return frame
+
+
+def adapter_frames(
+    policy: Policy, seed_index: int = 0, max_steps: int | None = None
+) -> list[Frame]:
+    """The frames of one deterministic episode of a JAX suite's run, drawn by the family's
+    adapter from the episode's states (its ``frames(render_state, states)``, the suite's
+    own renderer); ValueError (one line) where the suite draws none."""
+    name = policy.cfg.env
+    adapter = FAMILIES[name.partition("/")[0]]
+    lib_env = make_env(name, 1, policy.cfg.obs_keys).render_state
+    inner, length, _ = rollout_episode(policy, seed_index, max_steps)
+    states = jax.tree.map(lambda x: x[: max(length, 1), 0], inner.state)
+    try:
+        drawn = adapter.frames(lib_env, states)
+    except ValueError as e:
+        raise ValueError(f"{name} draws no frames here: {e}") from None
+    return [fitted(np.asarray(f, np.uint8)) for f in drawn]
+
+
 def write_gif(frames: Sequence[Frame], out: str | Path, fps: int = 30) -> Path:
     """Write ``frames`` as a looping GIF (imageio)."""
     out = Path(out)
@@ -481,6 +520,7 @@ RENDERERS: dict[str, Renderer] = {
     "playground": Renderer(playground_frames, mujoco=True),
     "gymnasium": Renderer(gymnasium_frames),
     "envpool": Renderer(envpool_frames),
+    "adapter": Renderer(adapter_frames),
 }
 
 

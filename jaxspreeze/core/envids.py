@@ -142,7 +142,8 @@ class Family:
     - ``distributions``: the distributions whose code shapes its traced programs (their
       versions are part of the program cache's key).
     - ``renderer``: how :mod:`jaxspreeze.agent.render` draws its episodes (a key of
-      ``render.RENDERERS``).
+      ``render.RENDERERS``; ``"adapter"``: its adapter's ``frames(render_state, states)``
+      draws them with the suite's own renderer).
     - ``suggested``: its ids are offered for an env name given without a family (a cheap
       list).
     """
@@ -204,6 +205,7 @@ FAMILIES: dict[str, Family] = {
             ),
             ids_from=("craftax", "1.6.1"),
             distributions=("craftax",),
+            renderer="adapter",
         ),
         # xminigrid.registered_environments() (xminigrid 0.9.3); the XLand-MiniGrid-R* ids
         # need a downloaded benchmark, refused by the full check
@@ -228,6 +230,7 @@ FAMILIES: dict[str, Family] = {
             ids_from=("xminigrid", "0.9.3"),
             registry="xminigrid",
             distributions=("xminigrid",),
+            renderer="adapter",
         ),
         # navix.registry() (navix 0.7.4)
         Family(
@@ -258,6 +261,7 @@ FAMILIES: dict[str, Family] = {
             ids_from=("navix", "0.7.4"),
             registry="navix",
             distributions=("navix",),
+            renderer="adapter",
         ),
         Family("gymnasium", registry="gymnasium", renderer="gymnasium"),
         Family("envpool", renderer="envpool"),
@@ -297,6 +301,7 @@ FAMILIES: dict[str, Family] = {
             ),
             ids_from=("jumanji", "1.1.2"),
             distributions=("jumanji",),
+            renderer="adapter",
         ),
     )
 }

@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import difflib
 import functools
+import importlib
 import importlib.util
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxspreeze.core.errors import UnknownEnvError
 from jaxspreeze.core.types import EnvSpec
@@ -55,6 +57,7 @@ NAMES = (
 # last 64 steps is still one never played, at a quarter of the generations of 16
 REFRESH_EVERY = 64
 NO_LIMIT = 2**31 - 1  # max_timesteps that never ends an episode: what is left is a termination
+BLOCK_PIXELS = 16  # pixels per block of a rendered frame (Craftax's BLOCK_PIXEL_SIZE_IMG)
 
 
 def installed() -> bool:
@@ -149,3 +152,18 @@ def make(env_name: str) -> EnvParts:
     )
     made = auto_reset(reset, step, max_steps, REFRESH_EVERY)
     return EnvParts(spec, made.reset_one, made.step_batch, (env, params), made.step_batch_no_reset)
+
+
+def frames(render_state: Any, states: Any) -> np.ndarray:
+    """The RGB frames ``[T, H, W, 3]`` (uint8) of the adapter's states stacked ``[T, ...]``
+    (``(Craftax's state, key)``), drawn by Craftax's own pixel renderer
+    (``make_craftax_pixel_renderer``, Classic's or Craftax's, :data:`BLOCK_PIXELS` a block):
+    the agent's view and its inventory, as the game's window shows them."""
+    env, _ = render_state
+    classic = type(env).__module__.startswith("craftax.craftax_classic")
+    renderer = importlib.import_module(
+        "craftax.craftax_classic.renderer" if classic else "craftax.craftax.renderer"
+    )
+    draw = renderer.make_craftax_pixel_renderer(BLOCK_PIXELS)
+    pixels = jax.jit(jax.vmap(draw))(states[0])  # floats in [0, 255]
+    return np.asarray(jnp.clip(jnp.round(pixels), 0, 255).astype(jnp.uint8))

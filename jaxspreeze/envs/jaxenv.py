@@ -3,7 +3,8 @@
 No registration: the object is entered here, for this process, under the reserved name
 ``jax/<ClassName>`` (:func:`register`), and from then on it is a device env like
 ``gymnax/`` ones: vmapped, stepped inside the jitted chunk, reset inside its step, its
-final observation kept for bootstrapping. Two kinds of object are taken:
+final observation kept for bootstrapping. Two kinds of object are taken, and a pair of
+pure functions, ``JaxEnv(reset, step, actions=N)`` (:class:`JaxEnv`, named ``jax/<name>``):
 
 - **gymnax-style** (``gymnax.environments.environment.Environment`` subclasses, or any
   object with the same API): ``reset(key, params) -> (obs, state)``,
@@ -41,15 +42,21 @@ A run directory records the env (:data:`RECORD_FILE`): its name, kind, class
 (``module:qualname``) and spec. No object is rebuilt from the record (its constructor's
 arguments and params are not known): ``jaxspreeze.load(run)`` predicts from the record
 alone, and what steps the env needs the object passed again (``jaxspreeze.load(run,
-env=obj)``, ``jaxspreeze.train(cfg, env=obj, resume=run)``).
+env=obj)``, ``jaxspreeze.train(cfg, env=obj, resume=run)``). A :class:`JaxEnv`'s
+functions are recorded by ``module:qualname`` with what it declares, and rebuilt by
+``load(run)`` when an import finds them (:func:`load_record`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import inspect
 import json
 import os
+import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,23 +77,27 @@ LAST = 2  # Jumanji's StepType.LAST
 
 
 @dataclasses.dataclass(frozen=True)
-class JaxEnv:
+class Entry:
     """A JAX env under its reserved name: its spec and the functions that step it.
 
     ``parts``: None for an env known only by the record of a run directory (nothing to
-    step). ``cls``: the object's class, ``module:qualname``; ``importable``: whether that
-    names a class an import finds (not one of ``__main__`` or a function's locals).
+    step). ``cls``: the object's class, ``module:qualname`` (a :class:`JaxEnv`'s: its
+    functions', ``module:reset_qualname module:step_qualname``); ``importable``: whether
+    an import finds them again (not ones of ``__main__`` or a function's locals).
+    ``functions``: a :class:`JaxEnv`'s record (:meth:`JaxEnv.record`), else None.
     """
 
     name: str
     spec: EnvSpec
     parts: EnvParts | None
-    kind: str  # "gymnax" or "jumanji"
+    kind: str  # "gymnax", "jumanji" or "functions"
     cls: str
     importable: bool
+    functions: dict | None = None
+    why: str = ""  # why a recorded env cannot step here (its functions not importable, ...)
 
 
-_ENVS: dict[str, JaxEnv] = {}
+_ENVS: dict[str, Entry] = {}
 
 
 def is_jax_env(name: str) -> bool:
@@ -103,16 +114,17 @@ def takes(env: Any) -> bool:
     return not (callable(env) and not (hasattr(env, "reset") and hasattr(env, "step")))
 
 
-def _not_here(name: str) -> str:
+def _not_here(name: str, why: str = "") -> str:
+    because = f" ({why})" if why else ""
     return (
-        f"{name} is a JAX env object passed from Python (jaxspreeze.train(cfg, env=...)), "
-        "which this process does not have: pass it again from Python "
+        f"{name} is a JAX env passed from Python (jaxspreeze.train(cfg, env=...)), "
+        f"which this process does not have{because}: pass it again from Python "
         "(jaxspreeze.train(cfg, env=obj, resume=RUN_DIR) to resume; "
         "jaxspreeze.load(RUN_DIR, env=obj) to evaluate)"
     )
 
 
-def entry(name: str) -> JaxEnv:
+def entry(name: str) -> Entry:
     """The registered JAX env ``name``; UnknownEnvError (saying to pass it again) if none."""
     found = _ENVS.get(name)
     if found is None:
@@ -124,21 +136,31 @@ def make(name: str) -> EnvParts:
     """The spec and per-env functions of the registered JAX env ``name``."""
     found = entry(name)
     if found.parts is None:
-        raise UnknownEnvError(_not_here(name))
+        raise UnknownEnvError(_not_here(name, found.why))
     return found.parts
 
 
 # --- registering --------------------------------------------------------------------------
 
 
-def register(env: Any) -> JaxEnv:
-    """Enter a JAX env object under ``jax/<ClassName>``; its :class:`JaxEnv`.
+def register(env: Any) -> Entry:
+    """Enter a JAX env under ``jax/<ClassName>`` (a :class:`JaxEnv`: ``jax/<name>``); its
+    :class:`Entry`.
 
-    ``env``: a gymnax-style object, ``(object, params)`` or a Jumanji-style object (the
-    module's docstring). Anything else, or an object whose reset or step fails on the
-    shapes it declares, is a ConfigError naming ``env``. A later registration under the
-    same name replaces the earlier one.
+    ``env``: a gymnax-style object, ``(object, params)``, a Jumanji-style object or a
+    :class:`JaxEnv` (a pair of pure functions) (the module's docstring). Anything else, or
+    an env whose reset or step fails on the shapes it declares, is a ConfigError naming
+    ``env``. A later registration under the same name replaces the earlier one.
     """
+    if isinstance(env, JaxEnv):
+        return _enter(functions_entry(env))
+    if isinstance(env, tuple) and len(env) == 2 and all(_is_function(f) for f in env):
+        raise ConfigError(
+            "env",
+            "a (reset, step) pair needs its actions: pass "
+            "jaxspreeze.envs.jaxenv.JaxEnv(reset, step, actions=N) for N discrete actions, "
+            "or JaxEnv(reset, step, action_bounds=(low, high)) for continuous ones",
+        )
     obj, params = env if isinstance(env, tuple) and len(env) == 2 else (env, None)
     if isinstance(env, tuple) and len(env) != 2:
         raise ConfigError("env", f"expected (env, params); got a tuple of {len(env)}")
@@ -160,21 +182,34 @@ def register(env: Any) -> JaxEnv:
         params = obj.default_params if params is None else params
         kind, parts = "gymnax", _gymnax_parts(obj, params, name)
     cls = type(obj)
-    found = JaxEnv(
-        name, parts.spec, parts, kind, f"{cls.__module__}:{cls.__qualname__}", _importable(cls)
-    )
-    _ENVS[name] = found
+    return _enter(Entry(name, parts.spec, parts, kind, _qualified(cls), _importable(cls)))
+
+
+def _enter(found: Entry) -> Entry:
+    _ENVS[found.name] = found
     return found
 
 
-def _importable(cls: type) -> bool:
-    """Whether ``module:qualname`` of ``cls`` finds it again by import."""
-    if cls.__module__ == "__main__" or "<locals>" in cls.__qualname__:
+def _is_function(f: Any) -> bool:
+    """A plain callable (a function, a jitted one), not an env object."""
+    return callable(f) and not (hasattr(f, "reset") and hasattr(f, "step"))
+
+
+def _qualified(obj: Any) -> str:
+    """``module:qualname`` of a class or function (a callable object: its class's name)."""
+    module = getattr(obj, "__module__", None) or "?"
+    return f"{module}:{getattr(obj, '__qualname__', None) or type(obj).__qualname__}"
+
+
+def _importable(obj: Any) -> bool:
+    """Whether ``module:qualname`` of the class or function ``obj`` finds it again by import."""
+    module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", "")
+    if module in (None, "__main__") or "<" in qualname:  # <locals>, <lambda>
         return False
-    found: Any = sys.modules.get(cls.__module__)
-    for part in cls.__qualname__.split("."):
+    found: Any = sys.modules.get(module)
+    for part in qualname.split("."):
         found = getattr(found, part, None)
-    return found is cls
+    return found is obj
 
 
 def _line(e: BaseException) -> str:
@@ -508,23 +543,319 @@ def jumanji_parts(obj: Any, name: str) -> EnvParts:
     return EnvParts(spec, made.reset_one, made.step_batch, obj, made.step_batch_no_reset)
 
 
+# --- a pair of pure functions -------------------------------------------------------------
+
+NAME_CHARS = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+@dataclasses.dataclass(frozen=True)
+class JaxEnv:
+    """Your own JAX env as two pure functions: ``train(cfg, env=JaxEnv(reset, step, actions=4))``.
+
+    - ``reset(key) -> (obs, state)``;
+    - ``step(key, state, action)`` (gymnax's functional shape) or ``step(state, action)``
+      (read from its signature), returning ``(obs, state, reward, done)``, ``(obs, state,
+      reward, done, info)`` or ``(obs, state, reward, terminated, truncated[, info])``.
+
+    ``step`` is the transition alone: jaxspreeze resets the env when an episode ends
+    (``done``/``terminated``: a termination) or runs ``max_steps`` steps (a truncation), from
+    initial states ``reset`` drew ahead, keeping the final observation for bootstrapping
+    (:func:`~jaxspreeze.envs.base.auto_reset`). A ``step`` with a key gets a fresh one on
+    every call (split from a key drawn at the reset, carried beside the state); ``info``
+    is not read. ``state`` is any pytree of arrays, the same structure, shapes and dtypes
+    after a step as after a reset. The observation is one array (kept in its own dtype;
+    floats as float32) or a structure of arrays (flattened, an ``action_mask`` leaf last:
+    the legal actions).
+
+    The actions are declared: ``actions=N`` (discrete, ``action`` an int32 scalar in
+    ``[0, N)``) or ``action_bounds=(low, high)`` (continuous, ``action`` float32 ``[d]``;
+    scalars for ``d = 1``). The observation's shape is read from one traced call of
+    ``reset``; ``obs_shape``, if given, is checked against it. ``name``: the env trains as
+    ``jax/<name>`` (default: ``step``'s name less ``step``, e.g. ``corridor_step`` gives
+    ``jax/corridor``, else its module's). Anything that does not fit is one ConfigError
+    naming ``env`` before anything compiles.
+
+    A run directory records the functions by ``module:qualname``: functions an import
+    finds (defined in a module, not in ``__main__``, a notebook or a function) are rebuilt
+    from it by ``jaxspreeze.load(run)``; others are passed again (``load(run, env=...)``).
+    """
+
+    reset: Callable[..., Any]
+    step: Callable[..., Any]
+    actions: int | None = None
+    action_bounds: tuple[Any, Any] | None = None
+    obs_shape: tuple[int, ...] | None = None
+    max_steps: int | None = None
+    name: str | None = None
+
+    def env_name(self) -> str:
+        """The name it trains under, ``jax/<name>``."""
+        if self.name is not None:
+            return f"{PREFIX}/{self.name}"
+        stem = getattr(self.step, "__name__", "").replace("step", "").strip("_")
+        module = getattr(self.step, "__module__", None) or "__main__"
+        if not stem or not NAME_CHARS.fullmatch(stem):
+            stem = "env" if module == "__main__" else module.rpartition(".")[2]
+        return f"{PREFIX}/{stem}"
+
+    def record(self) -> dict[str, Any]:
+        """What rebuilds it (:func:`rebuilt`): the functions' ``module:qualname``, the rest."""
+        return {
+            "reset": _qualified(self.reset),
+            "step": _qualified(self.step),
+            "actions": self.actions,
+            "action_bounds": None if self.action_bounds is None else _bounds(self)[:2],
+            "obs_shape": None if self.obs_shape is None else list(self.obs_shape),
+            "max_steps": self.max_steps,
+            "name": self.env_name().partition("/")[2],  # the one it trained under
+        }
+
+
+def _bounds(env: JaxEnv) -> tuple[list[float], list[float], int]:
+    """``(low, high, d)`` of ``env.action_bounds``; ConfigError naming ``env`` for bad ones."""
+    try:
+        low, high = env.action_bounds  # type: ignore[misc]
+        lo = np.asarray(low, np.float64)
+        hi = np.asarray(high, np.float64)
+    except (TypeError, ValueError):
+        raise ConfigError(
+            "env", f"action_bounds={env.action_bounds!r}: expected (low, high), floats or [d] each"
+        ) from None
+    d = max(lo.size, hi.size)
+    if lo.ndim > 1 or hi.ndim > 1 or lo.size not in (1, d) or hi.size not in (1, d) or d == 0:
+        raise ConfigError(
+            "env",
+            f"action_bounds of shapes {lo.shape} and {hi.shape}: low and high are floats or "
+            "[d] each, of one size",
+        )
+    lo, hi = np.broadcast_to(lo.reshape(-1), (d,)), np.broadcast_to(hi.reshape(-1), (d,))
+    if not (np.isfinite(lo).all() and np.isfinite(hi).all() and (lo < hi).all()):
+        raise ConfigError(
+            "env", f"action_bounds=({lo.tolist()}, {hi.tolist()}): finite, with low < high"
+        )
+    return [float(x) for x in lo], [float(x) for x in hi], d
+
+
+def _declared_action(name: str, env: JaxEnv) -> tuple[bool, int, tuple, tuple, tuple]:
+    """The action's spec tuple (as :func:`_action_spec` gives it) of a :class:`JaxEnv`."""
+    if env.actions is not None and env.action_bounds is not None:
+        raise ConfigError(
+            "env", f"{name}: give actions (discrete) or action_bounds (continuous), not both"
+        )
+    if env.actions is not None:
+        n = env.actions
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ConfigError("env", f"{name}: actions={n!r}; the number of actions, an int >= 1")
+        return True, int(n), (), (), ()
+    if env.action_bounds is not None:
+        low, high, d = _bounds(env)
+        return False, d, tuple(low), tuple(high), (d,)
+    raise ConfigError(
+        "env",
+        f"{name}: its actions are not declared: JaxEnv(reset, step, actions=N) for N discrete "
+        "actions, or JaxEnv(reset, step, action_bounds=(low, high)) for continuous ones",
+    )
+
+
+def _takes_key(name: str, step: Any) -> bool:
+    """Whether ``step`` is ``step(key, state, action)`` (else ``step(state, action)``)."""
+    try:
+        params = inspect.signature(step).parameters.values()
+    except (TypeError, ValueError):
+        params = None
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if params is not None and not any(p.kind == p.VAR_POSITIONAL for p in params):
+        required = [p for p in params if p.default is p.empty and p.kind != p.VAR_KEYWORD]
+        if len(required) in (2, 3) and all(p.kind in kinds for p in required):
+            return len(required) == 3
+    shown = "?" if params is None else f"({', '.join(str(p) for p in params)})"
+    raise ConfigError(
+        "env",
+        f"{name}: step{shown} takes (key, state, action) or (state, action); "
+        "wrap it, e.g. lambda key, state, action: ...",
+    )
+
+
+def _split_outputs(out: Any) -> tuple[Any, Any, Any, Any, Any] | None:
+    """``(obs, state, reward, terminated, truncated or None)`` of a step's outputs, or None."""
+    if not isinstance(out, tuple) or len(out) not in (4, 5, 6):
+        return None
+    obs, state, reward, done, *rest = out
+    if len(out) == 4 or (len(out) == 5 and isinstance(rest[0], dict)):
+        return obs, state, reward, done, None
+    return obs, state, reward, done, rest[0]
+
+
+def _leaf_difference(a: Any, b: Any) -> str | None:
+    """Where two pytrees of shapes first differ (structure, a leaf's shape or dtype), or None."""
+    if jax.tree.structure(a) != jax.tree.structure(b):
+        return f"its structure ({jax.tree.structure(b)} after reset, {jax.tree.structure(a)} after step)"
+    for (path, x), y in zip(
+        jax.tree_util.tree_flatten_with_path(a)[0], jax.tree.leaves(b), strict=True
+    ):
+        if (x.shape, x.dtype) != (y.shape, y.dtype):
+            where = jax.tree_util.keystr(path) or "the state"
+            return f"{where}: {y.dtype}{list(y.shape)} after reset, {x.dtype}{list(x.shape)} after step"
+    return None
+
+
+def _raw_key(key: jax.Array) -> jax.Array:
+    """The key as its ``uint32`` data (carried in a state :func:`auto_reset` selects)."""
+    return jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key
+
+
+def _strong(tree: Any) -> Any:
+    """``tree`` with no weak-typed leaf (the state a program takes is the one it returns)."""
+    return jax.tree.map(lambda x: jnp.asarray(x, dtype=jnp.result_type(x)), tree)
+
+
+def functions_entry(env: JaxEnv) -> Entry:
+    """The :class:`Entry` of a :class:`JaxEnv` (checked as its docstring says)."""
+    name = env.env_name()
+    if not NAME_CHARS.fullmatch(name.partition("/")[2]):
+        raise ConfigError("env", f"name={env.name!r}: letters, digits, '_', '.' and '-' are taken")
+    for what, f in (("reset", env.reset), ("step", env.step)):
+        if not callable(f):
+            raise ConfigError("env", f"{name}: {what} is a {type(f).__name__}, not a function")
+    action = _declared_action(name, env)
+    keyed = _takes_key(name, env.step)
+    max_steps = DEFAULT_MAX_STEPS if env.max_steps is None else env.max_steps
+    if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
+        raise ConfigError("env", f"{name}: max_steps={max_steps!r}; an int >= 1")
+    key = jax.random.key(0)
+    first = _traced(name, "reset(key)", env.reset, key)
+    if not (isinstance(first, tuple) and len(first) == 2):
+        raise ConfigError(
+            "env", f"{name}: reset(key) returned {_outputs(first)}; expected (obs, state)"
+        )
+    discrete, dim = action[0], action[1]
+    flat, fields = flattened(name, first[0], discrete, dim, (dim,))
+    if env.obs_shape is not None and tuple(env.obs_shape) != flat.shape:
+        raise ConfigError(
+            "env",
+            f"{name}: reset observes {flat.dtype}{list(flat.shape)}, not the "
+            f"obs_shape={tuple(env.obs_shape)} given",
+        )
+    to_env = (lambda a: a.astype(jnp.int32)) if discrete else (lambda a: a.astype(jnp.float32))
+
+    def reset(key):
+        if not keyed:
+            obs, state = env.reset(key)
+            return flat(obs), _strong(state)
+        k_reset, k_steps = jax.random.split(key)
+        obs, state = env.reset(k_reset)
+        return flat(obs), _strong((state, _raw_key(k_steps)))
+
+    def step(carried, a):
+        if keyed:
+            state, k = carried
+            k, k_step = jax.random.split(k)
+            out = env.step(jax.random.wrap_key_data(k_step), state, to_env(a))
+        else:
+            out = env.step(carried, to_env(a))
+        obs, state, reward, terminated, truncated = _split_outputs(out)  # type: ignore[misc]
+        state = _strong((state, k) if keyed else state)
+        reward, terminated = jnp.asarray(reward, jnp.float32), jnp.asarray(terminated, bool)
+        if truncated is None:
+            return flat(obs), state, reward, terminated
+        return flat(obs), state, reward, terminated, jnp.asarray(truncated, bool)
+
+    signature = "step(key, state, action)" if keyed else "step(state, action)"
+    spec = dataclasses.replace(_spec(name, flat.shape, action, int(max_steps)), **fields)
+    act = jax.ShapeDtypeStruct(spec.action_shape, jnp.int32 if discrete else jnp.float32)
+    obs0, state0 = _traced(name, "reset(key)", reset, key)
+    user_state = state0[0] if keyed else state0
+    raw = _traced(
+        name,
+        signature,
+        lambda s, a: env.step(*((key,) if keyed else ()), s, to_env(a)),
+        user_state,
+        act,
+    )
+    parts = _split_outputs(raw)
+    if parts is None:
+        raise ConfigError(
+            "env",
+            f"{name}: {signature} returned {_outputs(raw)}; expected (obs, state, reward, done"
+            "[, info]) or (obs, state, reward, terminated, truncated[, info])",
+        )
+    out = _traced(name, signature, step, state0, act)
+    for what, x in (("reward", parts[2]), ("done", parts[3]), ("truncated", parts[4])):
+        if x is not None and tuple(getattr(x, "shape", ())) != ():
+            raise ConfigError(
+                "env",
+                f"{name}: {signature} returns a {what} of shape {tuple(x.shape)}; one "
+                "scalar per step is taken (the env is vmapped)",
+            )
+    if (out[0].shape, out[0].dtype) != (obs0.shape, obs0.dtype):
+        raise ConfigError(
+            "env",
+            f"{name}: step observes {out[0].dtype}{list(out[0].shape)}, reset "
+            f"{obs0.dtype}{list(obs0.shape)}",
+        )
+    differs = _leaf_difference(out[1], state0)
+    if differs is not None:
+        raise ConfigError("env", f"{name}: the state step returns differs from reset's: {differs}")
+    made = auto_reset(reset, step, int(max_steps))
+    made_parts = EnvParts(spec, made.reset_one, made.step_batch, env, made.step_batch_no_reset)
+    functions = f"{_qualified(env.reset)} {_qualified(env.step)}"
+    importable = _importable(env.reset) and _importable(env.step)
+    return Entry(name, spec, made_parts, "functions", functions, importable, env.record())
+
+
+def rebuilt(record: dict[str, Any]) -> JaxEnv:
+    """The :class:`JaxEnv` a run directory's record names (its functions imported);
+    ImportError or AttributeError when an import does not find them."""
+    fns = []
+    for where in (record["reset"], record["step"]):
+        module, _, qualname = where.partition(":")
+        found: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+        fns.append(found)
+    bounds = record.get("action_bounds")
+    shape = record.get("obs_shape")
+    return JaxEnv(
+        fns[0],
+        fns[1],
+        actions=record.get("actions"),
+        action_bounds=None if bounds is None else (bounds[0], bounds[1]),
+        obs_shape=None if shape is None else tuple(shape),
+        max_steps=record.get("max_steps"),
+        name=record.get("name"),
+    )
+
+
 # --- a run directory's record -------------------------------------------------------------
 
 
 def save_record(run_dir: str | Path, name: str) -> Path:
     """Record the JAX env ``name`` in ``run_dir`` (:data:`RECORD_FILE`), atomically."""
     found = entry(name)
-    record = {
-        "name": found.name,
-        "source": "a JAX env object passed from Python: jaxspreeze.train(cfg, env=...)",
-        "kind": found.kind,
-        "class": found.cls,
-        "importable": found.importable,
-        "rebuild": "not from this record (its constructor's arguments and params are not "
-        "kept): pass the object again, jaxspreeze.load(RUN_DIR, env=obj) or "
-        "jaxspreeze.train(cfg, env=obj, resume=RUN_DIR)",
-        "spec": dataclasses.asdict(found.spec),
-    }
+    if found.functions is not None:  # a JaxEnv: its functions, rebuilt by import
+        how = {
+            "source": "a pair of pure functions passed from Python: "
+            "jaxspreeze.train(cfg, env=JaxEnv(reset, step, ...))",
+            "kind": found.kind,
+            "functions": found.functions,
+            "importable": found.importable,
+            "rebuild": "jaxspreeze.load(RUN_DIR) imports the functions by module:qualname"
+            if found.importable
+            else "not from this record (the functions are not importable: defined in "
+            "__main__, a notebook or a function): pass them again, "
+            "jaxspreeze.load(RUN_DIR, env=JaxEnv(...))",
+        }
+    else:
+        how = {
+            "source": "a JAX env object passed from Python: jaxspreeze.train(cfg, env=...)",
+            "kind": found.kind,
+            "class": found.cls,
+            "importable": found.importable,
+            "rebuild": "not from this record (its constructor's arguments and params are not "
+            "kept): pass the object again, jaxspreeze.load(RUN_DIR, env=obj) or "
+            "jaxspreeze.train(cfg, env=obj, resume=RUN_DIR)",
+        }
+    record = {"name": found.name, **how, "spec": dataclasses.asdict(found.spec)}
     path = Path(run_dir) / RECORD_FILE
     tmp = path.with_name(f".{RECORD_FILE}.tmp")
     tmp.write_text(json.dumps(record, indent=2) + "\n")
@@ -532,9 +863,14 @@ def save_record(run_dir: str | Path, name: str) -> Path:
     return path
 
 
-def load_record(run_dir: str | Path) -> JaxEnv | None:
-    """The JAX env a run directory recorded, entered by its spec alone unless this process
-    has it with its object already; None when the run's env is not a JAX env."""
+def load_record(run_dir: str | Path) -> Entry | None:
+    """The JAX env a run directory recorded; None when the run's env is not a JAX env.
+
+    The env this process has under its name already, if it can step; else a
+    :class:`JaxEnv` whose functions an import finds, rebuilt from the record (when it gives
+    the spec the run trained on); else the record's spec alone (``predict`` works; what
+    steps the env raises, saying why and to pass it again).
+    """
     path = Path(run_dir) / RECORD_FILE
     if not path.exists():
         return None
@@ -546,8 +882,29 @@ def load_record(run_dir: str | Path) -> JaxEnv | None:
     if spec.action_mask:  # the columns that leave the mask out (no keys: the env's own)
         columns = {k: tuple(record["spec"][k]) for k in ("actor_obs", "critic_obs")}
         spec = dataclasses.replace(spec, **columns)
-    found = JaxEnv(
-        record["name"], spec, None, record["kind"], record["class"], record["importable"]
+    functions = record.get("functions")
+    why = ""
+    if functions is not None and record["importable"]:
+        try:
+            found = functions_entry(rebuilt(functions))
+        except (ImportError, AttributeError, ConfigError) as e:
+            why = f"its functions, rebuilt from the record, failed ({_line(e)})"
+        else:
+            if found.spec == spec:
+                return _enter(found)
+            why = f"its functions, rebuilt from the record, now give another spec ({_spec_change(spec, found.spec)})"
+    elif functions is not None:
+        why = "its functions are not importable (defined in __main__, a notebook or a function)"
+    cls = record.get("class") or " ".join((functions or {}).get(k, "") for k in ("reset", "step"))
+    return _enter(
+        Entry(record["name"], spec, None, record["kind"], cls, record["importable"], functions, why)
     )
-    _ENVS[found.name] = found
-    return found
+
+
+def _spec_change(was: EnvSpec, now: EnvSpec) -> str:
+    """The first field two specs differ in, as ``field: was -> now``."""
+    for f in dataclasses.fields(EnvSpec):
+        a, b = getattr(was, f.name), getattr(now, f.name)
+        if a != b:
+            return f"{f.name}: {a} in the run, {b} now"
+    return "no field"

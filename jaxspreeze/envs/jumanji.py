@@ -18,11 +18,15 @@ Jumanji is an optional extra: without it a ``jumanji/`` id is one line naming
 
 from __future__ import annotations
 
+import copy
 import difflib
 import functools
 import importlib
 import importlib.util
 from typing import Any
+
+import jax
+import numpy as np
 
 from jaxspreeze.core.errors import UnknownEnvError
 from jaxspreeze.envs import jaxenv
@@ -44,6 +48,9 @@ REFUSED = {
     "Sokoban-v0": "it downloads its levels from Hugging Face when built (jaxspreeze does "
     "not download at run time)",
 }
+
+
+FIGURE_INCHES = 3.2  # the side of a rendered frame's figure (320 pixels at matplotlib's 100 dpi)
 
 
 def installed() -> bool:
@@ -96,3 +103,31 @@ def make(env_name: str) -> EnvParts:
     """The spec and per-env functions of ``jumanji/<env_name>``."""
     check(env_name)
     return jaxenv.jumanji_parts(_jumanji().make(env_name), f"{PREFIX}/{env_name}")
+
+
+def frames(render_state: Any, states: Any) -> np.ndarray:
+    """The RGB frames ``[T, H, W, 3]`` (uint8) of the adapter's states stacked ``[T, ...]``
+    (the env's own ``State``), drawn by the env's own viewer (Jumanji's matplotlib viewers)
+    in its ``rgb_array`` mode, on a :data:`FIGURE_INCHES` figure; ValueError (one line)
+    for an env whose viewer draws no RGB frames."""
+    env = render_state
+    viewer = getattr(env, "_viewer", None) or getattr(env, "viewer", None)
+    if not (hasattr(viewer, "render") and hasattr(viewer, "_display_rgb_array")):
+        raise ValueError(
+            f"its viewer ({type(viewer).__name__}) has no rgb_array mode (Jumanji's "
+            "MatplotlibViewer) to draw frames with"
+        )
+    drawer = copy.copy(viewer)  # the env's own viewer keeps its mode and size
+    drawer._display = drawer._display_rgb_array
+    if hasattr(drawer, "figure_size"):
+        drawer.figure_size = (FIGURE_INCHES, FIGURE_INCHES)
+    host = jax.device_get(states)
+    count = len(jax.tree.leaves(host)[0])
+    drawn = []
+    try:
+        for t in range(count):  # a copy of each: the viewer draws every frame into one buffer
+            frame = drawer.render(jax.tree.map(lambda x, t=t: x[t], host))
+            drawn.append(np.array(np.asarray(frame)[..., :3], np.uint8))
+    finally:
+        drawer.close()
+    return np.stack(drawn)

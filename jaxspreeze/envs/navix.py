@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import difflib
 import functools
+import importlib
 import importlib.util
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxspreeze.core.errors import UnknownEnvError
 from jaxspreeze.core.types import EnvSpec
@@ -120,3 +122,19 @@ def make(env_name: str) -> EnvParts:
     )
     made = auto_reset(reset, step, int(env.max_steps))
     return EnvParts(spec, made.reset_one, made.step_batch, env, made.step_batch_no_reset)
+
+
+def frames(render_state: Any, states: Any) -> np.ndarray:
+    """The RGB frames ``[T, H, W, 3]`` (uint8) of the adapter's states stacked ``[T, ...]``
+    (Navix's ``Timestep``), drawn by Navix's own ``observations.rgb`` (the whole grid, its
+    sprites; the rendering cache the adapter drops for symbolic observations is rebuilt
+    from the grid)."""
+    del render_state  # the state holds all that is drawn
+    nx = _navix()
+    cache = importlib.import_module("navix.rendering.cache").RenderingCache
+
+    def draw(timestep: Any) -> jax.Array:
+        state = timestep.state
+        return nx.observations.rgb(state.replace(cache=cache.init(state.grid)))
+
+    return np.asarray(jax.jit(jax.vmap(draw))(states), np.uint8)

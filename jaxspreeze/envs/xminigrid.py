@@ -26,6 +26,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxspreeze.core.errors import UnknownEnvError
 from jaxspreeze.core.types import EnvSpec
@@ -139,3 +140,15 @@ def make(env_name: str) -> EnvParts:
     )
     made = auto_reset(reset, step, max_steps)
     return EnvParts(spec, made.reset_one, made.step_batch, (env, params), made.step_batch_no_reset)
+
+
+def frames(render_state: Any, states: Any) -> np.ndarray:
+    """The RGB frames ``[T, H, W, 3]`` (uint8) of the adapter's states stacked ``[T, ...]``
+    (XLand-MiniGrid's ``TimeStep``), drawn by its own renderer (``env.render(params,
+    timestep)`` in ``rgb_array`` mode: the whole grid, the agent's view highlighted)."""
+    env, params = render_state
+    params = params.replace(render_mode="rgb_array")
+    host = jax.device_get(states)
+    count = len(jax.tree.leaves(host)[0])
+    drawn = [env.render(params, jax.tree.map(lambda x, t=t: x[t], host)) for t in range(count)]
+    return np.stack([np.asarray(f, np.uint8)[..., :3] for f in drawn])
