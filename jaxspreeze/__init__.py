@@ -8,7 +8,7 @@ from jaxspreeze.core import moved as _moved
 
 _moved.install()  # the flat layout's import paths (jaxspreeze.config, ...) keep working
 
-__all__ = ["RunConfig", "__version__", "load", "sweep", "train"]
+__all__ = ["JaxEnv", "RunConfig", "__version__", "load", "sweep", "train"]
 
 
 def __getattr__(name: str):
@@ -25,6 +25,10 @@ def __getattr__(name: str):
         from jaxspreeze.run.sweeping import sweep
 
         return sweep
+    if name == "JaxEnv":
+        from jaxspreeze.envs.jaxenv import JaxEnv
+
+        return JaxEnv
     if name == "load":
         from jaxspreeze.agent.agent import load
 

@@ -25,6 +25,7 @@ import jaxspreeze
 from jaxspreeze.core.errors import ConfigError, UnknownEnvError
 from jaxspreeze.envs import env_spec, jaxenv, register_env
 from jaxspreeze.envs.jaxenv import JaxEnv
+from jaxspreeze.run.checkpoint_eval import evaluate_checkpoint
 
 LIMIT = 12  # the time limit of the envs here
 
@@ -236,15 +237,16 @@ def test_train_a_pair_resume_it_bitwise_sweep_it_and_load_it(tmp_path):
     shutil.rmtree(whole.run_dir / "checkpoints" / f"{1024:012d}")
     (whole.run_dir / "summary.json").unlink()
     (whole.run_dir / "policy.msgpack").unlink()
-    jaxenv._ENVS.clear()  # as a later process: the pair is passed again
-    resumed = jaxspreeze.train(
-        tiny(tmp_path, "run", "ppo"), env=CORRIDOR, resume=whole.run_dir, quiet=True
-    )
+    jaxenv._ENVS.clear()  # as a later process: the pair is rebuilt from the record
+    cfg = tiny(tmp_path, "run", "ppo").replace(env="jax/corridor")  # no env= this time
+    resumed = jaxspreeze.train(cfg, resume=whole.run_dir, quiet=True)
     assert resumed.summary["resumed_from"] is not None
     assert leaves(resumed.state) == leaves(whole.state)
     jaxenv._ENVS.clear()
     agent = jaxspreeze.load(resumed.run_dir)  # rebuilt from the record
     assert agent.evaluate(agent.cfg.env, episodes=4).episodes == 4
+    jaxenv._ENVS.clear()  # `jaxspreeze eval RUN` in a later process
+    assert evaluate_checkpoint(resumed.run_dir, episodes=4)["episodes"] == 4
     swept = jaxspreeze.sweep(
         tiny(tmp_path, "sweep", "ppo"), grid={"lr": [1e-3, 3e-4]}, env=CORRIDOR, quiet=True
     )

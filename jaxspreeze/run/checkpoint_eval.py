@@ -31,7 +31,7 @@ from jaxspreeze.agent.evaluate import (
 )
 from jaxspreeze.core.errors import PlacementError
 from jaxspreeze.core.programs import ProgramCache
-from jaxspreeze.envs import is_host_env, make_env
+from jaxspreeze.envs import is_host_env, load_env_record, make_env
 from jaxspreeze.run.caches import enable_compile_cache, program_cache
 from jaxspreeze.run.records import STARTS, seeds_se
 from jaxspreeze.schedules.base import abstract_on
@@ -59,6 +59,7 @@ def evaluate_checkpoint(
     """
     given = run_dir
     path, run_dir, damaged = checkpoint.find(given)
+    load_env_record(run_dir)  # a user's env passed from Python: rebuilt where it can be
     saved = RunPlan.saved(checkpoint.saved_config(path, run_dir))
     cfg = saved.cfg
     episodes = episodes or cfg.eval_episodes
