@@ -346,3 +346,31 @@ def test_the_memory_estimate_counts_the_observations_itemsize(monkeypatch):
         memory.check_memory(planned[np.float32])
     assert err.value.field == "buffer_size"
     assert "--buffer-size" in str(err.value) and "observations as float32, 4 B" in str(err.value)
+
+
+# ------------------------------------------------------------------ one rule, every family
+@pytest.mark.parametrize("dtype, kept", [(jnp.int32, "float32"), (jnp.int8, "int8")])
+def test_a_jax_env_keeps_its_observations_by_the_host_envs_rule(dtype, kept):
+    """One rule for every family (core.types.kept_obs_dtype): one-byte dtypes kept, others
+    float32, whether the env is a JAX env or a host env."""
+    from jaxspreeze.core.types import kept_obs_dtype
+    from jaxspreeze.envs import jaxenv, register_env
+
+    assert hostenvs.obs_dtype(np.dtype(dtype)) == kept_obs_dtype(dtype) == kept
+
+    def grid_reset(key):
+        return jnp.ones((3, 3), dtype), jnp.int32(0)
+
+    def grid_step(state, action):
+        return jnp.full((3, 3), 2, dtype), state + 1, jnp.float32(1.0), state >= 2
+
+    name = register_env(jaxenv.JaxEnv(grid_reset, grid_step, actions=2, name="grid"))
+    try:
+        env = make_env(name, 2)
+        assert env.spec.obs_dtype == kept
+        obs, state = env.reset(jax.random.key(0))
+        out = env.step(jax.random.key(1), state, jnp.zeros(2, jnp.int32))
+        assert obs.dtype == out[0].dtype == np.dtype(kept)
+        np.testing.assert_array_equal(np.asarray(out[0]), 2)
+    finally:
+        jaxenv._ENVS.pop(name, None)

@@ -216,6 +216,21 @@ def clean(value: Any) -> Any:
     return value
 
 
+def kept_obs_dtype(dtype: Any) -> str:
+    """The dtype observations of ``dtype`` are kept in (:attr:`EnvSpec.obs_dtype`), for
+    every env family, device or host: a one-byte dtype (bool, uint8, int8: grids and
+    frames, a quarter of float32's memory in a replay buffer) as it is, anything else as
+    float32 (what the networks compute in). gymnax's MinAtar games, which emit their 0/1
+    grids as float32, are kept as bool by their adapter."""
+    d = np.dtype(dtype)
+    return d.name if d.itemsize == 1 and d.kind in "biu" else "float32"
+
+
+def keep_obs(obs: jax.Array) -> jax.Array:
+    """``obs`` in the dtype it is kept in (:func:`kept_obs_dtype`; no-op when it is)."""
+    return obs.astype(kept_obs_dtype(obs.dtype))
+
+
 def legal_actions(spec: EnvSpec, obs: jax.Array) -> jax.Array | None:
     """``bool [B, action_dim]``: the legal actions of each observation of the batch ``obs
     [B, ...]`` (as the env gives it, not normalised): the last ``action_dim`` entries of

@@ -68,6 +68,7 @@ __all__ = [
     "is_host_env",
     "load_env_record",
     "make_env",
+    "rebuild_env_record",
     "register_env",
 ]
 
@@ -249,6 +250,13 @@ def load_env_record(run_dir: str | Path) -> None:
     gymnasium env's spec), unless this process has it already."""
     hostenvs.load_user_env(run_dir)
     jaxenv.load_record(run_dir)
+
+
+def rebuild_env_record(run_dir: str | Path) -> None:
+    """Enter the JAX env a run directory recorded if it can be rebuilt to step (functions
+    an import finds, :func:`jaxenv.load_record`); otherwise nothing (a resume then asks
+    for the env again, naming ``env``)."""
+    jaxenv.load_record(run_dir, steppable=True)
 
 
 def host_placeholder(spec: EnvSpec, num_envs: int) -> VecEnv:

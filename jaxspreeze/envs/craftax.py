@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxspreeze.core.errors import UnknownEnvError
-from jaxspreeze.core.types import EnvSpec
+from jaxspreeze.core.types import EnvSpec, keep_obs
 from jaxspreeze.envs.base import EnvParts, auto_reset
 
 PREFIX = "craftax"
@@ -131,7 +131,7 @@ def make(env_name: str) -> EnvParts:
         # raw keys throughout: the state carries them (ours, and Craftax's state_rng)
         k_world, k_steps = jax.random.split(_raw_key(key))
         obs, state = env.reset(k_world, params)
-        return obs, _strong((state, k_steps))
+        return keep_obs(obs), _strong((state, k_steps))
 
     def step(inner, action):
         state, key = inner
@@ -139,7 +139,7 @@ def make(env_name: str) -> EnvParts:
         obs, state, reward, done, _ = env.step(k_step, state, action, params)
         terminated = env.is_terminal(state, unlimited)
         truncated = jnp.asarray(done, bool) & ~terminated
-        return obs, (state, key), jnp.asarray(reward, jnp.float32), terminated, truncated
+        return keep_obs(obs), (state, key), jnp.asarray(reward, jnp.float32), terminated, truncated
 
     obs = jax.eval_shape(reset, jax.random.key(0))[0]
     spec = EnvSpec(

@@ -26,8 +26,8 @@ pure functions, ``JaxEnv(reset, step, actions=N)`` (:class:`JaxEnv`, named ``jax
   discount is a truncation; the env does not reset itself: :func:`~jaxspreeze.envs.base.auto_reset`
   resets it, with its ``time_limit`` (or 1000 steps) as the time limit.
 
-Observations are one array (a Box), kept in its own dtype (:attr:`EnvSpec.obs_dtype`;
-floats as float32), or, Jumanji-style, a structure of arrays (a NamedTuple, dataclass or
+Observations are one array (a Box), kept one-byte (bool, uint8, int8) as they are, any
+other dtype as float32 (:func:`jaxspreeze.core.types.kept_obs_dtype`, every family's rule), or, Jumanji-style, a structure of arrays (a NamedTuple, dataclass or
 dict, as Jumanji's observations are): its leaves are flattened to float32
 and concatenated in order, the leaf named ``action_mask`` (the legal actions, 1 legal)
 last: the spec then says ``action_mask`` and its ``actor_obs`` / ``critic_obs`` columns
@@ -65,7 +65,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxspreeze.core.errors import ConfigError, UnknownEnvError
-from jaxspreeze.core.types import EnvSpec
+from jaxspreeze.core.types import EnvSpec, kept_obs_dtype
 from jaxspreeze.envs.base import EnvParts, auto_reset
 
 PREFIX = "jax"  # the reserved prefix of the JAX envs passed to jaxspreeze.train(cfg, env=...)
@@ -407,7 +407,7 @@ def _read_spec(obj: Any, attr: str) -> Any:
 class Flattened:
     """How an env's observation becomes the one array jaxspreeze keeps (``__call__``).
 
-    One array: kept as it is (in its own dtype; floats as float32). A structure (a
+    One array: kept one-byte as it is, else float32 (:func:`~jaxspreeze.core.types.kept_obs_dtype`). A structure (a
     NamedTuple, dataclass or dict of arrays, as Jumanji observes): its leaves flattened to
     float32 and concatenated in the structure's order, the legal-action mask (the leaf
     named :data:`MASK_KEY`, 1 legal) last; ``mask``: that leaf's index, None for none.
@@ -441,8 +441,7 @@ def flattened(
     ``actor_obs`` / ``critic_obs`` columns that leave it out; a mask of another size than
     the actions, or on continuous actions, is a ConfigError naming ``env``."""
     if isinstance(obs, jax.ShapeDtypeStruct):
-        dtype = jnp.dtype(obs.dtype)
-        keep = "float32" if jnp.issubdtype(dtype, jnp.floating) else str(dtype)
+        keep = kept_obs_dtype(obs.dtype)  # one-byte kept, else float32: every family's rule
         return Flattened(tuple(obs.shape), keep, False), {"obs_dtype": keep}
     paths = jax.tree_util.tree_flatten_with_path(obs)[0]
     if not paths or not all(isinstance(x, jax.ShapeDtypeStruct) for _, x in paths):
@@ -563,8 +562,8 @@ class JaxEnv:
     (:func:`~jaxspreeze.envs.base.auto_reset`). A ``step`` with a key gets a fresh one on
     every call (split from a key drawn at the reset, carried beside the state); ``info``
     is not read. ``state`` is any pytree of arrays, the same structure, shapes and dtypes
-    after a step as after a reset. The observation is one array (kept in its own dtype;
-    floats as float32) or a structure of arrays (flattened, an ``action_mask`` leaf last:
+    after a step as after a reset. The observation is one array (one-byte kept as it
+    is, else float32) or a structure of arrays (flattened, an ``action_mask`` leaf last:
     the legal actions).
 
     The actions are declared: ``actions=N`` (discrete, ``action`` an int32 scalar in
@@ -863,8 +862,9 @@ def save_record(run_dir: str | Path, name: str) -> Path:
     return path
 
 
-def load_record(run_dir: str | Path) -> Entry | None:
-    """The JAX env a run directory recorded; None when the run's env is not a JAX env.
+def load_record(run_dir: str | Path, steppable: bool = False) -> Entry | None:
+    """The JAX env a run directory recorded; None when the run's env is not a JAX env
+    (``steppable``: nor one that can step, so that what needs it asks for it again).
 
     The env this process has under its name already, if it can step; else a
     :class:`JaxEnv` whose functions an import finds, rebuilt from the record (when it gives
@@ -895,6 +895,8 @@ def load_record(run_dir: str | Path) -> Entry | None:
             why = f"its functions, rebuilt from the record, now give another spec ({_spec_change(spec, found.spec)})"
     elif functions is not None:
         why = "its functions are not importable (defined in __main__, a notebook or a function)"
+    if steppable:
+        return None
     cls = record.get("class") or " ".join((functions or {}).get(k, "") for k in ("reset", "step"))
     return _enter(
         Entry(record["name"], spec, None, record["kind"], cls, record["importable"], functions, why)

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxspreeze.core.errors import UnknownEnvError
-from jaxspreeze.core.types import EnvSpec
+from jaxspreeze.core.types import EnvSpec, keep_obs
 from jaxspreeze.envs.base import EnvParts, auto_reset
 
 PREFIX = "navix"
@@ -99,12 +99,12 @@ def make(env_name: str) -> EnvParts:
             empty = state.cache.replace(patches=state.cache.patches[:0])
             timestep = timestep.replace(state=state.replace(cache=empty))
         timestep = _strong(timestep)
-        return timestep.observation, timestep
+        return keep_obs(timestep.observation), timestep
 
     def step(timestep, action):
         timestep = env._step(timestep, action)  # the transition, without navix's reset
         return (
-            timestep.observation,
+            keep_obs(timestep.observation),
             timestep,
             timestep.reward.astype(jnp.float32),
             timestep.step_type == TERMINATION,

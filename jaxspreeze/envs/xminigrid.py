@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxspreeze.core.errors import UnknownEnvError
-from jaxspreeze.core.types import EnvSpec
+from jaxspreeze.core.types import EnvSpec, keep_obs
 from jaxspreeze.envs.base import EnvParts, auto_reset
 
 PREFIX = "xminigrid"
@@ -115,14 +115,14 @@ def make(env_name: str) -> EnvParts:
 
     def reset(key):
         timestep = _strong(env.reset(params, key))
-        return timestep.observation, timestep
+        return keep_obs(timestep.observation), timestep
 
     def step(timestep, action):
         timestep = env.step(params, timestep, action)
         last = timestep.step_type == LAST
         ends = timestep.discount == 0
         return (
-            timestep.observation,
+            keep_obs(timestep.observation),
             timestep,
             timestep.reward.astype(jnp.float32),
             last & ends,

@@ -67,7 +67,7 @@ import numpy as np
 
 from jaxspreeze.core import envids
 from jaxspreeze.core.errors import ConfigError, UnknownEnvError
-from jaxspreeze.core.types import EnvSpec
+from jaxspreeze.core.types import EnvSpec, kept_obs_dtype
 
 FAMILIES = envids.host_families()  # the host families of the table (gymnasium, envpool)
 USER = "user"  # the reserved prefix of the envs passed to jaxspreeze.train(cfg, env=...)
@@ -108,11 +108,9 @@ def is_user_env(name: str) -> bool:
 
 
 def obs_dtype(dtype: Any) -> str:
-    """The dtype a host env's observations of ``dtype`` are kept in (an
-    :attr:`EnvSpec.obs_dtype`): a one-byte dtype (bool, uint8, int8) as it is, anything
-    else float32."""
-    d = np.dtype(dtype)
-    return d.name if d.itemsize == 1 and d.kind in "biu" else "float32"
+    """The dtype a host env's observations of ``dtype`` are kept in: the rule of every
+    family (:func:`jaxspreeze.core.types.kept_obs_dtype`)."""
+    return kept_obs_dtype(dtype)
 
 
 def _spec_from_spaces(name: str, obs_space: Any, act_space: Any, max_steps: int | None) -> EnvSpec:

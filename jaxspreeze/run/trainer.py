@@ -41,7 +41,7 @@ from jaxspreeze import schedules
 from jaxspreeze.agent.policy import save_policy
 from jaxspreeze.core import clock, terminal
 from jaxspreeze.core.compiles import CompileLog
-from jaxspreeze.envs import load_env_record, register_env
+from jaxspreeze.envs import rebuild_env_record, register_env
 from jaxspreeze.run import lines as console
 from jaxspreeze.run import pbt
 from jaxspreeze.run.checkpointing import save_checkpoint
@@ -173,7 +173,7 @@ def train(
     if env is not None and isinstance(cfg, RunConfig):  # a user's env: jax/ or user/<Class>
         cfg = cfg.replace(env=register_env(env))
     elif env is None and resume is not None and Path(resume).is_dir():
-        load_env_record(resume)  # a user's env the run recorded: rebuilt where it can be
+        rebuild_env_record(resume)  # a user's JAX env the run recorded, if it can be rebuilt
     try:
         # every trace, lowering and compile of the run (memory estimate, init, warm-up,
         # chunk, evaluation), for the summary
