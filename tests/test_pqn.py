@@ -17,11 +17,12 @@ import pytest
 import jaxspreeze
 from jaxspreeze import algos
 from jaxspreeze.algos import pqn
+from jaxspreeze.algos.dqn_config import DQNConfig
 from jaxspreeze.core.errors import ConfigError
 from jaxspreeze.core.types import EnvSpec, Placement, Transition
 from jaxspreeze.envs import env_spec
 from jaxspreeze.run.trainer import train
-from jaxspreeze.setup.config import RunConfig, resolve
+from jaxspreeze.setup.config import RunConfig, load, resolve, to_dict
 from jaxspreeze.setup.plan import plan
 from jaxspreeze.store import checkpoint
 
@@ -319,3 +320,32 @@ def test_bad_pqn_fields_are_refused_by_name():
     with pytest.raises(ConfigError) as err:
         plan(RunConfig(algo="pqn", env=CARTPOLE, batch_size=300), on_devices=False)
     assert err.value.field == "batch_size"
+
+
+# ------------------------------------------------------------------ saved configs
+def test_a_config_saved_before_the_shared_epsilon_fields_and_memory_loads_the_same(tmp_path):
+    """A config.json as PQN and DQN runs wrote it before their epsilon fields were shared
+    (``epsilon_config.EpsilonGreedy``) and before ``--pqn.memory``: the tables in their old
+    order, no memory fields. It loads to the config it trained with: each algorithm's own
+    epsilon defaults, what it set, and a feed-forward PQN."""
+    data = to_dict(RunConfig(algo="pqn", env=CARTPOLE))
+    pqn_keys = ("lr", "gamma", "q_lambda", "eps_start", "eps_end", "eps_decay", "epochs",
+                "max_grad_norm", "optimizer", "anneal_lr", "reward_scaling", "hidden",
+                "layer_norm", "torso")  # fmt: skip
+    dqn_keys = ("lr", "gamma", "tau", "target_update_every", "double", "n_step", "eps_start",
+                "eps_end", "eps_decay", "loss", "max_grad_norm", "hidden", "layer_norm",
+                "torso")  # fmt: skip
+    old_pqn = {k: data["pqn"][k] for k in pqn_keys} | {"eps_end": 0.1}
+    old_dqn = {k: data["dqn"][k] for k in dqn_keys} | {"eps_start": 0.9}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**data, "pqn": old_pqn, "dqn": old_dqn}))
+    loaded = load(path)
+    assert loaded.pqn == pqn.PQNConfig(eps_end=0.1) and loaded.pqn.memory == "none"
+    assert loaded.pqn.eps_decay == 0.25 and loaded.dqn.eps_decay == 0.5
+    assert loaded.dqn == DQNConfig(eps_start=0.9)
+    saved = to_dict(loaded)
+    assert set(saved["pqn"]) == set(pqn_keys) | {"memory", "memory_size", "last_action"}
+    assert set(saved["dqn"]) == set(dqn_keys)
+    with pytest.raises(ConfigError) as err:  # the shared check names each algorithm's field
+        plan(RunConfig(algo="dqn", env=CARTPOLE).replace(dqn={"eps_decay": 0.0}), on_devices=False)
+    assert err.value.field == "dqn.eps_decay" and "a fraction of the run" in str(err.value)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from jaxspreeze.algos import fasttd3_config
+from jaxspreeze.algos import epsilon_config, fasttd3_config
 from jaxspreeze.algos import spec as base
 from jaxspreeze.core.errors import ConfigError
 
@@ -18,10 +18,14 @@ LOSSES = ("mse", "huber")
 
 
 @dataclass(frozen=True)
-class DQNConfig:
+class DQNConfig(epsilon_config.EpsilonGreedy):
     """DQN's own hyperparameters (the loop's sizes live in RunConfig: grad_steps gradient
     steps of batch_size per iteration of num_envs x rollout_steps env steps)."""
 
+    # epsilon-greedy's fields are EpsilonGreedy's (first in the table); DQN's own decay:
+    eps_decay: float = 0.5
+    """The fraction of the run's gradient steps over which epsilon falls linearly from
+    eps_start to eps_end (the warm-up acts uniformly at random)."""
     lr: float = 1e-3
     """Learning rate of the Q-network (Adam)."""
     gamma: float = 0.99
@@ -38,13 +42,6 @@ class DQNConfig:
     n_step: int = 3
     """n-step returns: rewards of n consecutive transitions of one env summed with discount
     up to the first episode end, then the bootstrap (needs host_workers 1 for host envs)."""
-    eps_start: float = 1.0
-    """Epsilon-greedy: the probability of a random action at the start of learning."""
-    eps_end: float = 0.05
-    """Epsilon-greedy: the probability of a random action after the decay."""
-    eps_decay: float = 0.5
-    """The fraction of the run's gradient steps over which epsilon falls linearly from
-    eps_start to eps_end (the warm-up acts uniformly at random)."""
     loss: Literal["mse", "huber"] = "mse"
     """The TD loss: mse (half the squared error) or huber (delta 1)."""
     max_grad_norm: float = 10.0
@@ -72,8 +69,9 @@ def supports(spec: EnvSpec) -> str | None:
 def validate(cfg: DQNConfig, prefix: str, run: Any) -> None:
     """Raise ConfigError naming the first bad DQN field (and the run-level sizes n-step
     returns need when ``run`` is given)."""
-    base.check_positive(cfg, prefix, ("lr", "max_grad_norm", "tau", "eps_decay"))
-    base.check_unit(cfg, prefix, ("gamma", "tau", "eps_start", "eps_end", "eps_decay"))
+    base.check_positive(cfg, prefix, ("lr", "max_grad_norm", "tau"))
+    base.check_unit(cfg, prefix, ("gamma", "tau"))
+    epsilon_config.check(cfg, prefix)
     every = cfg.target_update_every
     if isinstance(every, bool) or not isinstance(every, int) or every < 1:
         raise ConfigError(f"{prefix}target_update_every", f"must be an integer >= 1, got {every!r}")
@@ -109,5 +107,5 @@ SPEC = base.AlgoSpec(
     supports=supports,
     validate=validate,
     maths="jaxspreeze.algos.dqn",
-    member_fields=("lr", "gamma", "tau", "eps_start", "eps_end", "eps_decay"),
+    member_fields=("lr", "gamma", "tau", *epsilon_config.FIELDS),
 )

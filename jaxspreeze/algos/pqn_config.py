@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from jaxspreeze.algos import epsilon_config
 from jaxspreeze.algos import spec as base
 from jaxspreeze.core.errors import ConfigError
 
@@ -13,12 +14,14 @@ if TYPE_CHECKING:
 
 # the optimisers --pqn.optimizer names (purejaxql's PQN uses RAdam)
 OPTIMIZERS = ("radam", "adam")
+# the recurrent cells of --pqn.memory ("none": feed-forward)
+MEMORIES = ("none", "gru", "lstm")
 
 
 @dataclass(frozen=True)
-class PQNConfig:
+class PQNConfig(epsilon_config.EpsilonGreedy):
     """PQN's own hyperparameters (rollout = num_envs x rollout_steps of RunConfig; each
-    epoch cuts it into minibatches of batch_size)."""
+    epoch cuts it into minibatches of batch_size; epsilon falls over the run's updates)."""
 
     lr: float = 1e-3
     """Learning rate of the Q-network."""
@@ -27,12 +30,6 @@ class PQNConfig:
     q_lambda: float = 0.9
     """Lambda of the Q(lambda) targets: 0 = one-step Q-learning, 1 = Monte Carlo returns
     (bootstrapped where the rollout or an episode is cut short)."""
-    eps_start: float = 1.0
-    """Epsilon-greedy: the probability of a random action at the start of the run."""
-    eps_end: float = 0.05
-    """Epsilon-greedy: the probability of a random action after the decay."""
-    eps_decay: float = 0.25
-    """The fraction of the run over which epsilon falls linearly from eps_start to eps_end."""
     epochs: int = 4
     """Passes over each rollout."""
     max_grad_norm: float = 10.0
@@ -53,6 +50,18 @@ class PQNConfig:
     """The Q-network's torso before the hidden layers: auto = minatar for an image
     observation (H, W, C) under 32 a side, nature for a larger one, mlp otherwise; mlp
     flattens the observation (docs/algorithms.md, Network torsos)."""
+    memory: Literal["none", "gru", "lstm"] = field(
+        default="none", metadata=base.kinds("shape", absent="none")
+    )
+    """A recurrent Q-network: none = feed-forward; gru or lstm = the torso's features go
+    through a cell whose state is the policy's carry (reset at every episode's first step)
+    before the hidden layers; each minibatch holds whole envs' rollouts, replayed from the
+    carry they started with (docs/algorithms.md, Recurrent PQN)."""
+    memory_size: int = field(default=128, metadata=base.kinds("shape", absent=128))
+    """Width of the recurrent cell (--pqn.memory gru|lstm)."""
+    last_action: bool = field(default=False, metadata=base.kinds("shape", absent=False))
+    """Feed the previous action (one-hot; zeros at an episode's first step) to the cell
+    beside the torso's features, as purejaxql's PQN-RNN (--pqn.memory gru|lstm)."""
 
 
 def supports(spec: EnvSpec) -> str | None:
@@ -68,9 +77,8 @@ def supports(spec: EnvSpec) -> str | None:
 def validate(cfg: PQNConfig, prefix: str, run: Any) -> None:
     """Raise ConfigError naming the first bad PQN field (and batch_size when ``run`` is given)."""
     base.check_positive(cfg, prefix, ("lr", "epochs", "max_grad_norm", "reward_scaling"))
-    base.check_unit(cfg, prefix, ("gamma", "q_lambda", "eps_start", "eps_end", "eps_decay"))
-    if cfg.eps_decay == 0:
-        raise ConfigError(f"{prefix}eps_decay", "must be > 0 (a fraction of the run), got 0")
+    base.check_unit(cfg, prefix, ("gamma", "q_lambda"))
+    epsilon_config.check(cfg, prefix)
     if not isinstance(cfg.epochs, int) or isinstance(cfg.epochs, bool):
         raise ConfigError(f"{prefix}epochs", f"must be an integer, got {cfg.epochs!r}")
     if cfg.optimizer not in OPTIMIZERS:
@@ -78,6 +86,7 @@ def validate(cfg: PQNConfig, prefix: str, run: Any) -> None:
         raise ConfigError(f"{prefix}optimizer", f"choose one of {choices}, got {cfg.optimizer!r}")
     base.check_hidden(cfg, prefix)
     base.check_torso(cfg, prefix)
+    _check_memory(cfg, prefix)
     if run is not None:
         rollout = run.num_envs * run.rollout_steps
         if run.batch_size > rollout or rollout % run.batch_size:
@@ -86,6 +95,38 @@ def validate(cfg: PQNConfig, prefix: str, run: Any) -> None:
                 f"PQN minibatch {run.batch_size} must divide the rollout of {rollout} "
                 "transitions (num_envs x rollout_steps)",
             )
+        if cfg.memory != "none":
+            _check_sequences(cfg, prefix, run)
+
+
+def _check_memory(cfg: PQNConfig, prefix: str) -> None:
+    """ConfigError naming the first bad recurrent field (--pqn.memory and its settings)."""
+    if cfg.memory not in MEMORIES:
+        choices = ", ".join(MEMORIES)
+        raise ConfigError(f"{prefix}memory", f"choose one of {choices}, got {cfg.memory!r}")
+    size = cfg.memory_size
+    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+        raise ConfigError(f"{prefix}memory_size", f"must be an integer > 0, got {size!r}")
+    if not isinstance(cfg.last_action, bool):
+        raise ConfigError(f"{prefix}last_action", f"must be true or false, got {cfg.last_action!r}")
+
+
+def _check_sequences(cfg: PQNConfig, prefix: str, run: Any) -> None:
+    """What a recurrent PQN needs of the run: minibatches of whole envs' rollouts, and one
+    device (the data-parallel pieces do not carry the rollout's start)."""
+    if run.batch_size % run.rollout_steps:
+        raise ConfigError(
+            "batch_size",
+            f"a recurrent PQN minibatch holds whole envs' rollouts of rollout_steps "
+            f"{run.rollout_steps}; {run.batch_size} is not a multiple",
+        )
+    placement = getattr(run, "placement", "auto")
+    if placement in ("data", "split-data"):
+        raise ConfigError(
+            f"{prefix}memory",
+            f"a recurrent policy ({cfg.memory}) runs on one device so far, not on the "
+            f"{placement} placement; use --placement single or --pqn.memory none",
+        )
 
 
 # run-level sizes when the user sets none: 32 envs x 32 steps = 1,024 transitions per
@@ -112,14 +153,6 @@ SPEC = base.AlgoSpec(
     supports=supports,
     validate=validate,
     maths="jaxspreeze.algos.pqn",
-    member_fields=(
-        "lr",
-        "gamma",
-        "q_lambda",
-        "eps_start",
-        "eps_end",
-        "eps_decay",
-        "reward_scaling",
-    ),
+    member_fields=("lr", "gamma", "q_lambda", *epsilon_config.FIELDS, "reward_scaling"),
     splits=False,
 )
