@@ -10,9 +10,15 @@ actions and nothing else (no policy), compiled apart from the timing:
   env, XLand-MiniGrid's ``GymAutoResetWrapper``, Navix's ``env.step``): what a user who
   vmaps the suite as shipped gets;
 - ``jaxspreeze``: ``make_env(id, N).step`` (the adapter: the suite's transition, the shared
-  auto-reset with starts drawn ahead, the episode bookkeeping): what the training chunk runs.
+  auto-reset with starts drawn ahead, the episode bookkeeping): what the training chunk runs;
+- ``jaxspreeze-general``: the same adapter with ``auto_reset(..., skip_fixed=False)``: every
+  leaf of the state selected at a reset and drawn ahead, as before the fixed leaves were
+  skipped (bitwise the same transitions; ``tests/test_auto_reset.py``).
 
-``--rounds`` timed calls per program, interleaved across programs; the median is reported.
+``--rounds`` timed calls per program, interleaved across programs; the median is reported,
+as env steps per wall second and per CPU second of this process (``time.process_time``:
+on a machine shared with other work the wall time is mostly the others' load).
+``--variants`` picks the programs (Craftax's ``own-reset`` alone compiles for minutes).
 
     JAX_PLATFORMS=cpu python experiments/suite_step_rate.py --envs xminigrid/MiniGrid-Empty-8x8
 """
@@ -20,7 +26,9 @@ actions and nothing else (no policy), compiled apart from the timing:
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -28,7 +36,21 @@ from typing import Any
 
 import jax
 
-from jaxspreeze.envs import make_env
+from jaxspreeze.envs import VecEnv, make_env
+
+VARIANTS = ("bare", "own-reset", "jaxspreeze", "jaxspreeze-general")
+
+
+def _general(name: str, n: int) -> VecEnv:
+    """The adapter of ``name`` built with ``auto_reset(..., skip_fixed=False)``."""
+    family, _, task = name.partition("/")
+    module = importlib.import_module(f"jaxspreeze.envs.{family}")
+    real = module.auto_reset
+    try:
+        module.auto_reset = lambda *a, **k: real(*a, **k, skip_fixed=False)
+        return VecEnv.from_parts(module.make(task), n)
+    finally:
+        module.auto_reset = real
 
 
 def _programs(name: str, n: int, steps: int) -> dict[str, tuple[Callable, Any]]:
@@ -96,11 +118,13 @@ def _programs(name: str, n: int, steps: int) -> dict[str, tuple[Callable, Any]]:
     else:
         raise SystemExit(f"{name}: a craftax/, xminigrid/ or navix/ id")
 
-    def ours(key, state, action):
-        _, state, reward, *_ = env.step(key, state, action)
-        return state, reward
+    for variant, vec in (("jaxspreeze", env), ("jaxspreeze-general", _general(name, n))):
 
-    out["jaxspreeze"] = scan(ours, env.reset(jax.random.key(1))[1])
+        def ours(key, state, action, vec=vec):
+            _, state, reward, *_ = vec.step(key, state, action)
+            return state, reward
+
+        out[variant] = scan(ours, vec.reset(jax.random.key(1))[1])
     return out
 
 
@@ -110,9 +134,13 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=64)
     parser.add_argument("--steps", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS, help="programs to time"
+    )
     args = parser.parse_args()
     for name in args.envs:
         programs = _programs(name, args.num_envs, args.steps)
+        programs = {v: p for v, p in programs.items() if v in args.variants or v == "bare"}
         states, compile_s = {}, {}
         for variant, (fn, state) in programs.items():
             t = time.perf_counter()
@@ -122,15 +150,20 @@ def main() -> None:
             # would make the first timed call compile again)
             states[variant] = jax.block_until_ready(fn(states[variant], jax.random.key(3)))[0]
         times: dict[str, list[float]] = {v: [] for v in programs}
+        cpu: dict[str, list[float]] = {v: [] for v in programs}
+        load = os.getloadavg()[0]
         for r in range(args.rounds):
             for variant, (fn, _) in programs.items():
-                t = time.perf_counter()
+                t, c = time.perf_counter(), time.process_time()
                 states[variant] = jax.block_until_ready(fn(states[variant], jax.random.key(4 + r)))[
                     0
                 ]
                 times[variant].append(time.perf_counter() - t)
+                cpu[variant].append(time.process_time() - c)
         frames = args.num_envs * args.steps
         rates = {v: frames / statistics.median(ts) for v, ts in times.items()}
+        cpu_rates = {v: frames / statistics.median(ts) for v, ts in cpu.items()}
+        over_bare = lambda r: {v: round(x / r["bare"], 3) for v, x in r.items() if v != "bare"}
         print(
             json.dumps(
                 {
@@ -138,7 +171,11 @@ def main() -> None:
                     "num_envs": args.num_envs,
                     "steps": args.steps,
                     "env_steps_per_s": {v: round(x) for v, x in rates.items()},
-                    "jaxspreeze_over_bare": round(rates["jaxspreeze"] / rates["bare"], 3),
+                    "over_bare": over_bare(rates),
+                    "env_steps_per_cpu_s": {v: round(x) for v, x in cpu_rates.items()},
+                    "over_bare_cpu": over_bare(cpu_rates),
+                    "load_before": round(load, 1),
+                    "load_after": round(os.getloadavg()[0], 1),
                     "first_call_s": {v: round(x, 1) for v, x in compile_s.items()},
                     "device": str(jax.devices()[0]),
                 }

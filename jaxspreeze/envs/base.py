@@ -168,7 +168,12 @@ class AutoReset(NamedTuple):
 
 
 def auto_reset(
-    reset: RawReset, step: RawStep, max_steps: int, refresh_every: int = REFRESH_EVERY
+    reset: RawReset,
+    step: RawStep,
+    max_steps: int,
+    refresh_every: int = REFRESH_EVERY,
+    *,
+    skip_fixed: bool = True,
 ) -> AutoReset:
     """``reset_one``/``step_batch`` with a time limit and resets that explore.
 
@@ -190,6 +195,17 @@ def auto_reset(
     since it counts each env's first episode, so its program holds no reset inside the
     step. The time limit still reports ``truncated``.
 
+    **Fixed leaves** (``skip_fixed``, on by default; the values are bitwise those of
+    ``skip_fixed=False``). A leaf of the state that every ``reset`` sets to the same value
+    whatever its key (a constant: a fixed layout, full health, an empty inventory) is
+    never drawn again: every ``start`` holds that value already. A constant leaf that
+    ``step`` also returns unchanged (a wall map the agent cannot alter) holds it in every
+    state, so the reset's select is skipped for it. Which leaves these are is read from
+    the jaxprs of ``reset`` and ``step`` (:func:`_fixed_leaves`) when a program first
+    traces the step. On a CPU each leaf selected or drawn is a kernel of its own, and a
+    suite's state has tens of leaves of which its step touches a few: for Navix's
+    ``Empty-8x8`` 29 of 47 leaves need no select and 46 no draw.
+
     ``reset`` and ``step`` are wrapped in ``jax.jit``: every program that uses them (init,
     warm-up, chunk, evaluation) reuses one trace per shape, and within a program the two
     uses of ``reset`` lower to one function (on CPU, about 30% less compile time for a
@@ -204,6 +220,18 @@ def auto_reset(
         zero = jnp.zeros((), jnp.int32)
         return obs, ResetInner(state, zero, start, start_obs, zero)
 
+    plans: dict[Any, Fixed] = {}
+
+    def _plan(keys: jax.Array, inner: ResetInner, action: jax.Array) -> Fixed:
+        """The fixed leaves of this env's state (one analysis per per-env signature)."""
+        one = lambda x: jax.ShapeDtypeStruct(x.shape[1:], x.dtype)
+        args = (one(keys), jax.tree.map(one, inner.state), jax.tree.map(one, action))
+        sig = jax.tree.map(lambda x: (x.shape, str(x.dtype)), args)
+        sig = (jax.tree.structure(args), tuple(jax.tree.leaves(sig)))
+        if sig not in plans:
+            plans[sig] = _fixed_leaves(reset, step, *args) if skip_fixed else Fixed.none(args[1])
+        return plans[sig]
+
     def step_batch(keys: jax.Array, inner: ResetInner, action: jax.Array) -> tuple:
         obs, state, reward, terminated, *own = jax.vmap(step)(inner.state, action)
         steps = inner.steps + 1
@@ -214,7 +242,14 @@ def auto_reset(
         def where_done(a, b):
             return jnp.where(done.reshape(done.shape + (1,) * (a.ndim - 1)), a, b)
 
-        state = jax.tree.map(where_done, inner.start, state)
+        fixed = _plan(keys, inner, action)
+        # a leaf held in every state needs no select (the state's own leaf is the start's)
+        state = _map_leaves(
+            lambda start, now, held: now if held else where_done(start, now),
+            inner.start,
+            state,
+            fixed.held,
+        )
         next_obs = jax.tree.map(where_done, inner.start_obs, obs)
         # draw the next initial state of one block of ceil(N / refresh_every) envs, the
         # blocks in turn (the last one clamped to fit): every env's at least every
@@ -225,8 +260,11 @@ def auto_reset(
         first = jnp.minimum((inner.clock[0] % blocks) * size, n - size)
         new_obs, new = jax.vmap(reset)(jax.lax.dynamic_slice_in_dim(keys, first, size))
         put = lambda old, x: jax.lax.dynamic_update_slice_in_dim(old, x, first, axis=0)
-        start = jax.tree.map(put, inner.start, new)
-        start_obs = put(inner.start_obs, new_obs)
+        # a constant leaf is the same in every start: nothing to write
+        start = _map_leaves(
+            lambda old, x, const: old if const else put(old, x), inner.start, new, fixed.const
+        )
+        start_obs = inner.start_obs if fixed.const_obs else put(inner.start_obs, new_obs)
         clock = inner.clock + 1
         inner = ResetInner(state, jnp.where(done, 0, steps), start, start_obs, clock)
         return next_obs, inner, reward, terminated, truncated, obs
@@ -240,6 +278,87 @@ def auto_reset(
         return obs, inner, reward, jnp.asarray(terminated, bool), truncated, obs
 
     return AutoReset(reset_one, step_batch, step_batch_no_reset)
+
+
+class Fixed(NamedTuple):
+    """Which leaves of an env's state :func:`auto_reset` need not select or draw, in the
+    order of ``jax.tree.leaves(state)``."""
+
+    const: tuple[bool, ...]  # every reset gives the leaf the same value, whatever its key
+    held: tuple[bool, ...]  # constant, and every step returns it unchanged
+    const_obs: bool  # the reset's observation is a constant too (one array)
+
+    @classmethod
+    def none(cls, state: PyTree) -> Fixed:
+        """No leaf fixed: every leaf selected and drawn."""
+        n = len(jax.tree.leaves(state))
+        return cls((False,) * n, (False,) * n, False)
+
+
+# primitives whose jaxpr is called as a function: their outputs are followed inside
+_CALLS = frozenset(
+    {"jit", "pjit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "remat"}
+)
+
+
+def _flow(jaxpr: Any, varies: list[bool], source: list[int | None]) -> list[tuple]:
+    """For each output of ``jaxpr``: whether it may vary with the inputs marked in
+    ``varies``, and which input it is (an index from ``source``) when it is one of them
+    unchanged. Calls (``jit``, ...) are followed inside; any other equation's outputs vary
+    when one of its inputs does, or when it has effects or is not a function of its
+    inputs (a host callback, XLA's stateful ``rng_uniform``)."""
+    from jax.extend.core import Literal  # lazy: only when a program traces a step
+
+    seen: dict[Any, tuple] = {v: (False, None) for v in jaxpr.constvars}
+    seen.update({v: (d, i) for v, d, i in zip(jaxpr.invars, varies, source, strict=True)})
+    get = lambda v: (False, None) if isinstance(v, Literal) else seen.get(v, (True, None))
+    for eqn in jaxpr.eqns:
+        ins = [get(v) for v in eqn.invars]
+        sub = next((eqn.params[k] for k in ("jaxpr", "call_jaxpr") if k in eqn.params), None)
+        sub = getattr(sub, "jaxpr", sub)
+        if (
+            eqn.primitive.name in _CALLS
+            and sub is not None
+            and not eqn.effects
+            and len(sub.invars) == len(ins)
+            and len(sub.outvars) == len(eqn.outvars)
+        ):
+            outs = _flow(sub, [d for d, _ in ins], [i for _, i in ins])
+        else:
+            impure = "callback" in eqn.primitive.name or eqn.primitive.name == "rng_uniform"
+            anything = bool(eqn.effects) or impure
+            anything = anything or any(d for d, _ in ins)
+            outs = [(anything, None)] * len(eqn.outvars)
+        seen.update(zip(eqn.outvars, outs, strict=True))
+    return [get(v) for v in jaxpr.outvars]
+
+
+def _fixed_leaves(reset: Callable, step: Callable, key: Any, state: Any, action: Any) -> Fixed:
+    """The :class:`Fixed` leaves of one env, read from the jaxprs of ``reset(key)`` and
+    ``step(state, action)`` (abstract arguments of one env): a constant is an output of
+    ``reset`` that does not depend on the key; a held leaf is a constant that ``step``
+    returns as it took it."""
+    closed, (obs, _) = jax.make_jaxpr(reset, return_shape=True)(key)
+    n_in = len(closed.jaxpr.invars)
+    flows = _flow(closed.jaxpr, [True] * n_in, [None] * n_in)
+    n_obs = len(jax.tree.leaves(obs))
+    const = tuple(not varies for varies, _ in flows[n_obs:])
+    const_obs = n_obs == 1 and not flows[0][0]
+    closed, out = jax.make_jaxpr(step, return_shape=True)(state, action)
+    n_in = len(closed.jaxpr.invars)
+    flows = _flow(closed.jaxpr, [True] * n_in, list(range(n_in)))
+    n_obs = len(jax.tree.leaves(out[0]))
+    same = [source == k for k, (_, source) in enumerate(flows[n_obs : n_obs + len(const)])]
+    return Fixed(const, tuple(c and s for c, s in zip(const, same, strict=True)), const_obs)
+
+
+def _map_leaves(fn: Callable, tree: PyTree, other: PyTree, flags: tuple[bool, ...]) -> PyTree:
+    """``fn(leaf, other_leaf, flag)`` over the leaves of ``tree`` (in ``other``'s
+    structure: the same leaves)."""
+    leaves, treedef = jax.tree.flatten(other)
+    mine = jax.tree.leaves(tree)
+    out = [fn(a, b, f) for a, b, f in zip(mine, leaves, flags, strict=True)]
+    return jax.tree.unflatten(treedef, out)
 
 
 def _limit(steps: jax.Array, max_steps: int, own: list[jax.Array]) -> jax.Array:
