@@ -1,18 +1,25 @@
-"""Whole-process cold and warm starts, interleaved: code before/after, and rejax's SAC.
+"""Whole-process cold and warm starts, interleaved: packages and flags side by side, and rejax.
 
     python experiments/cold_start.py --before /tmp/before --rounds 3 \
         --out experiments/results/cold_start_cpu.json
+    python experiments/cold_start.py --package head=/tmp/head --package level1=/tmp/level1 \
+        --flags h64="--sac.hidden 64 64" --package h64=/tmp/head \
+        --variants head level1 h64 rejax --jobs sac-pendulum --rounds 3 --out ...
 
 Each run is a fresh process, timed whole (wall, and its CPU seconds: user + system of it
 and its children, the steadier figure on a shared machine). Variants: ``before`` (the
-package at ``--before``, put first on ``PYTHONPATH``), ``after`` (this checkout),
-``quick`` (the same with ``JAXSPREEZE_QUICK_COMPILE=on``; ``--after``: a frozen copy of
-the package instead of this checkout, whose kept programs' key holds jaxspreeze's own
-sources, so that a warm run finds what the cold one kept while others edit the tree) and, for the SAC job,
-``rejax`` (experiments/rejax_sac_pendulum.py: rejax's SAC with its own settings). A cold
-run gets a new empty ``--compile-cache``; the warm run after it reuses that cache. Each
-round runs every variant once (the order rotates by round); the 1-minute load average is
-noted per run. Writes the JSON (every run) as it goes.
+package at ``--before``, put first on ``PYTHONPATH``), ``after`` (this checkout's package,
+frozen: copied to a temporary folder when the script starts, or the folder ``--after``),
+``quick`` (``after`` with ``JAXSPREEZE_QUICK_COMPILE=on``), any name given a package
+folder with ``--package NAME=DIR`` and/or more ``jaxspreeze train`` flags with ``--flags
+NAME="..."`` (a name with flags only runs ``after``'s package), and ``rejax``: rejax with
+its own shipped settings for the job (the SAC job: experiments/rejax_sac_pendulum.py; the
+PPO job: experiments/rejax_own.py at the job's budget). A package is frozen because a kept
+program's key holds jaxspreeze's own sources: in a tree others edit between a cold run and
+its warm run, the warm run finds nothing. A cold run gets a new empty ``--compile-cache``;
+the warm run after it reuses that cache (rejax compiles every run: cold only). Each round
+runs every variant once (the order rotates by round); the 1-minute load average is noted
+per run. Writes the JSON (every run) as it goes.
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
+import shutil
 import statistics
 import sys
 import tempfile
@@ -29,22 +38,35 @@ from pathlib import Path
 from jaxspreeze.bench.cold import JOBS, SUMMARY_FIELDS, job_command, timed
 
 HERE = Path(__file__).resolve().parent
-REJAX = HERE / "rejax_sac_pendulum.py"
+PACKAGE = HERE.parent / "jaxspreeze"
+# rejax's side of each job, with its own shipped settings at the job's budget
+REJAX = {
+    "sac-pendulum": [str(HERE / "rejax_sac_pendulum.py")],
+    "ppo-cartpole": [str(HERE / "rejax_own.py"), "ppo", "CartPole-v1", "--total-steps", "200000"],
+}
+COLD_ONLY = ("quick", "rejax")  # quick: after's warm run; rejax keeps nothing
 
 
-def run(variant: str, job: str, before: str, work: Path, cache: str, after: str = "") -> dict:
+def freeze(into: Path) -> str:
+    """A copy of this checkout's package under ``into`` (a folder for ``PYTHONPATH``)."""
+    shutil.copytree(PACKAGE, into / "jaxspreeze", ignore=shutil.ignore_patterns("__pycache__"))
+    return str(into)
+
+
+def run(
+    variant: str, job: str, work: Path, cache: str, packages: dict[str, str], flags: dict
+) -> dict:
+    """One whole-process run of ``variant`` on ``job`` in ``work`` (its caches there)."""
     env = dict(os.environ)
-    if variant == "before":
-        env["PYTHONPATH"] = before
-    elif after and variant != "rejax":  # a frozen copy: a tree others edit keeps no programs
-        env["PYTHONPATH"] = after
+    if variant != "rejax":
+        env["PYTHONPATH"] = packages.get(variant, packages["after"])
     if variant == "quick":
         env["JAXSPREEZE_QUICK_COMPILE"] = "on"
     load = os.getloadavg()[0]
     if variant == "rejax":
-        command = [sys.executable, str(REJAX)]
+        command = [sys.executable, *REJAX[job]]
     else:
-        command = job_command(job, work / "cache", work / "runs", None)
+        command = job_command(job, work / "cache", work / "runs", None, flags.get(variant, ()))
     wall, cpu, out = timed(command, cwd=work, env=env)
     row = {"variant": variant, "job": job, "cache": cache, "wall_s": wall, "cpu_s": cpu}
     row["load_1min"] = load
@@ -59,28 +81,45 @@ def run(variant: str, job: str, before: str, work: Path, cache: str, after: str 
     return row
 
 
+def _named(pairs: list[str], what: str) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise SystemExit(f"{what}: give NAME=VALUE, got {pair!r}")
+        out[name] = value
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--before", required=True, help="a folder holding the old jaxspreeze package")
+    p.add_argument("--before", default="", help="a folder holding the old jaxspreeze package")
     p.add_argument(
-        "--after", default="", help="a folder holding the new package (default: this checkout)"
+        "--after", default="", help="a folder holding the new package (default: this checkout's)"
     )
+    p.add_argument("--package", action="append", default=[], help="NAME=DIR: a variant's package")
+    p.add_argument("--flags", action="append", default=[], help='NAME="...": its train flags')
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--jobs", nargs="+", default=list(JOBS))
     p.add_argument("--variants", nargs="+", default=["before", "after", "quick", "rejax"])
     p.add_argument("--out", required=True)
     a = p.parse_args()
+    if "before" in a.variants and not a.before:
+        raise SystemExit("--before: give the old package's folder, or leave 'before' out")
+    frozen = tempfile.TemporaryDirectory(prefix="cold-start-after-")
+    packages = {"before": a.before, "after": a.after or freeze(Path(frozen.name))}
+    packages.update(_named(a.package, "--package"))
+    flags = {k: tuple(shlex.split(v)) for k, v in _named(a.flags, "--flags").items()}
     rows: list[dict] = []
     for job in a.jobs:
-        variants = [v for v in a.variants if v != "rejax" or job == "sac-pendulum"]
+        variants = list(a.variants)
         for r in range(a.rounds):
             order = variants[r % len(variants) :] + variants[: r % len(variants)]
             for variant in order:
                 with tempfile.TemporaryDirectory(prefix="cold-start-") as tmp:
                     work = Path(tmp)
-                    caches = ["cold"] if variant in ("quick", "rejax") else ["cold", "warm"]
-                    for cache in caches:
-                        row = {"round": r, **run(variant, job, a.before, work, cache, a.after)}
+                    for cache in ["cold"] if variant in COLD_ONLY else ["cold", "warm"]:
+                        row = {"round": r, **run(variant, job, work, cache, packages, flags)}
                         rows.append(row)
                         print(json.dumps({k: v for k, v in row.items() if "programs" not in k}))
                         sys.stdout.flush()

@@ -127,3 +127,20 @@ def test_the_first_call_waits_for_an_evaluation_still_compiling():
     assert pending("actor", 7) == ("actor", 7)
     assert pending.waited_s > 0.05
     assert pending("again", 8) == ("again", 8)
+
+
+def test_a_cold_jobs_extra_flags_reach_the_train_command_and_pass_its_early_check(tmp_path):
+    from jaxspreeze.bench import cold
+    from jaxspreeze.cli import fastcheck
+
+    extra = ("--sac.hidden", "64", "64")
+    command = cold.job_command("sac-pendulum", tmp_path / "c", tmp_path / "r", 5000, extra)
+    argv = command[command.index("train") + 1 :]
+    assert fastcheck.check("train", argv) is None  # every flag known, every value valid
+    job_end = argv.index("--total-steps") + 2
+    assert tuple(argv[job_end : job_end + 3]) == extra  # after the job's flags: they win
+    assert cold.job_command("sac-pendulum", tmp_path, tmp_path, None)[-4:] == [
+        "--compile-cache", str(tmp_path), "--logdir", str(tmp_path),
+    ]  # fmt: skip
+    bad = cold.job_command("sac-pendulum", tmp_path, tmp_path, None, ("--sac.hiden", "64"))
+    assert fastcheck.check("train", bad[bad.index("train") + 1 :]) == 2

@@ -81,11 +81,18 @@ def timed(
     return wall, cpu, done.stdout + done.stderr
 
 
-def job_command(job: str, cache_dir: Path, logdir: Path, total_steps: int | None) -> list[str]:
-    """``python -m jaxspreeze train`` for ``job`` with its caches in ``cache_dir``."""
+def job_command(
+    job: str,
+    cache_dir: Path,
+    logdir: Path,
+    total_steps: int | None,
+    extra: tuple[str, ...] = (),
+) -> list[str]:
+    """``python -m jaxspreeze train`` for ``job`` with its caches in ``cache_dir`` (``extra``:
+    more flags, after the job's)."""
     steps = ("--total-steps", str(total_steps)) if total_steps else ()
     return [
-        sys.executable, "-m", "jaxspreeze", "train", *JOBS[job], *steps,
+        sys.executable, "-m", "jaxspreeze", "train", *JOBS[job], *steps, *extra,
         "--compile-cache", str(cache_dir), "--logdir", str(logdir),
     ]  # fmt: skip
 
