@@ -107,7 +107,7 @@ def test_step_without_resets_goes_on_from_the_last_state():
 
 
 def test_evaluation_program_draws_no_initial_states():
-    """The evaluation's scan body holds the env's step only: no reset is traced into it
+    """The evaluation's loop body holds the env's step only: no reset is traced into it
     (a training rollout's step holds one: it draws the next episodes' initial states)."""
     from jaxspreeze.agent.evaluate import make_evaluate
     from jaxspreeze.algos.base import feed_forward, no_carry
@@ -116,9 +116,9 @@ def test_evaluation_program_draws_no_initial_states():
     act = lambda actor, obs, key, deterministic: jnp.zeros((obs.shape[0], 1))
     policy = SimpleNamespace(act=feed_forward(act), initial_carry=no_carry)
     jaxpr = jax.make_jaxpr(make_evaluate(policy, env))(None, jax.random.key(0))
-    (scan,) = [e for e in jaxpr.eqns if e.primitive.name == "scan"]
-    assert "name=reset" in str(jaxpr) and "name=step" in str(scan.params["jaxpr"])
-    assert "name=reset" not in str(scan.params["jaxpr"])
+    (loop,) = [e for e in jaxpr.eqns if e.primitive.name == "while"]
+    body = str(loop.params["body_jaxpr"])
+    assert "name=reset" in str(jaxpr) and "name=step" in body and "name=reset" not in body
     # the same check sees the draw in a training step
     train = jax.make_jaxpr(lambda k: _rollout_jaxpr_probe(env, k))(jax.random.key(0))
     assert "name=reset" in str(train)

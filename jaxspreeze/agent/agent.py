@@ -175,7 +175,7 @@ class Agent:
         if is_host_env(env):
             res = make_host_evaluate(self.policy.algo, env, episodes, seed, max_steps)(actor)
         else:
-            fn = jax.vmap(make_evaluate(self.policy.algo, make_env(env, episodes, keys), max_steps))
+            fn = make_evaluate(self.policy.algo, make_env(env, episodes, keys), max_steps, True)
             res = jax.jit(fn)(actor, jax.random.key(seed)[None])
         mean, std, length = (float(np.asarray(x)[0]) for x in res[:3])
         return Evaluation(mean, std, length, episodes)

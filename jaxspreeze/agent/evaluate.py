@@ -64,50 +64,78 @@ def summarize(ret: jax.Array, length: jax.Array) -> EvalResult:
 
 
 def make_episodes(
-    algo: Algorithm, env: VecEnv, max_steps: int | None = None
+    algo: Algorithm, env: VecEnv, max_steps: int | None = None, seeds: bool = False
 ) -> Callable[[PyTree, jax.Array], tuple[jax.Array, jax.Array]]:
     """``episodes(actor, key) -> (returns, lengths)``, each ``[env.num_envs]``: one
-    deterministic episode of ``algo``'s policy in each env (see :func:`make_evaluate`)."""
+    deterministic episode of ``algo``'s policy in each env (see :func:`make_evaluate`).
+    ``seeds``: every seed's at once (actor leaves ``[S, ...]``, keys ``[S]``, results
+    ``[S, num_envs]``), as ``jax.vmap`` of the one-seed function computes them.
+
+    The steps run until every env's episode (every seed's) has ended, at most
+    ``max_steps`` (default: the env's time limit): an env whose limit is far beyond its
+    episodes (Craftax's 10,000 steps against episodes of ~150) stops when its last episode
+    does. Step ``t`` takes the ``t``-th key of ``split(key, max_steps)``: the returns are
+    those of a scan over all ``max_steps`` steps, bit for bit. The seeds are batched
+    inside the loop (one condition over all of them), not the loop over the seeds (which
+    would select every leaf of the state at every step)."""
     steps = max_steps or env.spec.max_episode_steps
 
-    def episodes(actor: PyTree, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+    def start(actor: PyTree, key: jax.Array) -> tuple[tuple, jax.Array]:
+        del actor
         k_reset, k_run = jax.random.split(key)
         obs, env_state = env.reset(k_reset)
         n = env.num_envs
         zeros = (jnp.zeros(n, bool), jnp.zeros(n), jnp.zeros(n, jnp.int32))
-        init = (obs, env_state, algo.initial_carry(n), *zeros)
+        return (obs, env_state, algo.initial_carry(n), *zeros), jax.random.split(k_run, steps)
 
-        def step(carry, key):
-            obs, env_state, policy, finished, ret, length = carry
-            k_act, k_env = jax.random.split(key)
-            action, policy = algo.act(actor, policy, obs, k_act, True)
-            obs, env_state, reward, term, trunc, _ = env.step_no_reset(k_env, env_state, action)
-            live = ~finished
-            ret = ret + jnp.where(live, reward, 0.0)
-            length = length + live.astype(jnp.int32)
-            finished = finished | term | trunc
-            return (obs, env_state, policy, finished, ret, length), None
+    def step(actor: PyTree, carry: tuple, key: jax.Array) -> tuple:
+        obs, env_state, policy, finished, ret, length = carry
+        k_act, k_env = jax.random.split(key)
+        action, policy = algo.act(actor, policy, obs, k_act, True)
+        obs, env_state, reward, term, trunc, _ = env.step_no_reset(k_env, env_state, action)
+        live = ~finished
+        ret = ret + jnp.where(live, reward, 0.0)
+        length = length + live.astype(jnp.int32)
+        return obs, env_state, policy, finished | term | trunc, ret, length
 
-        (*_, ret, length), _ = jax.lax.scan(step, init, jax.random.split(k_run, steps))
+    if seeds:
+        start, step = jax.vmap(start), jax.vmap(step)
+    at = (lambda keys, t: keys[:, t]) if seeds else (lambda keys, t: keys[t])
+
+    def episodes(actor: PyTree, key: jax.Array) -> tuple[jax.Array, jax.Array]:
+        carry, keys = start(actor, key)
+
+        def more(loop: tuple) -> jax.Array:
+            t, carry = loop
+            return (t < steps) & ~jnp.all(carry[3])
+
+        def one(loop: tuple) -> tuple:
+            t, carry = loop
+            return t + 1, step(actor, carry, at(keys, t))
+
+        _, (*_, ret, length) = jax.lax.while_loop(more, one, (jnp.int32(0), carry))
         return ret, length
 
     return episodes
 
 
 def make_evaluate(
-    algo: Algorithm, env: VecEnv, max_steps: int | None = None
+    algo: Algorithm, env: VecEnv, max_steps: int | None = None, seeds: bool = False
 ) -> Callable[[PyTree, jax.Array], EvalResult]:
     """``evaluate(actor, key)``: one deterministic episode of ``algo``'s policy in each of
-    ``env.num_envs`` envs, their starts drawn from ``key``.
+    ``env.num_envs`` envs, their starts drawn from ``key`` (``seeds``: every seed's at
+    once, actor leaves ``[S, ...]``, keys ``[S]``, results ``[S]``).
 
-    Each env's first finished episode counts; the scan runs ``max_steps`` (default: the
-    env's time limit) so every episode ends. Envs are stepped without resets
+    Each env's first finished episode counts; the steps run until every env's has ended,
+    at most ``max_steps`` (default: the env's time limit, so every episode ends;
+    :func:`make_episodes`). Envs are stepped without resets
     (:meth:`VecEnv.step_no_reset`): the program holds no initial-state draw in its step.
     The policy's carry starts each episode at ``algo.initial_carry`` (one episode per env:
     no episode starts later).
     """
-    episodes = make_episodes(algo, env, max_steps)
-    return lambda actor, key: summarize(*episodes(actor, key))
+    episodes = make_episodes(algo, env, max_steps, seeds)
+    summary = jax.vmap(summarize) if seeds else summarize
+    return lambda actor, key: summary(*episodes(actor, key))
 
 
 class SeedEvaluate:
@@ -123,7 +151,7 @@ class SeedEvaluate:
     """
 
     def __init__(self, algo: Algorithm, env: VecEnv, keys: jax.Array):
-        each_seed = jax.vmap(make_evaluate(algo, env))
+        each_seed = make_evaluate(algo, env, seeds=True)
 
         def evaluate(actor: PyTree, keys: jax.Array, step: jax.Array) -> Any:
             # named: the program's name in the compile log and the summary
