@@ -64,6 +64,9 @@ def _notes(rec: Record) -> str:
             notes.append(f"not reached: final return {_num(rec.get('final_return'))}")
         notes.append(f"{_num(rec.get('env_steps_per_s'))} env steps/s")
     ref = rec.get("reference") or {}
+    if rec.get("kind") == "memory" and rec.get("ratio_vs_reference"):
+        cost = 1.0 / rec["ratio_vs_reference"]
+        notes.append(f"{rec.get('memory')}: {cost:.2f}x feed-forward's wall per env step")
     if rec.get("kind") == "trainer" and ref.get("env_steps_per_s"):
         flags = ref.get("brax_epoch_compiled") or []
         n, c = flags.count(False), flags.count(True)
@@ -236,7 +239,8 @@ def markdown(report: dict[str, Any]) -> str:
         "`jit(lax.scan(vmap(env.step) + policy MLP))` for sampling, a minimal flax/optax SAC "
         "update for updates, brax's own `brax.training.agents.sac`/`ppo` trainers for trainer "
         "rows (jaxspreeze/bench/references.py); the default config for learning rows "
-        "(time to threshold: > 1, the autotuned run got there sooner).",
+        "(time to threshold: > 1, the autotuned run got there sooner); feed-forward PPO's "
+        "chunk at the same sizes for memory rows (recurrent PPO: its cost is 1 / ratio).",
         "",
         *_markdown_table(COLUMNS, [cells(r) for r in report["records"]]),
     ]

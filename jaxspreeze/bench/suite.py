@@ -48,6 +48,11 @@ TRAINER_ROWS = (
     ("ppo", "brax/ant"),
     ("ppo", "playground/CartpoleBalance"),
 )
+# recurrent PPO (--ppo.memory) against feed-forward PPO at the same sizes: one row per
+# (env, cell), its reference the feed-forward chunk, timed interleaved (issue 40's goal:
+# a recurrent policy costs at most 1.5x the feed-forward policy's wall per env step)
+MEMORY_ENVS = ("gymnax/CartPole-v1", "gymnax/Breakout-MinAtar")
+MEMORY_CELLS = ("gru", "lstm")
 
 SCALES = ("cpu", "gpu")
 # the sizes of each scale, side by side (cpu, gpu): "cpu" fits 2 cores, "gpu" goes to 65,536
@@ -64,6 +69,12 @@ SIZES_BY_NAME: dict[str, tuple[Any, Any]] = {
     "ppo_chunk": (
         dict(num_envs=32, rollout_steps=64, batch_size=512, chunk_iterations=2),
         dict(num_envs=4096, rollout_steps=32, batch_size=32768, chunk_iterations=2),
+    ),
+    # PPO's default sizes (16 envs x 64 steps, minibatches of 256; networks: PPO's
+    # defaults, the torso auto, cells of --ppo.memory-size's default)
+    "ppo_memory_chunk": (
+        dict(num_envs=16, rollout_steps=64, batch_size=256, chunk_iterations=1),
+        dict(num_envs=1024, rollout_steps=64, batch_size=16384, chunk_iterations=1),
     ),
     # brax's trainers vs the chunk: one brax epoch = one chunk = chunk_iterations steps
     "brax_sac": (
@@ -134,8 +145,8 @@ E2E = {
 
 @dataclass(frozen=True)
 class Case:
-    """One measurement: its kind (sampling, update, chunk, trainer, end_to_end, learning)
-    and args."""
+    """One measurement: its kind (sampling, update, chunk, memory, trainer, end_to_end,
+    learning) and args."""
 
     kind: str
     args: dict[str, Any] = field(default_factory=dict, hash=False)
@@ -171,6 +182,11 @@ def selection(full: bool = False, scale: str | None = None) -> list[Case]:
     if full:
         out += [Case("trainer", {"algo": a, "env": e, "scale": scale}) for a, e in TRAINER_ROWS]
         out += [Case("end_to_end", {"algo": a}) for a in ("sac", "ppo")]
+        out += [
+            Case("memory", {"env": e, "memory": m, "scale": scale})
+            for e in MEMORY_ENVS
+            for m in MEMORY_CELLS
+        ]
         out += [Case("learning", {"task": name}) for name in learning.TASKS]
     return out
 
@@ -184,6 +200,23 @@ def cold_selection(total_steps: int | None = None) -> list[Case]:
 def _chunk_config(algo: str, scale: str) -> RunConfig:
     env = CHUNK_ENVS[algos.get(algo).on_policy]
     return cases.chunk_config(algo, env, **SIZES[scale][f"{algo}_chunk"])
+
+
+def memory_config(env: str, memory: str, scale: str) -> RunConfig:
+    """The chunk of a memory row: PPO at ``scale``'s ``ppo_memory_chunk`` sizes with its
+    default networks, ``memory`` its cell (``none``: the feed-forward reference)."""
+    hidden = algos.get("ppo").config_cls().hidden
+    cfg = cases.chunk_config("ppo", env, hidden=hidden, **SIZES[scale]["ppo_memory_chunk"])
+    return dataclasses.replace(cfg, ppo=dataclasses.replace(cfg.ppo, memory=memory))
+
+
+def memory_chunk(env: str, memory: str, scale: str) -> Workload:
+    """The training chunk of PPO with ``memory`` (:func:`memory_config`) as a memory
+    row's workload."""
+    w = cases.chunk(memory_config(env, memory, scale))
+    w.name = f"memory[{memory}-{env}]"
+    w.params.update(kind="memory", memory=memory, scale=scale)
+    return w
 
 
 def trainer_config(
@@ -261,6 +294,8 @@ def prepare(case: Case) -> Workload:
         return cases.update(a["algo"], a["batch_size"])
     if case.kind == "chunk":
         return cases.chunk(_chunk_config(a["algo"], a["scale"]))
+    if case.kind == "memory":
+        return memory_chunk(a["env"], a["memory"], a["scale"])
     if case.kind == "trainer":
         if a["env"].startswith("playground/") and not playground.installed():
             raise cases.Unavailable(f"{a['env']}: MuJoCo Playground is not installed")
@@ -271,10 +306,13 @@ def prepare(case: Case) -> Workload:
 
 
 def prepare_reference(case: Case, refs: ModuleType | None, like: Workload) -> Workload | None:
-    """The bare reference's workload doing ``like``'s work (None where there is none)."""
+    """The bare reference's workload doing ``like``'s work (None where there is none); a
+    memory row's is the feed-forward chunk at its sizes (no references module needed)."""
+    a, p = case.args, like.params
+    if case.kind == "memory":
+        return memory_chunk(a["env"], "none", a["scale"])
     if refs is None:
         return None
-    a, p = case.args, like.params
     if case.kind == "sampling":
         return refs.sampling(a["env"], a["num_envs"], p["rollout_steps"])
     if case.kind == "update" and a["algo"] in refs.UPDATES:
