@@ -173,3 +173,21 @@ def test_merge_refusals(tmp_path, capsys):
     assert main(["score", "--merge", str(a), "--out", str(a)]) == 2
     assert "--out" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_row_with_a_peer_and_a_row_to_beat_gets_both_verdicts():
+    """PQN on a MinAtar game: against rejax (at most 0.7x) and against jaxspreeze's PPO on
+    the same game (below 1x, no peers' settings)."""
+    task = "pqn-Breakout-MinAtar"
+    ppo = score_tasks.ROWS[task].versus[0]
+    thr = score_tasks.ROWS[task].threshold
+    runs = _seeds(task, "jaxspreeze", before=10.0, per_step=0.001, returns=[0, thr])
+    runs += _seeds(task, "rejax", before=5.0, per_step=0.001, returns=[0, 0, 0])
+    runs += _seeds(ppo, "jaxspreeze", before=10.0, per_step=0.002, returns=[0, 0, thr])
+    peer, beside = score_goal.judge(score_rows.summarise(runs))
+    assert (peer["reference"], peer["goal"], peer["met"]) == ("rejax", 0.7, True)
+    assert peer["verdict"] == "met: jaxspreeze reaches it, the reference does not"
+    assert beside["reference"] == f"jaxspreeze on {ppo}" and beside["goal"] == 1.0
+    # 10 + 2000 * 0.001 = 12 s against 10 + 3000 * 0.002 = 16 s
+    assert beside["ratio"] == pytest.approx(12 / 16) and beside["met"]
+    assert beside["peer_settings"] is None

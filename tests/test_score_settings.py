@@ -346,3 +346,83 @@ def test_a_peer_with_its_own_settings_does_not_need_the_presets_plan():
     assert planned is None and (cfg.total_steps, cfg.seed) == (500, 4)
     with pytest.raises(ConfigError, match="total_steps"):
         score.peer_config(task, "matched", total_steps=500)
+
+
+# ----------------------------------------------------------------------------- PQN, DQN
+Q_ROWS = ("pqn-CartPole-v1", "pqn-Acrobot-v1", "dqn-CartPole-v1", "dqn-Acrobot-v1")
+MINATAR_ROWS = ("pqn-Breakout-MinAtar", "pqn-SpaceInvaders-MinAtar")
+
+
+def test_the_value_based_rows_and_their_peers():
+    """PQN and DQN on CartPole (475) and Acrobot (-100) and PQN on two MinAtar games, each
+    run by rejax too; PQN's MinAtar rows name PPO's row of the same game as the one to
+    beat; rejax's MinAtar entries are its defaults and say that it flattens the grid."""
+    rows = score_tasks.ROWS
+    assert {rows[n].threshold for n in Q_ROWS if "CartPole" in n} == {475.0}
+    assert {rows[n].threshold for n in Q_ROWS if "Acrobot" in n} == {-100.0}
+    for name in (*Q_ROWS, *MINATAR_ROWS):
+        assert PEERS["rejax"].runs(rows[name].family, rows[name].algo), name
+        assert score_settings.published("rejax", rows[name].algo, rows[name].env), name
+    for name in MINATAR_ROWS:
+        task = rows[name]
+        (ppo,) = task.versus
+        assert rows[ppo].algo == "ppo" and rows[ppo].env == task.env
+        # a threshold no random policy scores (Breakout-MinAtar 0.33, SpaceInvaders 4.0)
+        assert task.threshold >= 3 * {"Breakout": 0.33, "SpaceInvaders": 4.0}[name[4:-8]]
+        entry = score_settings.published("rejax", "pqn", task.env)
+        assert entry.defaults and "flattens" in entry.note
+    # the rows' presets plan on their envs (PQN's CartPole preset is its defaults)
+    assert score.preset_config(rows["pqn-Acrobot-v1"]).cfg.env == "gymnax/Acrobot-v1"
+
+
+def test_rejax_matched_to_the_q_presets():
+    """The preset's sizes in rejax's names: PQN's minibatches from the batch, DQN's updates
+    per iteration from grad_steps and its target's polyak per iteration (rejax moves the
+    target once per iteration, jaxspreeze tau every gradient step: (1 - 0.01) ** 4)."""
+    pqn = score_tasks.ROWS["pqn-CartPole-v1"]
+    got = score_peers._rejax_config(score.preset_config(pqn), pqn)
+    assert (got["num_envs"], got["num_steps"], got["num_minibatches"]) == (32, 32, 4)
+    assert (got["num_epochs"], got["td_lambda"], got["learning_rate"]) == (4, 0.9, 1e-3)
+    assert (got["eps_end"], got["exploration_fraction"]) == (0.05, 0.25)
+    assert "agent_kwargs" not in got  # rejax's PQN takes no hidden sizes
+    dqn = score_tasks.ROWS["dqn-CartPole-v1"]
+    got = score_peers._rejax_config(score.preset_config(dqn), dqn)
+    assert (got["num_envs"], got["num_epochs"], got["batch_size"]) == (8, 4, 128)
+    assert (got["fill_buffer"], got["buffer_size"], got["ddqn"]) == (1000, 10_000, True)
+    assert got["polyak"] == pytest.approx(0.99**4) and got["target_update_freq"] == 1
+    assert got["agent"] == "QNetwork" and got["agent_kwargs"] == {"activation": "relu"}
+
+
+def test_a_q_networks_policy_is_its_greedy_action():
+    """rejax's PQN and DQN act by the argmax of the Q-values in evaluation (a stand-in
+    train state with a linear Q-network)."""
+    w = jnp.array([[1.0, -1.0, 0.0], [0.0, 2.0, -3.0]])
+
+    class Agent:
+        def apply(self, params, obs):
+            return obs @ params
+
+    algo = SimpleNamespace(agent=Agent(), normalize_observations=False)
+    ts = SimpleNamespace(q_ts=SimpleNamespace(params=w))
+    obs = jnp.array([[1.0, 0.0], [0.0, 1.0], [0.0, -1.0], [1.0, 1.0]])
+    act = score_peers.rejax_batched_act(algo)(ts, obs)
+    # q rows: [1, -1, 0], [0, 2, -3], [0, -2, 3], [1, 1, -3] (ties: the first)
+    assert act.tolist() == [0, 1, 2, 0] and act.dtype == jnp.int32
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", (*Q_ROWS, *MINATAR_ROWS))
+def test_rejax_builds_its_q_learners_for_every_row(name):
+    """rejax itself takes the options, its own and matched (no training)."""
+    rejax = pytest.importorskip("rejax")
+    import gymnax
+
+    task = score_tasks.ROWS[name]
+    env, params = gymnax.make(task.env.partition("/")[2])
+    cls = {"pqn": rejax.PQN, "dqn": rejax.DQN}[task.algo]
+    cfg = SimpleNamespace(total_steps=task.eval_every * 2, seed=0)
+    own, _ = score_peers.rejax_own_config(cfg, task)
+    matched = score_peers._rejax_config(score.preset_config(task), task)
+    for options in (own, matched):
+        algo = cls.create(env=score_peers.FiveValueEnv(env), env_params=params, **options)
+        assert algo.total_timesteps == options["total_timesteps"]

@@ -79,17 +79,24 @@ def _rejax_config(planned: Any, task: ScoreTask) -> dict[str, Any]:
     return out
 
 
-def _rejax_ppo(cfg: Any, a: Any) -> dict[str, Any]:
+def _rejax_rollout(cfg: Any, a: Any) -> dict[str, Any]:
+    """An on-policy iteration (PPO, PQN): the rollout, its minibatches and epochs."""
     return dict(
         num_steps=cfg.rollout_steps,
         num_minibatches=max(1, cfg.num_envs * cfg.rollout_steps // cfg.batch_size),
         num_epochs=a.epochs,
         learning_rate=a.lr,
+        max_grad_norm=a.max_grad_norm,
+    )
+
+
+def _rejax_ppo(cfg: Any, a: Any) -> dict[str, Any]:
+    return dict(
+        _rejax_rollout(cfg, a),
         gae_lambda=a.gae_lambda,
         clip_eps=a.clip_eps,
         vf_coef=a.vf_coef,
         ent_coef=a.ent_coef,
-        max_grad_norm=a.max_grad_norm,
         normalize_observations=a.normalize_obs,
     )
 
@@ -116,6 +123,36 @@ def _rejax_td3(cfg: Any, a: Any) -> dict[str, Any]:
     )
 
 
+def _rejax_pqn(cfg: Any, a: Any) -> dict[str, Any]:
+    """PQN's rollout, minibatches, epochs, Q(lambda) and epsilon schedule."""
+    return dict(_rejax_rollout(cfg, a), td_lambda=a.q_lambda, **_rejax_epsilon(a))
+
+
+def _rejax_epsilon(a: Any) -> dict[str, Any]:
+    """The epsilon schedule (rejax decays it over a fraction of the run's env steps)."""
+    return dict(eps_start=a.eps_start, eps_end=a.eps_end, exploration_fraction=a.eps_decay)
+
+
+def _rejax_dqn(cfg: Any, a: Any) -> dict[str, Any]:
+    """DQN's replay, updates per iteration and target network. rejax moves its target
+    once per iteration (every target_update_freq env steps), jaxspreeze every
+    target_update_every gradient steps: rejax's polyak is the target's share after one
+    iteration's worth of jaxspreeze's updates."""
+    updates = max(1, cfg.grad_steps // cfg.rollout_steps)  # per step of every env
+    return dict(
+        batch_size=cfg.batch_size,
+        buffer_size=cfg.buffer_size,
+        fill_buffer=cfg.learning_starts,
+        num_epochs=updates,
+        learning_rate=a.lr,
+        max_grad_norm=a.max_grad_norm,
+        polyak=(1.0 - a.tau) ** (updates / a.target_update_every),
+        target_update_freq=1,
+        ddqn=a.double,
+        **_rejax_epsilon(a),
+    )
+
+
 def _relu() -> dict[str, Any]:
     """A network's keyword table naming ReLU: a new dict each time, as rejax's
     ``create_agent`` pops "activation" from it and writes the function back (one table
@@ -127,11 +164,15 @@ _REJAX_NETWORKS: dict[str, Callable[[Any], dict[str, Any]]] = {  # by jaxspreeze
     "sac": lambda a: dict(hidden_layer_sizes=tuple(a.hidden), agent_kwargs=_relu()),
     "td3": lambda a: dict(actor_kwargs=_relu(), critic_kwargs=_relu()),
     "ppo": lambda a: dict(agent_kwargs=dict(_relu(), hidden_layer_sizes=tuple(a.hidden))),
+    "pqn": lambda a: {},  # rejax's PQN fixes its network (64x64, LayerNorm then ReLU)
+    "dqn": lambda a: dict(agent="QNetwork", agent_kwargs=_relu()),  # hidden fixed (64, 64)
 }
 _REJAX_UPDATES: dict[str, Callable[[Any, Any], dict[str, Any]]] = {
     "sac": _rejax_replay,
     "td3": _rejax_td3,
     "ppo": _rejax_ppo,
+    "pqn": _rejax_pqn,
+    "dqn": _rejax_dqn,
 }
 
 
@@ -156,7 +197,8 @@ class PeerPolicy:
 def rejax_batched_act(algo: Any) -> Callable[[Any, Any], Any]:
     """rejax's deterministic policy on a batch ``[N, ...]`` of observations (its train
     state first): SAC's squashed mean, PPO's mode (a Gaussian's mean clipped to the action
-    range, a categorical's argmax), TD3's actor; observations normalised as rejax does."""
+    range, a categorical's argmax), TD3's actor, PQN's and DQN's greedy action (the argmax
+    of the Q-values); observations normalised as rejax does."""
     import jax.numpy as jnp
 
     def mode(m: Any, obs: Any) -> Any:
@@ -170,6 +212,9 @@ def rejax_batched_act(algo: Any) -> Callable[[Any, Any], Any]:
     def act(ts: Any, obs: Any) -> Any:
         if getattr(algo, "normalize_observations", False):
             obs = algo.normalize_obs(ts.obs_rms_state, obs)
+        if hasattr(ts, "q_ts"):  # PQN's and DQN's Q-network: the greedy action
+            q = algo.agent.apply(ts.q_ts.params, obs.astype(jnp.float32))
+            return jnp.argmax(q, axis=-1).astype(jnp.int32)
         return algo.actor.apply(ts.actor_ts.params, obs, method=mode)
 
     return act
@@ -180,7 +225,14 @@ REJAX_NOTES = {
     "td3": "rejax: one learning rate (the critic's) for actor and critic; hidden sizes "
     "fixed at (64, 64) by rejax's TD3",
     "ppo": "rejax: learning rate not annealed; minibatches of its own shuffling",
+    "pqn": "rejax: its fixed network (64x64, LayerNorm then ReLU; the preset's widths not "
+    "taken), Adam (jaxspreeze: RAdam), learning rate not annealed, rewards not scaled "
+    "(jaxspreeze: x reward_scaling in the targets)",
+    "dqn": "rejax: hidden sizes fixed at (64, 64); one-step double-DQN targets (jaxspreeze: "
+    "n_step); the target moved once per iteration with polyak = (1 - tau) ** (gradient "
+    "steps per iteration); epsilon decayed over env steps (jaxspreeze: over gradient steps)",
 }
+_REJAX_ALGOS = ("SAC", "TD3", "PPO", "PQN", "DQN")  # rejax's classes, by lower-case name
 
 
 def run_rejax(task: ScoreTask, run: SideRun) -> Record:
@@ -204,7 +256,7 @@ def run_rejax(task: ScoreTask, run: SideRun) -> Record:
         options = _rejax_config(planned, task)
         used = score_settings.matched(task, options)
     record = used.record()  # before rejax pops the networks' tables
-    algo_cls = {"sac": rejax.SAC, "td3": rejax.TD3, "ppo": rejax.PPO}[task.algo]
+    algo_cls = getattr(rejax, {n.lower(): n for n in _REJAX_ALGOS}[task.algo])
     algo = algo_cls.create(env=FiveValueEnv(env), env_params=env_params, **options)
     # the row's protocol: jaxspreeze's evaluator on jaxspreeze's env, the row's episodes,
     # starts from the key jaxspreeze's side of this seed draws them from
@@ -252,6 +304,11 @@ def run_rejax(task: ScoreTask, run: SideRun) -> Record:
         "program (JAX does not cache programs with host callbacks): its warm runs compile "
         "again",
     ]
+    if len(env.observation_space(env_params).shape) > 1:
+        notes.append(
+            "rejax's networks are MLPs: it flattens the grid into its MLP (no convolution; "
+            "jaxspreeze's side runs the preset's torso)"
+        )
     if run.peer_settings == "matched":
         notes.append(REJAX_NOTES[task.algo])
     return row(

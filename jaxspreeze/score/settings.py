@@ -67,10 +67,12 @@ class Published:
 _REJAX_NOTES = {
     "sac": "; target_entropy_ratio null leaves rejax's own (unused for continuous actions: "
     "the target entropy is -action_dim)",
+    "pqn": "; rejax's PQN fixes its network: hidden (64, 64), LayerNorm then ReLU, Adam",
+    "dqn": "; rejax's DQN fixes its hidden sizes at (64, 64); one-step targets (no n-step)",
 }
 
 
-def _rejax(algo: str, env: str, config: str, **options: Any) -> Published:
+def _rejax(algo: str, env: str, config: str, note: str = "", **options: Any) -> Published:
     return Published(
         "rejax",
         algo,
@@ -79,7 +81,57 @@ def _rejax(algo: str, env: str, config: str, **options: Any) -> Published:
         f"rejax's shipped config {_REJAX}configs/gymnax/{config}.yaml, `{algo}:`",
         "total_timesteps",
         note="`env:` names the task, eval_freq is the row's (its protocol)"
-        + _REJAX_NOTES.get(algo, ""),
+        + _REJAX_NOTES.get(algo, "")
+        + (f"; {note}" if note else ""),
+    )
+
+
+def _rejax_dqn(**options: Any) -> dict[str, Any]:
+    """rejax's shipped DQN entry for CartPole and Acrobot: what they share, and ``options``."""
+    return dict(
+        agent="DuelingQNetwork",
+        agent_kwargs={"activation": "swish"},
+        num_envs=10,
+        **options,
+        batch_size=100,
+        max_grad_norm=10,
+        learning_rate=0.001,
+        num_epochs=5,
+        total_timesteps=100_000,
+        eval_freq=2_500,
+        eps_start=1,
+        eps_end=0.05,
+        exploration_fraction=0.5,
+        gamma=0.99,
+        ddqn=True,
+        normalize_observations=False,
+    )
+
+
+# rejax 0.1.3's documented defaults (its classes' fields) where it ships no config
+_REJAX_DEFAULTS = {
+    "pqn": "num_envs 64, num_steps 64, num_minibatches 16, num_epochs 1, learning_rate "
+    "3e-4 (constant, Adam), max_grad_norm inf, gamma 0.99, td_lambda 0.9, epsilon 1.0 -> "
+    "0.05 over exploration_fraction 0.1 of the run, hidden (64, 64) with LayerNorm",
+    "ppo": "num_envs 64, num_steps 64, num_minibatches 16, num_epochs 8, learning_rate "
+    "3e-4, max_grad_norm inf, gamma 0.99, gae_lambda 0.95, clip_eps 0.2, ent_coef 0.01, "
+    "vf_coef 0.5, hidden (64, 64), swish",
+}
+
+
+def _rejax_defaults(algo: str, env: str) -> Published:
+    """rejax's defaults for a task it ships no config for (the MinAtar rows)."""
+    return Published(
+        "rejax",
+        algo,
+        f"gymnax/{env}",
+        {},
+        f"rejax.{algo.upper()}'s documented defaults (rejax 0.1.3's class fields): rejax "
+        f"publishes no {algo.upper()} settings for {env} (its configs/gymnax/ has none)",
+        "total_timesteps",
+        defaults=True,
+        note=f"rejax's defaults: {_REJAX_DEFAULTS[algo]}; its MLP flattens the "
+        "observation (a MinAtar grid: 10x10xC inputs, no convolution)",
     )
 
 
@@ -244,6 +296,53 @@ TABLE: tuple[Published, ...] = (
             ("CartPole-v1", "cartpole", {}),
             ("Acrobot-v1", "acrobot", {"normalize_observations": True}),
         )
+    ),
+    # rejax's PQN: the same entry in cartpole.yaml and acrobot.yaml
+    *(
+        _rejax(
+            "pqn",
+            env,
+            config,
+            num_envs=16,
+            num_steps=128,
+            num_minibatches=16,
+            max_grad_norm=10,
+            learning_rate=0.0003,
+            num_epochs=5,
+            total_timesteps=524_288,
+            eval_freq=16_384,
+            eps_start=1,
+            eps_end=0.05,
+            exploration_fraction=0.5,
+            gamma=0.99,
+            td_lambda=0.9,
+            normalize_observations=False,
+        )
+        for env, config in (("CartPole-v1", "cartpole"), ("Acrobot-v1", "acrobot"))
+    ),
+    # rejax's DQN: the entries of cartpole.yaml and acrobot.yaml share all but the buffer,
+    # its warm-up and the target's update
+    _rejax(
+        "dqn",
+        "CartPole-v1",
+        "cartpole",
+        note="target_update_freq is commented out in the file (rejax's default 1: Polyak "
+        "0.98 every iteration)",
+        **_rejax_dqn(buffer_size=50_000, fill_buffer=5_000, polyak=0.98),
+    ),
+    _rejax(
+        "dqn",
+        "Acrobot-v1",
+        "acrobot",
+        note="no polyak in the file: rejax's default 0.99 applies at each target_update_freq "
+        "(every 200 env steps the target moves 1% toward the online network), as shipped",
+        **_rejax_dqn(buffer_size=10_000, fill_buffer=1_000, target_update_freq=200),
+    ),
+    # MinAtar: rejax ships no config (its PQN and PPO with their defaults)
+    *(
+        _rejax_defaults(algo, env)
+        for env in ("Breakout-MinAtar", "SpaceInvaders-MinAtar")
+        for algo in ("pqn", "ppo")
     ),
     # brax's trainers on brax envs: the notebook's PPO; no SAC entry (its defaults)
     _brax_ppo_notebook(

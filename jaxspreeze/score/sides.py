@@ -95,7 +95,7 @@ BUILTIN = (
         "rejax",
         "jaxspreeze.score.peers:run_rejax",
         ("gymnax",),
-        ("sac", "td3", "ppo"),
+        ("sac", "td3", "ppo", "pqn", "dqn"),
         ("rejax",),
         what="rejax (gymnax envs, the whole training one jitted program)",
     ),

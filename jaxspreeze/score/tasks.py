@@ -85,6 +85,41 @@ def _task(algo: str, env: str, preset: str, eval_every: int, **kw: Any) -> Score
     return ScoreTask(algo, env, preset, THRESHOLDS[env], eval_every, **kw)
 
 
+# The value-based rows (issue 41: PQN and DQN beside rejax's) and PPO on MinAtar beside
+# PQN. Their thresholds, per env: CartPole-v1 475 (gymnasium's reward_threshold for
+# CartPole-v1, the mark rejax's and purejaxql's CartPole reports are read against; the PPO
+# rows keep their 450), Acrobot-v1 -100 (gymnasium's reward_threshold, as the PPO row).
+# MinAtar at a CPU budget of 200k env steps (2% of purejaxql's 10M, whose curves are
+# published as figures only, with no number to read at this budget), set before any run
+# of these rows: Breakout-MinAtar 5 (a uniformly random policy scores 0.33 +- 0.04 over
+# 256 episodes; PQN's defaults 6.9 at 200k on seed 0, pqn_cpu.md; PPO's CNN 9.1 and its
+# flattened MLP 6.5 at 100k, minatar_cpu.md: a flattened MLP, as rejax's, can reach it),
+# SpaceInvaders-MinAtar 15 (random: 4.0 +- 0.2; about 4x that, not yet measured beyond).
+Q_THRESHOLDS = {
+    "gymnax/CartPole-v1": 475.0,
+    "gymnax/Acrobot-v1": -100.0,
+    "gymnax/Breakout-MinAtar": 5.0,
+    "gymnax/SpaceInvaders-MinAtar": 15.0,
+}
+_Q_EVAL_EVERY = 8_192  # CartPole and Acrobot: as the PPO rows (a multiple of every rollout)
+_MINATAR_EVAL_EVERY = 20_480  # one chunk of PQN's and PPO's presets (20 x 1,024 env steps)
+
+
+def _q_task(algo: str, env: str, preset: str, eval_every: int, **kw: Any) -> ScoreTask:
+    return ScoreTask(algo, env, preset, Q_THRESHOLDS[env], eval_every, **kw)
+
+
+def _minatar(game: str, tail: str) -> tuple[ScoreTask, ...]:
+    """PQN's and PPO's rows of a MinAtar game (PPO's preset ``ppo_<tail>``; PQN's is its
+    defaults, the same on every game); PQN's row names PPO's as the row to beat."""
+    env = f"gymnax/{game}-MinAtar"
+    return (
+        _q_task("pqn", env, "pqn_breakout_minatar", _MINATAR_EVAL_EVERY,
+                versus=(f"ppo-{game}-MinAtar",)),
+        _q_task("ppo", env, f"ppo_{tail}", _MINATAR_EVAL_EVERY),
+    )  # fmt: skip
+
+
 # brax and Playground (jaxspreeze beside brax): a SAC and a PPO row per env, the presets
 # named <algo>_<name>; PPO evaluated every 16,384 env steps
 _BRAX_ENVS = {  # env: (name, SAC's eval_every, eval_episodes)
@@ -127,6 +162,15 @@ ROWS: dict[str, ScoreTask] = {
         _task("td3", "gymnax/Pendulum-v1", "td3_pendulum", 1_000),
         _task("ppo", "gymnax/CartPole-v1", "ppo_cartpole", 8_192),
         _task("ppo", "gymnax/Acrobot-v1", "ppo_cartpole", 8_192),
+        # value-based (jaxspreeze beside rejax's PQN and DQN): PQN's defaults (its
+        # CartPole preset) on CartPole and Acrobot, DQN's presets; MinAtar: PQN beside
+        # rejax and beside jaxspreeze's PPO (the minatar torso; rejax flattens the grid)
+        _q_task("pqn", "gymnax/CartPole-v1", "pqn_cartpole", _Q_EVAL_EVERY),
+        _q_task("pqn", "gymnax/Acrobot-v1", "pqn_cartpole", _Q_EVAL_EVERY),
+        _q_task("dqn", "gymnax/CartPole-v1", "dqn_cartpole", _Q_EVAL_EVERY),
+        _q_task("dqn", "gymnax/Acrobot-v1", "dqn_acrobot", _Q_EVAL_EVERY),
+        *_minatar("Breakout", "breakout_minatar"),
+        *_minatar("SpaceInvaders", "space_invaders_minatar"),
         # gymnasium host envs (jaxspreeze beside SBX)
         _task(
             "sac", "gymnasium/Pendulum-v1", "sac_pendulum", 1_000, label="sac-gymnasium-Pendulum-v1"
