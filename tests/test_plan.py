@@ -44,7 +44,7 @@ ALGO_SHAPE = {"sac": {"hidden", "torso", "normalize_obs"}, "td3": {"hidden", "to
                       "memory_size"},
               "fasttd3": {"num_atoms", "actor_hidden", "critic_hidden", "torso", "critic_layer_norm", "normalize_obs"},
               "fastsac": {"num_atoms", "actor_hidden", "critic_hidden", "torso", "critic_layer_norm", "normalize_obs"},
-              "pqn": {"hidden", "torso", "layer_norm", "optimizer"},
+              "pqn": {"hidden", "torso", "layer_norm", "optimizer", "memory", "memory_size", "last_action"},
               "dqn": {"hidden", "torso", "layer_norm"}}  # fmt: skip
 
 

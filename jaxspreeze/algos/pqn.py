@@ -398,7 +398,7 @@ def _recurrent(
 ) -> base.Algorithm:
     """:func:`make`'s recurrent PQN (``--pqn.memory``): its learner and carry."""
     torso = networks.choose_torso(cfg.torso, spec.obs_shape)
-    net = pqn_recurrent.RecurrentQNet(
+    net = networks.RecurrentQNet(
         cfg.hidden,
         spec.action_dim,
         cfg.memory,

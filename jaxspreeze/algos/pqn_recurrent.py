@@ -2,7 +2,8 @@
 
 The Q-network reads one step as ``x = torso(obs)`` (beside it the previous action,
 one-hot, with ``--pqn.last-action``), ``carry, y = cell(carry, x, reset)``, ``Q = hidden
-MLP (LayerNorm) -> one output per action (y)``: :class:`RecurrentQNet`, PQN's
+MLP (LayerNorm) -> one output per action (y)``:
+:class:`~jaxspreeze.networks.recurrent.RecurrentQNet`, PQN's
 :class:`~jaxspreeze.networks.DiscreteQNet` with a :class:`~jaxspreeze.networks.RecurrentCell`
 between its torso and its head, as :class:`~jaxspreeze.networks.RecurrentNet` is PPO's.
 
@@ -20,17 +21,13 @@ from its final observation).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import NamedTuple
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxspreeze.core.types import Carry, Columns, PyTree
-from jaxspreeze.networks import RecurrentCell, heads, initial_carry
-from jaxspreeze.networks.recurrent import UNROLL
-from jaxspreeze.networks.torsos import encode
+from jaxspreeze.core.types import Carry, PyTree
+from jaxspreeze.networks import RecurrentQNet
 
 
 class QCarry(NamedTuple):
@@ -39,68 +36,6 @@ class QCarry(NamedTuple):
 
     cell: Carry
     last_action: jax.Array | tuple
-
-
-class _Step(nn.Module):
-    """One cell step that also returns the carry after it (scanned over time)."""
-
-    kind: str
-    features: int
-
-    @nn.compact
-    def __call__(self, carry: Carry, x: jax.Array, reset: jax.Array):
-        carry, y = RecurrentCell(self.kind, self.features, name="cell")(carry, x, reset)
-        return carry, (y, carry)
-
-
-class RecurrentQNet(nn.Module):
-    """torso -> ``kind`` cell of ``features`` units -> Q-values ``[T * B, num_actions]``.
-
-    ``__call__(carry [B, ...], obs [T, B, ...], resets [T, B], extra [T, B, E] or None)``
-    returns ``(the cell's carry after the last step, Q [T * B, num_actions] in time-major
-    order, the cell's carries [T, B, ...] after each step)``; ``extra`` (the previous
-    action's one-hot) is read beside the torso's features.
-    """
-
-    hidden: Sequence[int]
-    num_actions: int
-    kind: str = "gru"
-    features: int = 128
-    obs_cols: Columns | None = None  # the observation columns it reads
-    layer_norm: bool = True  # a LayerNorm after each hidden layer (MLP's)
-    torso: str = "mlp"  # the torso before the cell (torsos.TORSOS)
-
-    def initialize_carry(self, batch: int) -> Carry:
-        """The cell's carry before the first step of ``batch`` rows (zeros)."""
-        return initial_carry(self.kind, self.features, batch)
-
-    @nn.compact
-    def __call__(
-        self, carry: Carry, obs: jax.Array, resets: jax.Array, extra: jax.Array | None = None
-    ) -> tuple[Carry, jax.Array, Carry]:
-        T, B = obs.shape[:2]
-        x = encode(self.torso, obs.reshape(T * B, *obs.shape[2:]), self.obs_cols)
-        if extra is not None:
-            x = jnp.concatenate([x, extra.reshape(T * B, -1).astype(x.dtype)], axis=-1)
-        if T == 1:  # acting: one step, no loop (the same parameters as the scanned step)
-            carry, (y, carries) = _Step(self.kind, self.features, name="memory")(
-                carry, x, resets[0]
-            )
-            carries = jax.tree.map(lambda c: c[None], carries)
-        else:
-            scan = nn.scan(
-                _Step,
-                variable_broadcast="params",
-                split_rngs={"params": False},
-                in_axes=0,
-                out_axes=0,
-                unroll=UNROLL,
-            )
-            carry, (y, carries) = scan(self.kind, self.features, name="memory")(
-                carry, x.reshape(T, B, -1), resets
-            )
-        q = heads.q_values(y.reshape(T * B, -1), self.hidden, self.num_actions, self.layer_norm)
-        return carry, q, carries
 
 
 def initial(net: RecurrentQNet, last_action: bool, n: int) -> QCarry:

@@ -35,7 +35,14 @@ from jaxspreeze.networks.critics import (
     ValueNet,
 )
 from jaxspreeze.networks.heads import LOG_STD_MAX, LOG_STD_MIN
-from jaxspreeze.networks.recurrent import CELLS, RecurrentCell, RecurrentNet, initial_carry, unroll
+from jaxspreeze.networks.recurrent import (
+    CELLS,
+    RecurrentCell,
+    RecurrentNet,
+    RecurrentQNet,
+    initial_carry,
+    unroll,
+)
 from jaxspreeze.networks.torsos import (
     MLP,
     TORSOS,
@@ -66,6 +73,7 @@ __all__ = [
     "QEnsemble",
     "RecurrentCell",
     "RecurrentNet",
+    "RecurrentQNet",
     "SquashedGaussianActor",
     "TanhGaussianActor",
     "ValueNet",

@@ -79,6 +79,7 @@ def unroll(
 
     return jax.lax.scan(step, carry, (xs, resets))
 
+
 # the heads a recurrent network can end in (``RecurrentNet.head``)
 HEADS = ("categorical", "gaussian", "squashed", "value")
 
@@ -154,3 +155,53 @@ class RecurrentNet(nn.Module):
         else:
             raise ValueError(f"unknown head {self.head!r}; choose one of {', '.join(HEADS)}")
         return carry, out, carries
+
+
+class RecurrentQNet(nn.Module):
+    """torso -> ``kind`` cell of ``features`` units -> Q-values ``[T * B, num_actions]``.
+
+    ``__call__(carry [B, ...], obs [T, B, ...], resets [T, B], extra [T, B, E] or None)``
+    returns ``(the cell's carry after the last step, Q [T * B, num_actions] in time-major
+    order, the cell's carries [T, B, ...] after each step)``; ``extra`` (the previous
+    action's one-hot) is read beside the torso's features.
+    """
+
+    hidden: Sequence[int]
+    num_actions: int
+    kind: str = "gru"
+    features: int = 128
+    obs_cols: Columns | None = None  # the observation columns it reads
+    layer_norm: bool = True  # a LayerNorm after each hidden layer (MLP's)
+    torso: str = "mlp"  # the torso before the cell (torsos.TORSOS)
+
+    def initialize_carry(self, batch: int) -> Carry:
+        """The cell's carry before the first step of ``batch`` rows (zeros)."""
+        return initial_carry(self.kind, self.features, batch)
+
+    @nn.compact
+    def __call__(
+        self, carry: Carry, obs: jax.Array, resets: jax.Array, extra: jax.Array | None = None
+    ) -> tuple[Carry, jax.Array, Carry]:
+        T, B = obs.shape[:2]
+        x = encode(self.torso, obs.reshape(T * B, *obs.shape[2:]), self.obs_cols)
+        if extra is not None:
+            x = jnp.concatenate([x, extra.reshape(T * B, -1).astype(x.dtype)], axis=-1)
+        if T == 1:  # acting: one step, no loop (the same parameters as the scanned step)
+            carry, (y, carries) = _Step(self.kind, self.features, name="memory")(
+                carry, x, resets[0]
+            )
+            carries = jax.tree.map(lambda c: c[None], carries)
+        else:
+            scan = nn.scan(
+                _Step,
+                variable_broadcast="params",
+                split_rngs={"params": False},
+                in_axes=0,
+                out_axes=0,
+                unroll=UNROLL,
+            )
+            carry, (y, carries) = scan(self.kind, self.features, name="memory")(
+                carry, x.reshape(T, B, -1), resets
+            )
+        q = heads.q_values(y.reshape(T * B, -1), self.hidden, self.num_actions, self.layer_norm)
+        return carry, q, carries
