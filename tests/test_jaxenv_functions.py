@@ -184,6 +184,7 @@ def test_train_refuses_a_wrong_pair_before_anything_runs(tmp_path):
 # --- the run directory's record --------------------------------------------------------------
 
 
+@pytest.mark.slow  # the record's other paths run by default (asked again, another spec)
 def test_importable_functions_are_rebuilt_from_the_record(tmp_path):
     """``load(run)`` in a later process imports the functions the record names and
     evaluates with them; the record says how."""

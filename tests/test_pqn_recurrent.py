@@ -195,6 +195,7 @@ def memory_chain(memory="gru", last_action=False, size=32, hidden=(32,), **chang
     return RunConfig(**base, pqn=cfg)
 
 
+@pytest.mark.slow  # the carry through a resume: test_recurrent_ppo's resume test by default
 def test_a_resume_mid_run_with_a_carry_is_bitwise(tmp_path):
     """Chunk A, save, chunk B == restore into a fresh state, chunk B: the cell's carry and
     the previous action are in the checkpoint (the env carry) and the run continues
