@@ -16,7 +16,7 @@ CONTINUOUS = ("clipped", "tanh")
 TANH_STDS = ("state", "scalar")
 # the recurrent cells of --ppo.memory ("none": feed-forward), and the placements a
 # recurrent policy does not run on yet (their pieces do not carry the rollout's start)
-MEMORIES = ("none", "gru", "lstm")
+MEMORIES = base.MEMORIES
 MEMORY_PLACEMENTS_REFUSED = ("split", "data", "split-data")
 
 
@@ -134,12 +134,7 @@ def validate(cfg: PPOConfig, prefix: str, run: Any) -> None:
 
 def _check_memory(cfg: PPOConfig, prefix: str) -> None:
     """ConfigError naming the first bad recurrent field (--ppo.memory and its sizes)."""
-    if cfg.memory not in MEMORIES:
-        choices = ", ".join(MEMORIES)
-        raise ConfigError(f"{prefix}memory", f"choose one of {choices}, got {cfg.memory!r}")
-    size = cfg.memory_size
-    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
-        raise ConfigError(f"{prefix}memory_size", f"must be an integer > 0, got {size!r}")
+    base.check_memory(cfg, prefix)
     chunk = cfg.recurrent_chunk
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 0:
         raise ConfigError(

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 # the optimisers --pqn.optimizer names (purejaxql's PQN uses RAdam)
 OPTIMIZERS = ("radam", "adam")
 # the recurrent cells of --pqn.memory ("none": feed-forward)
-MEMORIES = ("none", "gru", "lstm")
+MEMORIES = base.MEMORIES
 
 
 @dataclass(frozen=True)
@@ -101,12 +101,7 @@ def validate(cfg: PQNConfig, prefix: str, run: Any) -> None:
 
 def _check_memory(cfg: PQNConfig, prefix: str) -> None:
     """ConfigError naming the first bad recurrent field (--pqn.memory and its settings)."""
-    if cfg.memory not in MEMORIES:
-        choices = ", ".join(MEMORIES)
-        raise ConfigError(f"{prefix}memory", f"choose one of {choices}, got {cfg.memory!r}")
-    size = cfg.memory_size
-    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
-        raise ConfigError(f"{prefix}memory_size", f"must be an integer > 0, got {size!r}")
+    base.check_memory(cfg, prefix)
     if not isinstance(cfg.last_action, bool):
         raise ConfigError(f"{prefix}last_action", f"must be true or false, got {cfg.last_action!r}")
 

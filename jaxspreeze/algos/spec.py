@@ -273,6 +273,21 @@ Torso = Literal["auto", "mlp", "minatar", "nature", "impala"]
 TORSOS: tuple[str, ...] = get_args(Torso)
 
 
+# the recurrent cells of --<algo>.memory ("none": feed-forward)
+MEMORIES = ("none", "gru", "lstm")
+
+
+def check_memory(cfg: Any, prefix: str) -> None:
+    """ConfigError naming ``memory`` unless it is one of :data:`MEMORIES`, or
+    ``memory_size`` unless it is an integer > 0 (a recurrent policy's cell)."""
+    if cfg.memory not in MEMORIES:
+        choices = ", ".join(MEMORIES)
+        raise ConfigError(f"{prefix}memory", f"choose one of {choices}, got {cfg.memory!r}")
+    size = cfg.memory_size
+    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+        raise ConfigError(f"{prefix}memory_size", f"must be an integer > 0, got {size!r}")
+
+
 def check_torso(cfg: Any, prefix: str) -> None:
     """ConfigError unless ``cfg.torso`` is one of :data:`TORSOS`."""
     if cfg.torso not in TORSOS:
