@@ -100,6 +100,29 @@ class _Step(nn.Module):
         return carry, (y, carry)
 
 
+def _remember(
+    kind: str, features: int, carry: Carry, x: jax.Array, resets: jax.Array
+) -> tuple[Carry, jax.Array, Carry]:
+    """The cell (a submodule ``memory`` of the calling network, inside its compact
+    ``__call__``) over ``x [T * B, F]``: ``(carry after the last step, y [T, B, F'] or
+    [B, F'] for T = 1, the carries after each step [T, B, ...])``. One step without a loop
+    when acting (the same parameters as the scanned step)."""
+    T, B = resets.shape[:2]
+    if T == 1:
+        carry, (y, carries) = _Step(kind, features, name="memory")(carry, x, resets[0])
+        return carry, y, jax.tree.map(lambda c: c[None], carries)
+    scan = nn.scan(
+        _Step,
+        variable_broadcast="params",
+        split_rngs={"params": False},
+        in_axes=0,
+        out_axes=0,
+        unroll=UNROLL,
+    )
+    carry, (y, carries) = scan(kind, features, name="memory")(carry, x.reshape(T, B, -1), resets)
+    return carry, y, carries
+
+
 class RecurrentNet(nn.Module):
     """torso -> ``kind`` cell of ``features`` units -> ``head`` (one of :data:`HEADS`).
 
@@ -126,23 +149,7 @@ class RecurrentNet(nn.Module):
     def __call__(self, carry: Carry, obs: jax.Array, resets: jax.Array) -> tuple[Carry, Any, Carry]:
         T, B = obs.shape[:2]
         x = encode(self.torso, obs.reshape(T * B, *obs.shape[2:]), self.obs_cols)
-        if T == 1:  # acting: one step, no loop (the same parameters as the scanned step)
-            carry, (y, carries) = _Step(self.kind, self.features, name="memory")(
-                carry, x, resets[0]
-            )
-            carries = jax.tree.map(lambda c: c[None], carries)
-        else:
-            scan = nn.scan(
-                _Step,
-                variable_broadcast="params",
-                split_rngs={"params": False},
-                in_axes=0,
-                out_axes=0,
-                unroll=UNROLL,
-            )
-            carry, (y, carries) = scan(self.kind, self.features, name="memory")(
-                carry, x.reshape(T, B, -1), resets
-            )
+        carry, y, carries = _remember(self.kind, self.features, carry, x, resets)
         y = y.reshape(T * B, -1)
         if self.head == "categorical":
             out = heads.categorical(y, self.hidden, self.out)
@@ -186,22 +193,6 @@ class RecurrentQNet(nn.Module):
         x = encode(self.torso, obs.reshape(T * B, *obs.shape[2:]), self.obs_cols)
         if extra is not None:
             x = jnp.concatenate([x, extra.reshape(T * B, -1).astype(x.dtype)], axis=-1)
-        if T == 1:  # acting: one step, no loop (the same parameters as the scanned step)
-            carry, (y, carries) = _Step(self.kind, self.features, name="memory")(
-                carry, x, resets[0]
-            )
-            carries = jax.tree.map(lambda c: c[None], carries)
-        else:
-            scan = nn.scan(
-                _Step,
-                variable_broadcast="params",
-                split_rngs={"params": False},
-                in_axes=0,
-                out_axes=0,
-                unroll=UNROLL,
-            )
-            carry, (y, carries) = scan(self.kind, self.features, name="memory")(
-                carry, x.reshape(T, B, -1), resets
-            )
+        carry, y, carries = _remember(self.kind, self.features, carry, x, resets)
         q = heads.q_values(y.reshape(T * B, -1), self.hidden, self.num_actions, self.layer_norm)
         return carry, q, carries
