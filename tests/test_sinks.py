@@ -31,16 +31,41 @@ def read_tensorboard(logdir: str | Path) -> dict[str, dict[int, float]]:
     classes (the ``tensorboard`` package is not needed).
     """
     out: dict[str, dict[int, float]] = {}
+    for event in read_events(logdir):
+        for value in event.summary.value:
+            out.setdefault(value.tag, {})[int(event.step)] = float(value.simple_value)
+    return out
+
+
+def read_events(logdir: str | Path) -> list:
+    """Every event of the event files under ``logdir``, in file order, each TFRecord's
+    two CRCs checked (CRC-32C by the standard library-free reference below)."""
+    events = []
     for path in sorted(Path(logdir).glob("events.out.tfevents.*")):
         data = path.read_bytes()
         pos = 0
         while pos + 12 <= len(data):
-            (length,) = struct.unpack("<Q", data[pos : pos + 8])
-            event = event_pb2.Event.FromString(data[pos + 12 : pos + 12 + length])
+            head = data[pos : pos + 8]
+            (length,) = struct.unpack("<Q", head)
+            body = data[pos + 12 : pos + 12 + length]
+            (head_crc,) = struct.unpack("<I", data[pos + 8 : pos + 12])
+            (body_crc,) = struct.unpack("<I", data[pos + 12 + length : pos + 16 + length])
+            assert head_crc == _masked_crc32c(head) and body_crc == _masked_crc32c(body)
+            events.append(event_pb2.Event.FromString(body))
             pos += 12 + length + 4  # length, its crc, the event, its crc
-            for value in event.summary.value:
-                out.setdefault(value.tag, {})[int(event.step)] = float(value.simple_value)
-    return out
+        assert pos == len(data)
+    return events
+
+
+def _masked_crc32c(data: bytes) -> int:
+    """TFRecord's masked CRC-32C, bit by bit (a second implementation to check the sink's)."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 * (crc & 1))
+    crc ^= 0xFFFFFFFF
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 def chunk(i: int, seeds: int = 2) -> dict:
@@ -224,8 +249,9 @@ def test_make_sinks_skips_what_is_not_installed(tmp_path, monkeypatch):
         quiet=True,
         report=notes.append,
     )
-    assert [s.name for s in sinks] == ["jsonl", "csv"]
-    assert any("tensorboardX" in n for n in notes) and any("wandb" in n for n in notes)
+    # the event files need no tensorboardX (jaxspreeze.sinks.tfevents writes them)
+    assert [s.name for s in sinks] == ["jsonl", "csv", "tensorboard"]
+    assert len(notes) == 1 and "wandb" in notes[0]
     for s in sinks:
         s.close()
 
@@ -240,13 +266,27 @@ def test_tensorboard_purges_what_a_resumed_run_runs_again(tmp_path):
     again = TensorBoardSink(tmp_path, purge_step=201)
     again.write({"kind": "chunk", "env_steps": 300, "x": 2.0})
     again.close()
-    starts = []
-    for path in sorted(tmp_path.glob("tb/events.out.tfevents.*")):
-        data, pos = path.read_bytes(), 0
-        while pos + 12 <= len(data):
-            (length,) = struct.unpack("<Q", data[pos : pos + 8])
-            event = event_pb2.Event.FromString(data[pos + 12 : pos + 12 + length])
-            pos += 12 + length + 4
-            if event.HasField("session_log"):
-                starts.append((event.session_log.status, event.step))
-    assert (event_pb2.SessionLog.START, 201) in starts
+    starts = [
+        (event.session_log.status, event.step)
+        for event in read_events(tmp_path / "tb")
+        if event.HasField("session_log")
+    ]
+    assert starts == [(event_pb2.SessionLog.START, 201)]
+
+
+def test_event_files_are_what_tensorboard_reads(tmp_path):
+    """Every file starts with its version; values are float32 as protobuf's float holds
+    them (one too large for float32 is an infinity); a step of 2**40 survives."""
+    from jaxspreeze.sinks.tfevents import crc32c
+
+    assert crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
+    sink = TensorBoardSink(tmp_path)
+    sink.write({"kind": "chunk", "env_steps": 2**40, "a": 0.1, "big": 1e300, "n": 3})
+    sink.write({"kind": "eval", "env_steps": 7, "eval_return": -5.5})
+    sink.close()
+    events = read_events(tmp_path / "tb")
+    assert events[0].file_version == "brain.Event:2" and events[0].wall_time > 0
+    got = {(v.tag, e.step): v.simple_value for e in events[1:] for v in e.summary.value}
+    assert got[("train/a", 2**40)] == struct.unpack("<f", struct.pack("<f", 0.1))[0]
+    assert got[("train/big", 2**40)] == math.inf and got[("train/n", 2**40)] == 3.0
+    assert got[("eval/eval_return", 7)] == -5.5

@@ -78,11 +78,8 @@ def make_sinks(
         elif name == "csv":
             sinks.append(CsvSink(run_dir, eval_columns(num_seeds)))
         elif name == "tensorboard":
-            if importlib.util.find_spec("tensorboardX") is None:
-                report("tensorboard sink skipped: tensorboardX is not installed")
-            else:
-                purge = None if resumed_at is None else resumed_at + 1
-                sinks.append(TensorBoardSink(run_dir, purge_step=purge))
+            purge = None if resumed_at is None else resumed_at + 1
+            sinks.append(TensorBoardSink(run_dir, purge_step=purge))
         elif name == "wandb":
             if importlib.util.find_spec("wandb") is None:
                 report("wandb sink skipped: wandb is not installed (pip install wandb)")

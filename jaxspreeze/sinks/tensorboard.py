@@ -1,16 +1,16 @@
-"""TensorBoard event files under ``<run>/tb/`` (tensorboardX)."""
+"""TensorBoard event files under ``<run>/tb/`` (written by :mod:`.tfevents`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from jaxspreeze.core.types import Record
 from jaxspreeze.sinks.base import scalars
+from jaxspreeze.sinks.tfevents import EventFile
 
 
 class TensorBoardSink:
-    """TensorBoard event files under ``<run>/tb/`` (tensorboardX, imported on first use).
+    """TensorBoard event files under ``<run>/tb/`` (scalars; no TensorFlow or tensorboardX).
 
     Chunk values are logged as ``train/<name>``, eval values as ``eval/<name>``, per-seed
     values as ``<prefix>/<name>/seed<i>``, a population's per-member values as
@@ -25,21 +25,15 @@ class TensorBoardSink:
     def __init__(self, run_dir: str | Path, purge_step: int | None = None):
         self.logdir = Path(run_dir) / "tb"
         self.purge_step = purge_step
-        self._writer: Any = None
+        self._writer: EventFile | None = None
 
     def write(self, record: Record) -> None:
         """Add every finite scalar of ``record`` at step ``env_steps``."""
         if self._writer is None:
-            # heavy optional dependency: imported by the first write, on the sink's thread
-            from tensorboardX import SummaryWriter
-
-            self._writer = SummaryWriter(
-                logdir=str(self.logdir), flush_secs=10, purge_step=self.purge_step
-            )
+            self._writer = EventFile(self.logdir, purge_step=self.purge_step)
         prefix = "eval" if record.get("kind") == "eval" else "train"
         step = int(record["env_steps"])
-        for key, value in scalars(record):
-            self._writer.add_scalar(f"{prefix}/{key}", value, step)
+        self._writer.add_scalars(step, ((f"{prefix}/{k}", v) for k, v in scalars(record)))
 
     def close(self) -> None:
         """Flush and close the event file."""
