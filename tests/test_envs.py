@@ -106,10 +106,11 @@ def test_gymnax_starts_without_its_render_only_imports():
         from jaxspreeze.envs import make_env
         make_env("gymnax/CartPole-v1", 2)
         print("after make:", *(m in sys.modules for m in ("seaborn", "scipy.stats",
-              "matplotlib.pyplot")))
+              "matplotlib.pyplot", "matplotlib")))
         from gymnax.environments.misc import pong
         print("palette:", len(pong.sns.color_palette("cubehelix", 3)))
         print("figure:", type(pong.plt.figure()).__name__)
+        print("colors:", pong.colors.ListedColormap(["red"]).N)
         import seaborn, matplotlib.pyplot
         print("real:", type(seaborn).__name__, type(matplotlib.pyplot).__name__)
         """
@@ -120,5 +121,6 @@ def test_gymnax_starts_without_its_render_only_imports():
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.splitlines()
-    assert "after make: False False False" in lines
-    assert "palette: 3" in lines and "figure: Figure" in lines and "real: module module" in lines
+    assert "after make: False False False False" in lines
+    assert "palette: 3" in lines and "figure: Figure" in lines and "colors: 1" in lines
+    assert "real: module module" in lines

@@ -37,6 +37,11 @@ class _Deferred(types.ModuleType):
     """A stand-in for a module that imports the real one at its first attribute read."""
 
     def __getattr__(self, attr: str) -> Any:
+        # a deferred submodule read off a deferred parent (``import a.b as c``, ``from a
+        # import b``) is the submodule's stand-in, not a reason to import the parent
+        child = sys.modules.get(f"{self.__name__}.{attr}")
+        if isinstance(child, _Deferred):
+            return child
         if sys.modules.get(self.__name__) is self:
             del sys.modules[self.__name__]
         return getattr(importlib.import_module(self.__name__), attr)
@@ -45,13 +50,17 @@ class _Deferred(types.ModuleType):
 @contextlib.contextmanager
 def _deferred(name: str) -> Iterator[None]:
     """While open, ``import name`` gives a stand-in that imports the module when first
-    used; the stand-in leaves ``sys.modules`` on exit (a later import is the real one)."""
+    used; the stand-in leaves ``sys.modules`` on exit (a later import is the real one).
+    A package's stand-in carries its ``__path__``, so that its submodules are found (and
+    deferred) without importing it."""
     spec = None if name in sys.modules else importlib.util.find_spec(name)
     if spec is None:  # imported already, or not installed: nothing to defer
         yield
         return
     stand_in = _Deferred(name)
     stand_in.__spec__ = spec
+    if spec.submodule_search_locations is not None:
+        stand_in.__path__ = list(spec.submodule_search_locations)
     sys.modules[name] = stand_in
     try:
         yield
@@ -61,9 +70,11 @@ def _deferred(name: str) -> Iterator[None]:
 
 
 # what gymnax's modules import for their renders alone (Pong's colour palette: seaborn,
-# and with it scipy.stats; several envs' figures: pyplot): about 1.5 s of a gymnax run's
-# start on a 2-core CPU. jaxspreeze draws its own figures without pyplot.
-RENDER_ONLY = ("seaborn", "matplotlib.pyplot")
+# and with it scipy.stats; several envs' figures: pyplot and matplotlib's colors, and
+# matplotlib itself under them): about 2 s of a gymnax run's start on a 2-core CPU, on
+# the path to its first compile. A parent comes before its submodules. jaxspreeze draws
+# its own figures without pyplot (and imports matplotlib when it draws).
+RENDER_ONLY = ("seaborn", "matplotlib", "matplotlib.pyplot", "matplotlib.colors")
 
 
 def _gymnax() -> Any:
