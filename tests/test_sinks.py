@@ -290,3 +290,28 @@ def test_event_files_are_what_tensorboard_reads(tmp_path):
     assert got[("train/a", 2**40)] == struct.unpack("<f", struct.pack("<f", 0.1))[0]
     assert got[("train/big", 2**40)] == math.inf and got[("train/n", 2**40)] == 3.0
     assert got[("eval/eval_return", 7)] == -5.5
+
+
+def test_plots_sink_imports_matplotlib_with_its_first_record_and_draws_at_close(tmp_path):
+    """The import (about half a second) happens while the run trains, not at its end."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        f"""
+        import sys
+        from jaxspreeze.sinks import PlotsSink
+        sink = PlotsSink({str(tmp_path)!r})
+        print("before:", "matplotlib.figure" in sys.modules)
+        sink.write({{"kind": "chunk", "env_steps": 8, "wall_s": 1.0, "env_steps_per_s": 8.0}})
+        print("after:", "matplotlib.figure" in sys.modules)
+        sink.write({{"kind": "eval", "env_steps": 8, "wall_s": 1.5, "eval_return": -3.0}})
+        sink.close()
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["before:", "False", "after:", "True"]
+    assert (tmp_path / "learning_curve.png").stat().st_size > 0
+    assert (tmp_path / "throughput.png").stat().st_size > 0

@@ -25,10 +25,16 @@ class PlotsSink:
     def __init__(self, run_dir: str | Path, history: Sequence[Record] = ()):
         self.run_dir = Path(run_dir)
         self.records: list[Record] = list(history)
+        self._imported = False
 
     def write(self, record: Record) -> None:
-        """Keep ``record`` for the end-of-run pictures."""
+        """Keep ``record`` for the end-of-run pictures. The first one also imports
+        matplotlib (about 0.5-0.8 s), here on the sink's own thread while the run trains,
+        rather than at the end, where the run's last seconds wait for the pictures."""
         self.records.append(record)
+        if not self._imported:
+            plots.prepare()
+            self._imported = True
 
     def close(self) -> None:
         """Write ``learning_curve.png`` and ``throughput.png``."""
