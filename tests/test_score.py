@@ -15,6 +15,7 @@ import textwrap
 import pytest
 
 from jaxspreeze.cli import main
+from jaxspreeze.score import peers as score_peers
 from jaxspreeze.score import rows as score_rows
 from jaxspreeze.score import runs as score_run
 from jaxspreeze.score import sides as score_sides
@@ -290,7 +291,9 @@ def test_a_real_tiny_row_end_to_end(tmp_path):
     for r in doc["runs"]:
         curve = r["row"]["curve"]
         assert curve and curve[-1]["env_steps"] >= 2000, r["side"]
-        assert all(p["command_s"] > p["wall_s"] > 0 for p in curve), curve
+        # rejax's evaluation at step 0 (before any training) is at its run's start
+        assert all(p["command_s"] > p["wall_s"] >= 0 for p in curve), curve
+        assert curve[-1]["wall_s"] > 0, curve
         assert all(p["return_se"] > 0 for p in curve), curve
         assert r["row"]["compile_s"] > 0
         assert r["row"]["evaluation"]["episodes"] == 128
@@ -304,7 +307,6 @@ def test_a_real_tiny_row_end_to_end(tmp_path):
 def test_rejax_options_give_each_network_its_own_table(row):
     """rejax's create_agent pops "activation" from a network's table and writes the function
     back: two networks sharing one table (TD3's actor and critic) broke the second."""
-    from jaxspreeze.score import peers as score_peers
     from jaxspreeze.score import runners as score
 
     task = score_tasks.ROWS[row]
@@ -315,3 +317,18 @@ def test_rejax_options_give_each_network_its_own_table(row):
         t["activation"] = getattr(__import__("flax").linen, t.pop("activation"))
     again = score_peers._rejax_config(score.preset_config(task), task)
     assert all(v["activation"] == "relu" for k, v in again.items() if k.endswith("_kwargs"))
+
+
+def test_a_one_program_peer_curve_is_stamped_by_its_share_of_the_steps():
+    """rejax's evaluations come back with its trained state (no host callback): each point
+    is the run's wall at its share of the env steps, from the run's start and the
+    command's."""
+    curve = score_peers.interpolated_curve([0, 500, 1500, 2000], [-9.0, -5.0, -2.0, -1.0],
+                                           [1.0, 0.5, 0.25, 0.125], 8.0, 3.0)  # fmt: skip
+    assert [p["wall_s"] for p in curve] == [0.0, 2.0, 6.0, 8.0]
+    assert [p["command_s"] for p in curve] == [3.0, 5.0, 9.0, 11.0]
+    assert [p["return"] for p in curve] == [-9.0, -5.0, -2.0, -1.0]
+    assert curve[2] == {"env_steps": 1500, "return": -2.0, "return_se": 0.25, "wall_s": 6.0,
+                        "command_s": 9.0}  # fmt: skip
+    reached = score_rows.row("rejax", score_tasks.ROWS[ROW], curve)
+    assert reached["final_return"] == -1.0 and reached["env_steps"] == 2000

@@ -237,12 +237,14 @@ _REJAX_ALGOS = ("SAC", "TD3", "PPO", "PQN", "DQN")  # rejax's classes, by lower-
 
 def run_rejax(task: ScoreTask, run: SideRun) -> Record:
     """rejax's trainer on a gymnax row: the whole training is one jitted program (its
-    evaluations inside, every ``eval_every`` env steps); a host callback stamps each
-    evaluation's wall time as it happens."""
+    evaluations inside, every ``eval_every`` env steps, their results returned with the
+    trained state). No host callback: JAX does not keep a program that holds one, and a
+    warm run of rejax must find its program in the compile cache as jaxspreeze's does.
+    Each evaluation's wall time is the run's measured wall at its share of the env steps
+    (:func:`interpolated_curve`)."""
     import gymnax
     import jax
     import rejax
-    from jax.experimental import io_callback
 
     from jaxspreeze.agent.evaluate import eval_seed, make_evaluate, start_key
     from jaxspreeze.envs import make_env
@@ -263,46 +265,36 @@ def run_rejax(task: ScoreTask, run: SideRun) -> Record:
     eval_env = make_env(task.env, score_settings.episodes(task))
     eval_key = jax.random.split(jax.random.key(eval_seed(run.seed)), 1)[0]
 
-    curve: list[dict[str, Any]] = []
-    t_start = [0.0]
-
-    def stamp(step: Any, ret: Any, se: Any) -> None:
-        now = time.time()
-        point = {
-            "env_steps": int(step),
-            "return": float(ret),
-            "return_se": float(se),
-            "wall_s": now - t_start[0],
-            "command_s": now - run.started,
-        }
-        curve.append(point)
-        run.say(
-            f"  rejax      {task.name:24s} {point['env_steps']:>9,} steps "
-            f"{point['wall_s']:7.1f}s  return {point['return']:9.1f}"
-        )
-
     def eval_callback(algo: Any, ts: Any, rng: Any) -> Any:
         del rng
         evaluate = make_evaluate(PeerPolicy(rejax_batched_act(algo)), eval_env)
         result = evaluate(ts, start_key(eval_key, ts.global_step))
-        io_callback(stamp, None, ts.global_step, result.return_mean, result.return_se, ordered=True)
-        return result.return_mean
+        return ts.global_step, result.return_mean, result.return_se
 
     algo = algo.replace(eval_callback=eval_callback)
     t0 = time.perf_counter()
     compiled = jax.jit(algo.train).lower(jax.random.key(run.seed)).compile()
     compile_s = time.perf_counter() - t0
-    t_start[0] = time.time()
-    jax.block_until_ready(compiled(jax.random.key(run.seed)))
-    wall_s = time.time() - t_start[0]
+    t_start = time.time()
+    _, (steps, returns, ses) = jax.block_until_ready(compiled(jax.random.key(run.seed)))
+    wall_s = time.time() - t_start
+    curve = interpolated_curve(
+        jax.device_get(steps), jax.device_get(returns), jax.device_get(ses),
+        wall_s, t_start - run.started,
+    )  # fmt: skip
+    for point in curve:
+        run.say(
+            f"  rejax      {task.name:24s} {point['env_steps']:>9,} steps "
+            f"{point['wall_s']:7.1f}s  return {point['return']:9.1f}"
+        )
     notes = [
         "gymnax >= 1.0's six-value step given to rejax as five (done = terminated or "
         "truncated: no bootstrap at time limits)",
         "rejax's own initialisations; evaluated by jaxspreeze's evaluator with its policy's "
         "mode (rejax's own evaluation samples)",
-        "the host callback that stamps each evaluation keeps JAX from caching rejax's "
-        "program (JAX does not cache programs with host callbacks): its warm runs compile "
-        "again",
+        "each evaluation's wall time: the run's measured wall at the evaluation's share "
+        "of the env steps (rejax's one program runs its iterations alike; no host "
+        "callback, so that JAX's cache keeps the program for the warm run)",
     ]
     if len(env.observation_space(env_params).shape) > 1:
         notes.append(
@@ -323,6 +315,29 @@ def run_rejax(task: ScoreTask, run: SideRun) -> Record:
         settings=record,
         evaluation=score_settings.protocol(task, REJAX_EVALUATOR),
     )
+
+
+def interpolated_curve(
+    steps: Any, returns: Any, ses: Any, wall_s: float, command_at_start_s: float
+) -> list[dict[str, Any]]:
+    """The learning curve of a one-program run from its evaluations' env steps, returns
+    and standard errors: the point at ``steps[i]`` is stamped ``wall_s * steps[i] /
+    steps[-1]`` after the run's start (``command_s``: from the command's start, the run
+    having started ``command_at_start_s`` after it)."""
+    last = max(int(steps[-1]), 1)
+    curve = []
+    for step, ret, se in zip(steps, returns, ses, strict=True):
+        wall = wall_s * int(step) / last
+        curve.append(
+            {
+                "env_steps": int(step),
+                "return": float(ret),
+                "return_se": float(se),
+                "wall_s": wall,
+                "command_s": command_at_start_s + wall,
+            }
+        )
+    return curve
 
 
 REJAX_EVALUATOR = (
