@@ -372,3 +372,27 @@ def test_the_mujoco_handler_keeps_someone_elses(monkeypatch):
         assert mujoco.get_mju_user_warning() == mine.calls.append
     finally:
         mujoco.set_mju_user_warning(previous)
+
+
+def test_an_evaluation_pending_too_long_lets_the_lines_after_it_go():
+    """A log does not fall silent behind a long evaluation: past ``hold_s`` the held lines
+    print with one saying it still runs; its own line comes when it is done, and the lines
+    after a later queued evaluation are held again."""
+    out = io.StringIO()
+    sink = ConsoleSink(400, live=False, file=out, hold_s=0.0)
+    sink.write(chunk(100))
+    sink.note(Note("queued", 100))
+    time.sleep(0.01)
+    sink.write(chunk(200))  # 100's evaluation pending past hold_s: let go
+    got = lines_of(out)
+    assert [s.split()[0] for s in got] == ["100/400", "eval", "200/400"]
+    assert got[1] == "  eval @       100 steps: still running (its line follows when done)"
+    sink.write(chunk(300))  # nothing held any more: printed at once
+    assert lines_of(out)[-1].split()[0] == "300/400"
+    sink.write(evaluation(100, 7.0))  # its line on arrival
+    assert lines_of(out)[-1].startswith("  eval @       100 steps: return 7.0")
+    held = ConsoleSink(400, live=False, file=io.StringIO())  # the default holds
+    held.write(chunk(100))
+    held.note(Note("queued", 100))
+    held.write(chunk(200))
+    assert len(lines_of(held._file)) == 1

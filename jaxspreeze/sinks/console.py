@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -51,13 +52,23 @@ class ConsoleSink:
 
     Every evaluation gets its line (its result, or that it was skipped or failed, and
     why) in step order with the progress lines: the trainer's notes (:meth:`note`) say
-    when a snapshot is queued, and the lines after it wait until its line is known.
+    when a snapshot is queued, and the lines after it wait until its line is known. Not
+    longer than ``hold_s`` seconds: a log must not fall silent behind an evaluation that
+    takes minutes. Past that, the lines held are printed with one saying the evaluation
+    still runs, and its own line comes when it ends (its step count says where it goes).
     """
 
     name = "console"
+    HOLD_S = 20.0  # the longest a progress line waits for an evaluation queued before it
 
     def __init__(
-        self, total_steps: int, *, live: bool | None = None, file: Any = None, slots: int = 1
+        self,
+        total_steps: int,
+        *,
+        live: bool | None = None,
+        file: Any = None,
+        slots: int = 1,
+        hold_s: float | None = None,
     ):
         self.total_steps = total_steps
         self.slots = max(int(slots), 1)  # seeds (x members): env_steps_per_s sums them
@@ -68,15 +79,17 @@ class ConsoleSink:
         self._eval_shown: tuple[Any, Any] = (math.nan, None)  # the latest eval line printed
         self._ret = math.nan  # the latest chunk in which episodes finished
         self._first: tuple[float, float] | None = None  # (env steps, wall_s) of chunk one
-        # lines waiting for an evaluation queued before them: [env_steps, line or None]
-        # (None: that evaluation's line is not known yet)
+        # lines waiting for an evaluation queued before them: [env_steps, line or None,
+        # when it was queued] (None: that evaluation's line is not known yet)
         self._held: list[list[Any]] = []
+        self._hold_s = self.HOLD_S if hold_s is None else hold_s
+        self._let_go: set[Any] = set()  # evaluations held too long: their lines print on arrival
 
     def note(self, note: Any) -> None:
         """An evaluation queued (its line holds the lines after it), skipped or failed
         (:class:`jaxspreeze.sinks.metrics.Note`)."""
         if note.kind == "queued":
-            self._held.append([note.env_steps, None])
+            self._held.append([note.env_steps, None, time.monotonic()])
             return
         line = f"  eval @ {note.env_steps:>9,} steps: {note.kind} ({note.why})"
         self._eval_done(note.env_steps, line)
@@ -176,9 +189,23 @@ class ConsoleSink:
         """Print ``text`` (or what it makes when printed) now, or after the evaluations
         queued before it."""
         if self._held:
-            self._held.append([steps, text])
+            self._held.append([steps, text, None])
+            self._let_go_late()
         else:
             self._print(text)
+
+    def _let_go_late(self) -> None:
+        """Print what is held when the evaluation holding it has been pending longer than
+        ``hold_s``: each pending one gets a line saying it still runs."""
+        first = self._held[0]
+        if first[1] is not None or time.monotonic() - first[2] <= self._hold_s:
+            return
+        for steps, text, _ in self._held:
+            if text is None:
+                self._let_go.add(steps)
+                text = f"  eval @ {steps:>9,} steps: still running (its line follows when done)"
+            self._print(text)
+        self._held.clear()
 
     def _eval_done(self, steps: Any, text: str, shown: tuple[Any, Any] = (math.nan, None)) -> None:
         """The line of the evaluation at ``steps`` (its return and s.e. ``shown``, if it
@@ -188,8 +215,12 @@ class ConsoleSink:
             if entry[1] is None and entry[0] == steps:
                 entry[1] = line
                 break
-        else:  # no note said it was queued (a sink fed by hand): its place is now
-            self._say(line, steps)
+        else:  # no note said it was queued (a sink fed by hand), or it was let go: now
+            if steps in self._let_go:
+                self._let_go.discard(steps)
+                self._print(line)
+            else:
+                self._say(line, steps)
         while self._held and self._held[0][1] is not None:
             self._print(self._held.pop(0)[1])
 
@@ -209,7 +240,7 @@ class ConsoleSink:
     def close(self) -> None:
         """Print what is held (an evaluation with no line gets one); the live line stays
         on screen as an ordinary line."""
-        for steps, text in self._held:
+        for steps, text, _ in self._held:
             self._print(text or f"  eval @ {steps:>9,} steps: no result (the run ended first)")
         self._held.clear()
         if self._live and self._status is not None:
