@@ -1,5 +1,5 @@
 """Defaults per env family (``AlgoSpec.family_defaults``): PPO's tanh-squashed policy on
-brax; what the user sets is kept; every other default and every other algorithm's is
+brax, SAC's 64 x 64 networks on gymnax; what the user sets is kept; every other default and every other algorithm's is
 unchanged. No JAX program runs here."""
 
 from __future__ import annotations
@@ -56,8 +56,35 @@ def test_what_the_user_sets_is_kept_and_other_algorithms_are_untouched():
         on_brax = config.resolve(RunConfig(algo=algo, env="brax/halfcheetah"))
         on_gymnax = config.resolve(RunConfig(algo=algo, env="gymnax/Pendulum-v1"))
         assert {k: getattr(on_brax, k) for k in SIZES} == {k: getattr(on_gymnax, k) for k in SIZES}
-        assert getattr(on_brax, algo) == getattr(on_gymnax, algo) == spec.config_cls()
+        filled = {f: getattr(getattr(on_brax, algo), f) for f in spec.field_defaults}
+        assert getattr(on_brax, algo) == spec.config_cls(**filled), algo
+        if algo != "sac":  # SAC's widths are the family's (test_sac_widths_per_family)
+            assert getattr(on_brax, algo) == getattr(on_gymnax, algo) == spec.config_cls()
         assert on_brax.ppo.policy is None  # an unused section keeps "the family's"
+        assert algo == "sac" or on_brax.sac.hidden is None
+
+
+def test_sac_widths_per_family():
+    """gymnax: 64 x 64; every other family 128 x 128; what the user sets is kept; every
+    other SAC field is the same in every family; SAC's make fills an unset width from the
+    env spec's family (direct callers)."""
+    from jaxspreeze.algos import sac
+
+    assert config.resolve(RunConfig(algo="sac", env="gymnax/Pendulum-v1")).sac.hidden == (64, 64)
+    for env in ("brax/halfcheetah", "playground/CheetahRun", "gymnasium/Pendulum-v1",
+                "envpool/Pendulum-v1"):  # fmt: skip
+        section = config.resolve(RunConfig(algo="sac", env=env)).sac
+        assert section == sac.SACConfig(hidden=(128, 128)), env
+    mine = RunConfig(algo="sac", env="gymnax/Pendulum-v1").replace(sac={"hidden": [32]})
+    assert config.resolve(mine).sac.hidden == (32,)
+    planned = plan(RunConfig(algo="sac", env="gymnax/Pendulum-v1"), on_devices=False)
+    assert planned.cfg.sac.hidden == (64, 64)
+    assert isinstance(planned.make_algorithm(), base.Algorithm)
+    assert base.filled(sac.SPEC, sac.SACConfig(), "gymnax").hidden == (64, 64)
+    assert base.filled(sac.SPEC, sac.SACConfig(), "brax").hidden == (128, 128)
+    with pytest.raises(config.ConfigError) as e:
+        plan(RunConfig(algo="sac").replace(sac={"hidden": [0]}), on_devices=False)
+    assert e.value.field == "sac.hidden"
 
 
 def test_plans_check_the_value_a_field_takes():

@@ -144,6 +144,7 @@ def init_actor(cfg: Any, params: PyTree, actor_tx: Any, alpha_tx: Any) -> SACAct
 
 def make(cfg: SACConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
     """Bind SAC to its config, env spec and the run's per-iteration update sizes."""
+    cfg = base.filled(SPEC, cfg, base.family_of(spec.name))
     grad_steps = run.grad_steps
     torso = networks.choose_torso(cfg.torso, spec.obs_shape)
     actor = networks.TanhGaussianActor(cfg.hidden, spec.action_dim, spec.actor_obs, torso)
