@@ -14,7 +14,9 @@ evaluation whose mean return reaches the threshold, the env steps and two wall t
 counted from the end of compilation: ``wall_to_threshold_s`` (warm-up, chunks and the
 evaluations before it) and ``train_to_threshold_s`` (warm-up and chunks only), and at the
 end the final return. The run goes on to its whole budget (the final return is part of
-the row). Compile time (chunk, warm-up and evaluator programs) is reported apart.
+the row). Compile time (chunk, warm-up and evaluator programs) is reported apart; with a
+compile cache, the programs are kept across processes as ``jaxspreeze train`` keeps them
+(:func:`jaxspreeze.run.caches.program_cache`), so a warm side loads them.
 
 :func:`run_brax` trains brax's own trainer (``brax.training.agents.sac`` / ``ppo``) on the
 same env, matched to the preset: the same hidden sizes, num_envs, batch (SAC: batch size,
@@ -53,7 +55,7 @@ from jaxspreeze.bench import brax_compat
 from jaxspreeze.bench.record import Record, evaluated_chunks
 from jaxspreeze.core.compiles import CompileLog
 from jaxspreeze.envs import make_env
-from jaxspreeze.run.caches import enable_compile_cache
+from jaxspreeze.run.caches import enable_compile_cache, program_cache
 from jaxspreeze.schedules.base import abstract_on, compile_beside
 from jaxspreeze.score import settings as score_settings
 from jaxspreeze.score.rows import first_reaching, row  # noqa: F401 (re-exported)
@@ -117,16 +119,20 @@ def run_jaxspreeze(
     """
     planned = preset_config(task, **fields)
     cfg = planned.cfg
-    enable_compile_cache(cfg.compile_cache)
+    cache_dir = enable_compile_cache(cfg.compile_cache)
     placement = devices.single()
     schedule = schedules.make(planned.placed(placement))
+    # the programs kept across processes, as `jaxspreeze train` keeps them: a warm side
+    # loads them instead of tracing and lowering them again
+    schedule.programs = program_cache(cache_dir, schedule)
     t0 = time.perf_counter()
     # as the trainer starts: the chunk compiles beside the init, the evaluation beside both
     abstract = schedule.init_abstract()
     env = make_env(cfg.env, cfg.eval_episodes)
     keys = jax.random.split(jax.random.key(cfg.seed + 10_000), cfg.num_seeds)
     evaluate = make_seed_evaluate(schedule.algo, env, jax.device_put(keys, placement.eval))
-    evaluating = compile_beside(evaluate.compile, abstract_on(abstract.agent.actor, placement.eval))
+    actor_like = abstract_on(abstract.agent.actor, placement.eval)
+    evaluating = compile_beside(evaluate.compile, actor_like, schedule.programs)
     state = schedule.init_compiled()
     evaluating.result()
     compile_s = time.perf_counter() - t0
