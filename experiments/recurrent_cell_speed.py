@@ -5,12 +5,18 @@ One gradient step of recurrent PPO's policy loss is a ``lax.scan`` over the sequ
 minibatch of 256). This times, per gradient of a categorical policy's log-likelihood over
 one minibatch (value and policy losses have the same shape):
 
-- ``flax``: :class:`jaxspreeze.networks.RecurrentNet` as recurrent PPO calls it (flax's
-  ``GRUCell``/``OptimizedLSTMCell`` under ``nn.scan``, unrolled ``networks.recurrent.UNROLL``
-  steps per loop iteration): six (GRU) or eight (LSTM) separate matmuls per step;
+- ``network``: :class:`jaxspreeze.networks.RecurrentNet` as recurrent PPO calls it (since
+  2026-12-05 late: the input projections of all ``L`` steps before the loop, one hidden
+  matmul a step, the loop's gradient hand-written, ``networks.recurrent.UNROLL`` steps per
+  loop iteration);
+- ``flax``: flax's ``GRUCell``/``OptimizedLSTMCell`` stepped by ``jax.lax.scan``
+  (``networks.unroll``, the same parameters, then the same head; what ``RecurrentNet`` ran
+  before, there under ``nn.scan``): six (GRU) or eight (LSTM) separate matmuls per step,
+  JAX's automatic gradient of the loop;
 - ``fused``: the same parameters and the same maths, with the input projections of all
   ``L`` steps done before the loop (one matmul ``[L * S, D] x [D, 3F]``) and the hidden
-  projections fused into one matmul per step (``[S, F] x [F, 3F]``, ``4F`` for an LSTM);
+  projections fused into one matmul per step (``[S, F] x [F, 3F]``, ``4F`` for an LSTM),
+  JAX's automatic gradient of the loop;
 - ``feed-forward``: PPO's feed-forward network on the same ``L * S`` rows (no loop).
 
 Each is jitted, compiled and warmed, then timed over ``--repeats`` calls (median; wall and
@@ -135,8 +141,15 @@ def main() -> None:
     def logp(logits):
         return jnp.take_along_axis(jax.nn.log_softmax(logits), actions[:, None], 1).mean()
 
-    def flax_loss(params):
+    def net_loss(params):
         return logp(net.apply(params, carry, obs, resets)[1])
+
+    cell = networks.RecurrentCell(args.cell, args.features)
+
+    def flax_loss(params):
+        cell_params = {"params": params["params"]["memory"]["cell"]}
+        _, ys = networks.unroll(cell, cell_params, carry, obs, resets)
+        return logp(_head(params, ys.reshape(L * S, -1)))
 
     fused = fused_gru if args.cell == "gru" else fused_lstm
 
@@ -144,14 +157,22 @@ def main() -> None:
         _, ys = fused(params, carry, obs, resets)
         return logp(_head(params, ys.reshape(L * S, -1)))
 
-    a, b = flax_loss(params), fused_loss(params)
-    ga, gb = jax.grad(flax_loss)(params), jax.grad(fused_loss)(params)
-    gap = max(
-        float(jnp.max(jnp.abs(x - y)))
-        for x, y in zip(jax.tree.leaves(ga), jax.tree.leaves(gb), strict=True)
-    )
-    print(f"loss flax {float(a):.6f} fused {float(b):.6f}; largest gradient difference {gap:.2e}")
-    rows = {"flax": jax.grad(flax_loss), "fused": jax.grad(fused_loss)}
+    ga = jax.grad(flax_loss)(params)
+    for name, fn in (("network", net_loss), ("fused", fused_loss)):
+        gb = jax.grad(fn)(params)
+        gap = max(
+            float(jnp.max(jnp.abs(x - y)))
+            for x, y in zip(jax.tree.leaves(ga), jax.tree.leaves(gb), strict=True)
+        )
+        print(
+            f"loss flax {float(flax_loss(params)):.6f} {name} {float(fn(params)):.6f}; "
+            f"largest gradient difference {gap:.2e}"
+        )
+    rows = {
+        "network": jax.grad(net_loss),
+        "flax": jax.grad(flax_loss),
+        "fused": jax.grad(fused_loss),
+    }
     flat_obs = obs.reshape(L * S, D)
 
     def ff_loss(ps):  # PPO's feed-forward policy network: obs -> hidden -> logits

@@ -23,8 +23,12 @@ from jaxspreeze.setup.config import RunConfig
 from jaxspreeze.setup.plan import plan
 
 
-def steps_per_second(args: argparse.Namespace, memory: str) -> tuple[float, list[float]]:
-    """The median env steps/s of one chunk of ``args.iterations`` iterations, and the walls."""
+def steps_per_second(
+    args: argparse.Namespace, memory: str
+) -> tuple[float, list[float], float, float]:
+    """The median env steps/s of one chunk of ``args.iterations`` iterations (wall), the
+    walls, env steps per process CPU second (median), and the first call's wall (compile
+    and one warm call)."""
     cfg = RunConfig(
         algo="ppo",
         env=args.env,
@@ -41,23 +45,25 @@ def steps_per_second(args: argparse.Namespace, memory: str) -> tuple[float, list
         hidden=tuple(args.hidden),
         epochs=args.epochs,
         recurrent_chunk=args.chunk,
+        torso=args.torso,
     )
     planned = plan(dataclasses.replace(cfg, ppo=ppo), on_devices=False)
     algo = planned.make_algorithm()
     env = envs.make_env(args.env, args.num_envs)
     it = Iteration.from_plan(planned, algo, env, obs_buffer=False)
-    chunk = jax.jit(
-        lambda s: jax.lax.scan(lambda s, _: it(s), s, None, length=args.iterations)
-    )
+    chunk = jax.jit(lambda s: jax.lax.scan(lambda s, _: it(s), s, None, length=args.iterations))
     state = jax.jit(it.init)(jax.random.key(0))
+    t0 = time.perf_counter()
     state, _ = jax.block_until_ready(chunk(state))  # compile and warm
-    walls = []
+    compile_s = time.perf_counter() - t0
+    walls, cpus = [], []
     for _ in range(args.repeats):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         state, _ = jax.block_until_ready(chunk(state))
         walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)
     steps = args.num_envs * args.rollout_steps * args.iterations
-    return steps / statistics.median(walls), walls
+    return steps / statistics.median(walls), walls, steps / statistics.median(cpus), compile_s
 
 
 def main() -> None:
@@ -73,16 +79,19 @@ def main() -> None:
     p.add_argument("--iterations", type=int, default=5)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--memories", nargs="+", default=["none", "gru", "lstm"])
+    p.add_argument("--torso", default="auto", help="--ppo.torso (auto: the CNN on MinAtar's grids)")
     args = p.parse_args()
     base = None
     for memory in args.memories:
-        sps, walls = steps_per_second(args, memory)
+        sps, walls, per_cpu_s, first = steps_per_second(args, memory)
         base = base or sps
         print(
             f"memory={memory:5s} {sps:10,.0f} env steps/s  ({base / sps:.2f}x the first's wall)"
+            f"  {per_cpu_s:10,.0f} env steps per CPU s  first call {first:.1f} s"
             f"  walls {', '.join(f'{w:.3f}' for w in walls)}",
             flush=True,
         )
+    print(f"load {' '.join(open('/proc/loadavg').read().split()[:3])}")
 
 
 if __name__ == "__main__":

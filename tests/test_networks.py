@@ -448,3 +448,72 @@ def test_recurrent_cells_reset_rows_on_episode_start(kind):
     np.testing.assert_allclose(ys[1], y, rtol=1e-6, atol=1e-6)
     np.testing.assert_allclose(ys[2], y3, rtol=1e-6, atol=1e-6)
     assert jax.tree.map(jnp.shape, last) == jax.tree.map(jnp.shape, carry0)
+
+
+@pytest.mark.parametrize("kind", ["gru", "lstm"])
+def test_a_recurrent_network_unrolls_and_differentiates_as_flax_cell_stepped_by_hand(kind):
+    """RecurrentNet's cell (input projections before the loop, a hand-written gradient)
+    against flax's cell stepped one step at a time with the same parameters (autodiff):
+    the carries after each step, the last carry, and the gradients of a loss reading all
+    of them w.r.t. the cell's parameters, the starting carry and the cell's inputs, with
+    resets inside the sequence; acting (T = 1) is the first step. The parameter tree is
+    flax's cell's."""
+    T, B, D, F = 5, 3, 4, 6
+    net = networks.RecurrentNet("value", (5,), 1, kind, F)
+    k = jax.random.split(jax.random.key(2), 5)
+    obs = jax.random.normal(k[0], (T, B, D))
+    resets = jnp.array([[0, 0, 1], [1, 0, 0], [0, 0, 0], [0, 1, 1], [0, 0, 0]], bool)
+    params = net.init(k[1], net.initialize_carry(1), obs[:1, :1], resets[:1, :1])
+    flax_cell = networks.CELLS[kind](F)
+    flax_params = flax_cell.init(k[1], flax_cell.initialize_carry(k[1], (1, D)), obs[0, :1])
+    assert jax.tree.structure(params["params"]["memory"]["cell"]["cell"]) == jax.tree.structure(
+        flax_params["params"]
+    )
+    carry = jax.tree.map(lambda c: jax.random.normal(k[2], c.shape), net.initialize_carry(B))
+    weights = jax.random.normal(k[3], (T, B, F))
+
+    def by_hand(p, carry, xs):  # the torso is a flatten: the cell reads obs itself
+        cell = {"params": p["params"]["memory"]["cell"]["cell"]}
+        carries = []
+        for t in range(xs.shape[0]):
+            carry = jax.tree.map(lambda c: jnp.where(resets[t][:, None], 0.0, c), carry)
+            carry, _ = flax_cell.apply(cell, carry, xs[t])
+            carries.append(carry)
+        return carry, jax.tree.map(lambda *c: jnp.stack(c), *carries)
+
+    def network(p, carry, xs):
+        last, _, carries = net.apply(p, carry, xs, resets)
+        return last, carries
+
+    def loss(fn):
+        def f(p, carry, xs):
+            last, carries = fn(p, carry, xs)
+            return sum(jnp.sum(c * weights) for c in jax.tree.leaves(carries)) + sum(
+                jnp.sum(c**2) for c in jax.tree.leaves(last)
+            )
+
+        return f
+
+    @jax.jit  # one program (op by op, the hand loop's gradient is slow to dispatch)
+    def both(params, carry, obs):
+        grad = lambda fn: jax.grad(loss(fn), argnums=(0, 1, 2))(params, carry, obs)
+        first = by_hand(params, carry, obs[:1])[0]
+        acted = net.apply(params, carry, obs[:1], resets[:1])[0]
+        return (by_hand(params, carry, obs), grad(by_hand), first), (
+            network(params, carry, obs),
+            grad(network),
+            acted,
+        )
+
+    (hand, g_hand, first), (ours, g_net, acted) = both(params, carry, obs)
+    tol = dict(rtol=1e-5, atol=1e-5)
+    for a, b in zip(jax.tree.leaves(hand), jax.tree.leaves(ours), strict=True):
+        np.testing.assert_allclose(a, b, **tol)
+    g_net = (g_net[0]["params"]["memory"], *g_net[1:])  # the head's gradients are zero
+    g_hand = (g_hand[0]["params"]["memory"], *g_hand[1:])
+    assert jax.tree.structure(g_hand) == jax.tree.structure(g_net)
+    for a, b in zip(jax.tree.leaves(g_hand), jax.tree.leaves(g_net), strict=True):
+        assert np.abs(np.asarray(a)).max() > 0  # every gradient reaches its leaf
+        np.testing.assert_allclose(a, b, **tol)
+    for a, b in zip(jax.tree.leaves(first), jax.tree.leaves(acted), strict=True):
+        np.testing.assert_allclose(a, b, **tol)
