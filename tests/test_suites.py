@@ -66,9 +66,13 @@ def against_the_suite(parts, suite_step, steps: int, n: int = 16, seed: int = 0)
         def body(state, k):
             k_act, k_step = jax.random.split(k)
             action = jax.random.randint(k_act, (n,), 0, env.spec.action_dim)
-            suite = jax.vmap(suite_step)(state.inner.state, action)
-            start_obs = state.inner.start_obs
+            # the state this step starts from (an episode that ended: its start)
+            suite = jax.vmap(suite_step)(state.inner.current(), action)
+            before = state.inner.start_obs
             obs, state, reward, terminated, truncated, final_obs = env.step(k_step, state, action)
+            # the start an episode that ended here takes: the plain order draws after the
+            # step (the one before it), the lean order at the next step (the one after)
+            start_obs = before if state.inner.ended is None else state.inner.start_obs
             return state, (obs, reward, terminated, truncated, final_obs, start_obs, *suite)
 
         return (

@@ -18,7 +18,20 @@ blocks in turn, so every env's start is at most 64 steps old and a step costs
 that end). Craftax episodes run for hundreds of steps, so nearly every episode starts from
 a world never played before; one shorter than 64 steps may start from its env's previous
 world. The observation the last
-action led to is kept as the final observation (bootstrapping).
+action led to is kept as the final observation (bootstrapping). The auto-reset runs in its
+lean order (``lean=True``: the start selected at the next step, inside the step's own
+kernels; the worlds' keys hashed unrolled through the whole generation, the same keys and
+the same random bits as JAX's own; the generation's float noise may still round otherwise
+in a few tiles, as it does between any two programs: the adapter's test allows 1% of
+tiles).
+
+**What a step costs.** Generating one world costs about 0.4 of a 64-env step on a CPU
+(2 ms against 5.3 ms), and each step generates ``ceil(N / 64)``: without the worlds the
+adapter steps at 0.96-0.99 of the bare transition, with them at about 0.7
+(``experiments/results/suites_cpu.md``). Fewer worlds per step cannot keep episodes
+apart: with episodes of ~150 steps, ``N / 150`` episodes end per step, so a world for
+every episode costs at least ``(2 / 150) / (5.3 / 64)``, 0.16 of a step, at any ``N``, and
+fewer than one world per episode means that episodes share worlds.
 
 A step's randomness (mobs, damage) comes from a key carried in each env's state, drawn at
 its reset. Death (and lava in Classic, the final boss beaten in Craftax) is a termination;
@@ -128,10 +141,12 @@ def make(env_name: str) -> EnvParts:
     max_steps = int(params.max_timesteps)
 
     def reset(key):
-        # raw keys throughout: the state carries them (ours, and Craftax's state_rng)
-        k_world, k_steps = jax.random.split(_raw_key(key))
+        # the key as given through the world's generation (the shared auto-reset's draws
+        # hash a typed key's splits unrolled: the same bits, fewer kernels on a CPU), raw
+        # keys in the state it returns (ours, and Craftax's state_rng), as the step's are
+        k_world, k_steps = jax.random.split(key)
         obs, state = env.reset(k_world, params)
-        return keep_obs(obs), _strong((state, k_steps))
+        return keep_obs(obs), _strong(jax.tree.map(_raw_key, (state, k_steps)))
 
     def step(inner, action):
         state, key = inner
@@ -150,7 +165,7 @@ def make(env_name: str) -> EnvParts:
         max_episode_steps=max_steps,
         obs_dtype=str(obs.dtype),
     )
-    made = auto_reset(reset, step, max_steps, REFRESH_EVERY)
+    made = auto_reset(reset, step, max_steps, REFRESH_EVERY, lean=True)
     return EnvParts(spec, made.reset_one, made.step_batch, (env, params), made.step_batch_no_reset)
 
 

@@ -7,8 +7,12 @@ that dtype: :attr:`EnvSpec.obs_dtype`) and a step limit of 100 (``navix.make``'s
 that call is dropped) under a ``lax.cond``, which ``vmap`` turns into computing both the
 step and a reset on every call; this adapter steps with the env's ``_step`` (the
 transition alone) and resets with :func:`~jaxspreeze.envs.base.auto_reset` (initial states
-drawn ahead, the final observation kept). A termination step type (the goal reached, lava)
-is a termination, a truncation step type (the step limit) a truncation.
+drawn ahead, the final observation kept) in its lean order (``lean=True``: the start
+selected at the next step, inside the step's own kernels; the draws' keys hashed
+unrolled): the same transitions, bit for bit, as the plain order on the same keys (Navix's
+state is integers), cheaper per step on a CPU (``experiments/results/suites_cpu.md``).
+A termination step type (the goal reached, lava) is a termination, a truncation step type
+(the step limit) a truncation.
 """
 
 from __future__ import annotations
@@ -120,7 +124,7 @@ def make(env_name: str) -> EnvParts:
         max_episode_steps=int(env.max_steps),
         obs_dtype=str(obs.dtype),
     )
-    made = auto_reset(reset, step, int(env.max_steps))
+    made = auto_reset(reset, step, int(env.max_steps), lean=True)  # integer grids
     return EnvParts(spec, made.reset_one, made.step_batch, env, made.step_batch_no_reset)
 
 

@@ -382,6 +382,18 @@ def _put(arr: np.ndarray, sharding: Any) -> jax.Array:
     return jax.make_array_from_callback(arr.shape, sharding, lambda index: arr[index])
 
 
+# env-state leaves added since checkpoints were first written (envs.base.ResetInner's
+# ``ended`` and ``drawn``: a family with lean resets, Navix and Craftax, holds them): a
+# checkpoint from before resumes with the fresh state's values (no episode pending a
+# reset; the next step redraws one block's starts, from the reset distribution as ever)
+ADDED_ENV_LEAVES = (".inner.ended", ".inner.drawn")
+
+
+def _is_added(key_path: str) -> bool:
+    """Whether a template leaf may be missing from a checkpoint written before it existed."""
+    return members.is_added(key_path) or key_path.endswith(ADDED_ENV_LEAVES)
+
+
 def _added_leaf(path: Path, key_path: str, leaf: Any) -> jax.Array:
     """The template's value of a hyperparameter leaf the checkpoint predates (a copy, on
     the template leaf's devices)."""
@@ -443,7 +455,7 @@ def restore(
     leaves_with_paths, treedef = jax.tree_util.tree_flatten_with_path(template)
     wanted = [jax.tree_util.keystr(p) for p, _ in leaves_with_paths]
 
-    missing = [p for p in wanted if p not in saved and not members.is_added(p)]
+    missing = [p for p in wanted if p not in saved and not _is_added(p)]
     extra = [p for p in saved if p not in set(wanted)]
     if missing or (extra and not partial):
         parts = []
@@ -459,7 +471,7 @@ def restore(
     data = _data(path, manifest)
     out = []
     for key_path, leaf in zip(wanted, (leaf for _, leaf in leaves_with_paths), strict=True):
-        if key_path not in saved:  # an added hyperparameter leaf: the config's value
+        if key_path not in saved:  # an added leaf: the fresh state's (the config's) value
             out.append(_added_leaf(path, key_path, leaf))
             continue
         entry = saved[key_path]
