@@ -30,7 +30,7 @@ from jaxspreeze.bench import report as bench_report
 from jaxspreeze.cli import main
 from jaxspreeze.cli.train import pinned_fields
 from jaxspreeze.core.errors import ConfigError
-from jaxspreeze.setup.config import RunConfig
+from jaxspreeze.setup.config import RunConfig, resolve
 
 
 def run(cfg=None, budget=1000.0, pinned=frozenset(), memory=10**12, out=None, **fake):
@@ -69,7 +69,7 @@ def test_update_bound_keeps_gradient_steps_and_takes_the_free_batch():
     assert c["base"] == {"num_envs": 8, "batch_size": 256, "grad_steps": 8, "total_steps": 20_000}
     assert (c["sampling_knee"], c["update_knee"]) == (128, 1024)  # 64 is not on the grid
     assert 0.5 <= c["predicted"]["chunk_s"] <= 2.0
-    assert chosen.sac == RunConfig().sac  # no learning-rate rule: nothing was traded
+    assert chosen.sac == resolve(RunConfig()).sac  # no learning-rate rule: nothing was traded
     assert profile["retime_rounds"] == grid.RETIME_ROUNDS  # all points timed again
     assert len(profile["update"]["points"][0]["rates"]) == 5 * (1 + grid.RETIME_ROUNDS)
 
