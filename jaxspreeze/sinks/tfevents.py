@@ -20,6 +20,7 @@ protobuf classes and checks every CRC.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import struct
@@ -105,18 +106,18 @@ def start_event(wall_time: float, step: int) -> bytes:
 def scalars_event(wall_time: float, step: int, values: Iterable[tuple[str, float]]) -> bytes:
     """One event holding ``(tag, value)`` scalars at ``step`` (values as float32)."""
     summary = b"".join(
-        _bytes(1, _bytes(1, tag.encode()) + _key(2, 5) + struct.pack("<f", value))
+        _bytes(1, _bytes(1, tag.encode()) + _key(2, 5) + _f32(float(value)))
         for tag, value in values
     )
     return _event(wall_time, step, _bytes(5, summary))
 
 
-def _float32(value: float) -> float:
-    """``value`` as float32 holds it (out of range: an infinity, as protobuf's float)."""
+def _f32(value: float) -> bytes:
+    """``value`` as protobuf's float holds it (out of float32's range: an infinity)."""
     try:
-        return struct.unpack("<f", struct.pack("<f", value))[0]
+        return struct.pack("<f", value)
     except OverflowError:
-        return float("inf") if value > 0 else float("-inf")
+        return struct.pack("<f", math.copysign(math.inf, value))
 
 
 class EventFile:
@@ -145,7 +146,7 @@ class EventFile:
 
     def add_scalars(self, step: int, values: Iterable[tuple[str, float]]) -> None:
         """Write the scalars of one step (one event)."""
-        values = [(tag, _float32(float(v))) for tag, v in values]
+        values = list(values)
         if values:
             self._write(scalars_event(time.time(), step, values))
         if time.monotonic() - self._flushed >= self._flush_s:
