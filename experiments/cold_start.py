@@ -10,7 +10,8 @@ Each run is a fresh process, timed whole (wall, and its CPU seconds: user + syst
 and its children, the steadier figure on a shared machine). Variants: ``before`` (the
 package at ``--before``, put first on ``PYTHONPATH``), ``after`` (this checkout's package,
 frozen: copied to a temporary folder when the script starts, or the folder ``--after``),
-``quick`` (``after`` with ``JAXSPREEZE_QUICK_COMPILE=on``), any name given a package
+``full`` and ``quick`` (``after`` with ``--compile full`` / ``--compile quick``; ``after``
+itself runs the default, ``--compile auto``), any name given a package
 folder with ``--package NAME=DIR`` and/or more ``jaxspreeze train`` flags with ``--flags
 NAME="..."`` (a name with flags only runs ``after``'s package), and ``rejax``: rejax with
 its own shipped settings for the job (the SAC job: experiments/rejax_sac_pendulum.py; the
@@ -44,7 +45,8 @@ REJAX = {
     "sac-pendulum": [str(HERE / "rejax_sac_pendulum.py")],
     "ppo-cartpole": [str(HERE / "rejax_own.py"), "ppo", "CartPole-v1", "--total-steps", "200000"],
 }
-COLD_ONLY = ("quick", "rejax")  # quick: after's warm run; rejax keeps nothing
+COLD_ONLY = ("rejax",)  # rejax keeps nothing
+MODES = {"full": ("--compile", "full"), "quick": ("--compile", "quick")}  # after's package
 
 
 def freeze(into: Path) -> str:
@@ -60,8 +62,6 @@ def run(
     env = dict(os.environ)
     if variant != "rejax":
         env["PYTHONPATH"] = packages.get(variant, packages["after"])
-    if variant == "quick":
-        env["JAXSPREEZE_QUICK_COMPILE"] = "on"
     load = os.getloadavg()[0]
     if variant == "rejax":
         command = [sys.executable, *REJAX[job]]
@@ -101,7 +101,7 @@ def main() -> None:
     p.add_argument("--flags", action="append", default=[], help='NAME="...": its train flags')
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--jobs", nargs="+", default=list(JOBS))
-    p.add_argument("--variants", nargs="+", default=["before", "after", "quick", "rejax"])
+    p.add_argument("--variants", nargs="+", default=["before", "after", "full", "rejax"])
     p.add_argument("--out", required=True)
     a = p.parse_args()
     if "before" in a.variants and not a.before:
@@ -109,7 +109,7 @@ def main() -> None:
     frozen = tempfile.TemporaryDirectory(prefix="cold-start-after-")
     packages = {"before": a.before, "after": a.after or freeze(Path(frozen.name))}
     packages.update(_named(a.package, "--package"))
-    flags = {k: tuple(shlex.split(v)) for k, v in _named(a.flags, "--flags").items()}
+    flags = {**MODES, **{k: tuple(shlex.split(v)) for k, v in _named(a.flags, "--flags").items()}}
     rows: list[dict] = []
     for job in a.jobs:
         variants = list(a.variants)

@@ -31,6 +31,9 @@ OPTIONS = (
     {"xla_backend_optimization_level": 1, "xla_llvm_disable_expensive_passes": True},
     {"xla_backend_optimization_level": 0},
     {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True},
+    {"xla_cpu_use_fusion_emitters": False},
+    {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 1},
+    {"xla_cpu_use_fusion_emitters": False, "xla_backend_optimization_level": 0},
 )
 
 
@@ -44,10 +47,10 @@ def _same(a, b) -> bool:
     return all(np.array_equal(_data(x), _data(y)) for x, y in pairs)
 
 
-def bench(name: str, lowered, args: tuple) -> None:
+def bench(name: str, lowered, args: tuple, sets: tuple = OPTIONS) -> None:
     """Compile ``lowered`` with each option set; print CPU seconds and bitwise equality."""
     reference = None
-    for options in OPTIONS:
+    for options in sets:
         c0 = time.process_time()
         program = lowered.compile(compiler_options=options or None)
         compile_cpu = time.process_time() - c0
@@ -68,26 +71,31 @@ def main() -> None:
     p.add_argument("--algo", default="sac")
     p.add_argument("--env", default="gymnax/Pendulum-v1")
     p.add_argument("--chunk", action="store_true", help="the chunk too (slow)")
+    p.add_argument("--only-chunk", action="store_true", help="the chunk alone")
+    p.add_argument("--sets", type=int, nargs="*", help="indices into OPTIONS (default all)")
     a = p.parse_args()
     jax.config.update("jax_enable_compilation_cache", False)
     cfg = resolve(dataclasses.replace(RunConfig(), algo=a.algo, env=a.env))
     s = schedules.make(plan(cfg, devices.single()))
+    sets = tuple(OPTIONS[i] for i in a.sets) if a.sets else OPTIONS
     keys = jax.random.split(jax.random.key(0), cfg.num_seeds)
-    bench("init", s._init().lower(keys), (keys,))
     state = s._init()(keys)
-    if s.plan.warmup_steps and not s.algo.on_policy:
-        warmup = jax.jit(jax.vmap(s.per_seed.warmup))
-        bench("warmup", warmup.lower(state), (state,))
-    env = make_env(cfg.env, cfg.eval_episodes)
-    ev = make_seed_evaluate(s.algo, env, jax.random.split(jax.random.key(1), 1))
-    step = ev._step(0)
-    bench(
-        "evaluate",
-        ev._jit.lower(state.agent.actor, ev._keys, step),
-        (state.agent.actor, ev._keys, step),
+    print(
+        f"{cfg.algo} {cfg.env}: {s.plan.num_iterations} iterations in the run, {cfg.chunk_iterations} a chunk",
+        flush=True,
     )
-    if a.chunk:
-        bench("chunk", jax.jit(s.fused_chunk).lower(state), (state,))
+    if not a.only_chunk:
+        bench("init", s._init().lower(keys), (keys,), sets)
+        if s.plan.warmup_steps and not s.algo.on_policy:
+            warmup = jax.jit(jax.vmap(s.per_seed.warmup))
+            bench("warmup", warmup.lower(state), (state,), sets)
+        env = make_env(cfg.env, cfg.eval_episodes)
+        ev = make_seed_evaluate(s.algo, env, jax.random.split(jax.random.key(1), 1))
+        step = ev._step(0)
+        args = (state.agent.actor, ev._keys, step)
+        bench("evaluate", ev._jit.lower(*args), args, sets)
+    if a.chunk or a.only_chunk:
+        bench("chunk", jax.jit(s.fused_chunk).lower(state), (state,), sets)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ BOXES = [
     ("sinks options", ["--sinks"]),
     ("autotune options", ["--autotune", "--profile", "--replay-ratio", "--autotune-budget-s"]),
     ("population options", ["--population", "--pbt", "--pbt-interval", "--pbt-quantile"]),
-    ("compile and programs options", ["--compile-cache"]),
+    ("compile and programs options", ["--compile-cache", "--compile"]),
 ]  # fmt: skip
 RULE = re.compile(r"^[\s│|]*[─\-═]{3,}[\s│|]*$")
 ENTRY = re.compile(r"^ {1,2}(-{1,2}[\w.-]+)")
@@ -140,7 +140,7 @@ def test_every_flag_once_with_its_metavar_and_default():
     sections = {flag for name in algos.NAMES for flag in section_flags(name)}
     assert set(flags) == {"-h"} | leaves | sections
     assert entries(help_text(["train"])) == entries(flat_help(TrainArgs, RunConfig()))
-    assert len(flags) == 157  # help, 9 options of train, 32 run fields, 115 in sections
+    assert len(flags) == 158  # help, 9 options of train, 33 run fields, 115 in sections
 
 
 def test_the_table_names_real_fields_once():

@@ -1,10 +1,11 @@
-"""A cold start: the rare programs' compile options, their key, the start's compile lines.
+"""A cold start: the compile modes, their key, the start's compile lines.
 
-The programs a run calls once or rarely (init, warm-up, evaluation) may be compiled for
-compile speed (``JAXSPREEZE_QUICK_COMPILE=on``, opt-in: it changes their last bits); the
-options are part of a kept program's key; the start says what it compiles, each program
-as it is ready and a heartbeat while it compiles; the evaluation's compile is not waited
-for before the first chunk.
+A run's programs are compiled for run speed (``--compile full``) or compile speed
+(``--compile quick``: their floats differ in the last bits); ``auto`` picks quick for a
+short device-env run on a CPU and the run's config records the choice; the options are
+part of a kept program's key; the start says what it compiles, each program as it is
+ready and a heartbeat while it compiles; the evaluation's compile is not waited for
+before the first chunk.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import pytest
 from jaxspreeze import schedules
 from jaxspreeze.agent.evaluate import make_seed_evaluate
 from jaxspreeze.core import programs
-from jaxspreeze.core.programs import QUICK_OPTIONS, ProgramCache, default_options
+from jaxspreeze.core.errors import ConfigError
+from jaxspreeze.core.programs import QUICK_OPTIONS, ProgramCache, compile_options
 from jaxspreeze.envs import make_env
 from jaxspreeze.run import starting
 from jaxspreeze.schedules.base import abstract_on
@@ -42,16 +44,48 @@ def _schedule(cfg, options=None):
     return schedule
 
 
-def test_only_the_rare_programs_get_quick_options_and_only_when_asked(monkeypatch):
-    monkeypatch.delenv(programs.QUICK_VAR, raising=False)
-    for name in ("init", "warmup", "evaluate", "fused_chunk"):
-        assert default_options()(name) == {}  # the default: full optimisation everywhere
-    monkeypatch.setenv(programs.QUICK_VAR, "on")
-    quick = default_options()
-    for name in ("init", "warmup", "warmup_collect", "evaluate"):
-        assert quick(name) == QUICK_OPTIONS
-    for name in ("fused_chunk", "split_critic", "stack_metrics"):
-        assert quick(name) == {}  # the hot programs keep full optimisation
+def test_the_quick_mode_compiles_every_program_with_the_quick_options():
+    for name in ("init", "warmup", "warmup_collect", "evaluate", "fused_chunk", "split_critic"):
+        assert compile_options("full")(name) == {}  # XLA's defaults
+        assert compile_options("auto")(name) == {}  # unresolved: full
+        assert compile_options("quick")(name) == QUICK_OPTIONS
+
+
+def _placed(tiny_cfg, **changes):
+    return plan(config.resolve(tiny_cfg.replace(**changes)), devices.single())
+
+
+def test_auto_is_quick_for_a_short_cpu_run_and_full_past_its_chunks(tiny_cfg):
+    from jaxspreeze.setup.plan import AUTO_QUICK_CHUNKS
+
+    short = _placed(tiny_cfg)
+    assert tiny_cfg.compile == "auto" and short.cfg.compile == "quick"
+    it, warmup = short.cfg.chunk_iterations, short.warmup_steps
+    steps = lambda iterations: warmup + iterations * short.steps_per_iteration
+    long = _placed(tiny_cfg, total_steps=steps(AUTO_QUICK_CHUNKS * it + 1))
+    assert long.cfg.compile == "full"  # more chunks than AUTO_QUICK_CHUNKS: run speed
+    assert _placed(tiny_cfg, total_steps=steps(AUTO_QUICK_CHUNKS * it)).cfg.compile == "quick"
+    assert _placed(tiny_cfg, compile="full").cfg.compile == "full"  # asked: kept
+    assert (
+        _placed(tiny_cfg, total_steps=long.cfg.total_steps, compile="quick").cfg.compile == "quick"
+    )
+    schedule = schedules.make(short)
+    assert schedule.programs.options("fused_chunk") == QUICK_OPTIONS  # the schedule's mode
+
+
+def test_quick_on_a_host_env_is_refused_and_auto_is_full_there():
+    cfg = config.RunConfig(algo="ppo", env="gymnasium/CartPole-v1", total_steps=2048)
+    assert plan(cfg, devices.single()).cfg.compile == "full"
+    with pytest.raises(ConfigError) as e:
+        plan(cfg.replace(compile="quick"), devices.single())
+    assert e.value.field == "compile" and "--compile full or auto" in str(e.value)
+
+
+def test_a_run_saved_before_the_compile_field_loads_as_full(tiny_cfg):
+    data = config.to_dict(tiny_cfg)
+    del data["compile"]
+    assert config.from_dict(config.saved_before(data)).compile == "full"
+    assert config.from_dict(data).compile == "auto"  # a preset without it: the default
 
 
 def test_the_compile_options_are_part_of_a_kept_programs_key(tmp_path, monkeypatch):
@@ -61,12 +95,12 @@ def test_the_compile_options_are_part_of_a_kept_programs_key(tmp_path, monkeypat
         fn = lambda x: jnp.sin(x) * 2
         x = jnp.arange(4.0)
         run = ("options", str(tmp_path))
-        full = ProgramCache(tmp_path, run, options=default_options(quick=False))
+        full = ProgramCache(tmp_path, run, options=compile_options("full"))
         full.compile("init", full.jit("init", fn), x)
-        quick = ProgramCache(tmp_path, run, options=default_options(quick=True))
+        quick = ProgramCache(tmp_path, run, options=compile_options("quick"))
         quick.compile("init", quick.jit("init", fn), x)
         assert quick.compiled == ["init"] and quick.loaded == []  # another option: a miss
-        again = ProgramCache(tmp_path, run, options=default_options(quick=True))
+        again = ProgramCache(tmp_path, run, options=compile_options("quick"))
         program = again.compile("init", again.jit("init", fn), x)
         assert again.loaded == ["init"]  # the same options: found
         np.testing.assert_allclose(program(x), fn(x), rtol=1e-6)
@@ -75,13 +109,13 @@ def test_the_compile_options_are_part_of_a_kept_programs_key(tmp_path, monkeypat
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 
 
-@pytest.mark.slow  # compiles init, warm-up and evaluation twice (opt-in mode: ~10 s)
-def test_quick_rare_programs_compute_what_the_full_ones_do(tiny_cfg):
+@pytest.mark.slow  # compiles init, warm-up and evaluation twice (~10 s)
+def test_quick_programs_compute_what_the_full_ones_do(tiny_cfg):
     """init, warm-up and evaluation compiled for compile speed: the same integers, keys
-    and shapes, floats within a few units in the last place (not bitwise: opt-in)."""
+    and shapes, floats within a few units in the last place (not bitwise)."""
     results = []
-    for quick in (False, True):
-        schedule = _schedule(tiny_cfg, default_options(quick=quick))
+    for mode in ("full", "quick"):
+        schedule = _schedule(tiny_cfg, compile_options(mode))
         state = schedule.init()
         state = schedule.warmup(state)
         env = make_env(schedule.cfg.env, 4)
@@ -103,7 +137,8 @@ def test_the_compiling_lines_come_as_the_programs_compile(tiny_cfg, monkeypatch)
     lines: list[tuple[float, str]] = []
     say = lambda text: lines.append((time.perf_counter(), text))
     progress = starting._progress(schedule, say, evaluates=False)
-    assert lines[0][1] == "  compiling 3 programs: init, warm-up, chunk"  # before any compile
+    quick = "  compiling 3 programs for compile speed (--compile quick): init, warm-up, chunk"
+    assert lines[0][1] == quick  # before any compile (a short run on a CPU: quick)
     schedule.init_compiled()
     compiled_at = time.perf_counter()
     progress.end()

@@ -59,6 +59,7 @@ BAD: list[tuple[dict, str]] = [
     ({"pbt": True, "population": ("gamma=0.9", "gamma=0.8"), "pbt_interval": 7}, "pbt_interval"),
     ({"pbt": True, "population": ("gamma=0.9", "gamma=0.8"), "pbt_quantile": 0.6}, "pbt_quantile"),
     ({"placement": "dual"}, "placement"),
+    ({"compile": "fast"}, "compile"),
     ({"host_workers": 0}, "host_workers"),
     ({"host_stall_timeout_s": 0.0}, "host_stall_timeout_s"),
     ({"host_stall_timeout_s": INF}, "host_stall_timeout_s"),

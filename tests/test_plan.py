@@ -83,8 +83,9 @@ def test_a_plan_resolves_and_derives_the_sizes():
     """The plan holds the resolved config, the registry entry, the env spec; its derived
     sizes are those the trainer runs (SAC's defaults: a warm-up of 1000, 1125 iterations)."""
     p = plan(RunConfig(), devices.single())
-    # torso "auto" is resolved like the sizes: the MLP for Pendulum's vector
-    assert p.cfg == config.resolve(RunConfig()).replace(sac={"torso": "mlp"})
+    # torso "auto" is resolved like the sizes: the MLP for Pendulum's vector; compile
+    # "auto" on the placement: a short run (12 chunks) on a CPU compiles quick
+    assert p.cfg == config.resolve(RunConfig()).replace(sac={"torso": "mlp"}, compile="quick")
     assert p.algo_spec is algos.get("sac")
     assert "Pendulum" in p.env_spec.name
     assert p.steps_per_iteration == 8 and p.warmup_steps == 1000 and p.num_iterations == 1125
@@ -105,7 +106,8 @@ def test_placement_and_schedule_kind():
     bare = plan(RunConfig(), on_devices=False)
     assert bare.placement is None and bare.schedule is None
     placed = bare.placed(devices.single())
-    assert placed.schedule == "fused" and placed.cfg is bare.cfg
+    assert placed.schedule == "fused" and placed.cfg == bare.cfg.replace(compile="quick")
+    assert placed.placed(devices.single()).cfg is placed.cfg  # resolved once
     assert plan(RunConfig(placement="single")).schedule == "fused"  # resolved on this host
     host = RunConfig(env="gymnasium/Pendulum-v1", num_envs=2)
     assert plan(host, on_devices=False).schedule == "host-async"

@@ -125,7 +125,7 @@ RUN_GROUPS = (
         "In the environment: JAXSPREEZE_CACHE_DIR, the cache's directory when "
         "--compile-cache is not given; JAXSPREEZE_PROGRAM_CACHE=off, trace every program "
         "and keep none.",
-        ("compile_cache",),
+        ("compile_cache", "compile"),
     ),
 )
 

@@ -93,10 +93,11 @@ class Progress:
         self._start = time.perf_counter()
         self._thread: threading.Thread | None = None
 
-    def begin(self, names: list[str]) -> None:
-        """Say what will be compiled and start the heartbeat."""
+    def begin(self, names: list[str], how: str = "") -> None:
+        """Say what will be compiled (``how``: for what, if not the default) and start the
+        heartbeat."""
         self._start = time.perf_counter()
-        self._say(f"  compiling {len(names)} programs: {', '.join(names)}")
+        self._say(f"  compiling {len(names)} programs{how}: {', '.join(names)}")
         if self._every is None:  # no heartbeat
             return
         self._thread = threading.Thread(target=self._beat, name="jaxspreeze-heartbeat", daemon=True)

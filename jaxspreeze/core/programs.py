@@ -25,7 +25,7 @@ key holds:
   settings (those not about caches, logs or dumps);
 - the program: its name, the shapes, dtypes, weak types and placements of its
   arguments, with their tree structure, and XLA's compile options it is built with
-  (:func:`default_options`: the rare programs may be compiled for compile speed).
+  (:func:`compile_options`: a run's ``--compile`` mode).
 
 Anything else is not seen: a program whose trace depends on a module-level value changed
 at run time (a monkeypatched function, a registry edited in place) is found again as it
@@ -89,16 +89,18 @@ distributions = envids.distributions
 # packages whose Python files are fingerprinted by size and time (besides the env's)
 TRACED_PACKAGES = ("jax", "flax", "optax", "chex")
 _UNKEYED_SETTINGS = ("cache", "log", "dump", "traceback", "pprint", "explain", "timeout")
-# the programs a run calls once or rarely: the init, the warm-up (the split's warm-up
-# pieces are warmup_<piece>) and the evaluation. Compiled for compile speed when
-# QUICK_VAR is on: XLA's backend at optimisation level 0 halves their XLA compile on a
-# CPU (experiments/results/cold_start_cpu.md) but changes their numerics (the init's
-# weights differ in the last bit), so it is opt-in
-RARE_PROGRAMS = ("init", "warmup", "evaluate")
-QUICK_VAR = "JAXSPREEZE_QUICK_COMPILE"  # "on": the rare programs compiled with QUICK_OPTIONS
+# a run's compile modes (RunConfig.compile, resolved by the plan): "full" optimises every
+# program for run speed (XLA's defaults); "quick" compiles every program for compile speed
+# with QUICK_OPTIONS (XLA's CPU backend only: a run on an accelerator is "full")
+COMPILE_MODES = ("full", "quick")
+# XLA CPU's legacy fusion emitters and LLVM at optimisation level 1: the default job's
+# chunk compiles in half the CPU seconds and runs about as fast (0.9-1.1x; DQN's 0.88x),
+# the init, warm-up and evaluation in 0.5-0.7 of theirs
+# (experiments/results/cold_start_cpu.md). The fused kernels round otherwise: a quick
+# program's floats differ from a full one's in their last bits
 QUICK_OPTIONS: dict[str, Any] = {
-    "xla_backend_optimization_level": 0,
-    "xla_llvm_disable_expensive_passes": True,
+    "xla_cpu_use_fusion_emitters": False,
+    "xla_backend_optimization_level": 1,
 }
 
 
@@ -107,21 +109,12 @@ def enabled() -> bool:
     return os.environ.get(ENV_VAR, "").strip().lower() not in ("off", "0", "false", "no")
 
 
-def quick_compile() -> bool:
-    """True when ``JAXSPREEZE_QUICK_COMPILE=on`` (the rare programs compiled quickly)."""
-    return os.environ.get(QUICK_VAR, "").strip().lower() in ("on", "1", "true", "yes")
-
-
-def rare(name: str) -> bool:
-    """True for a program a run calls once or rarely (:data:`RARE_PROGRAMS`)."""
-    return name in RARE_PROGRAMS or name.startswith("warmup_")
-
-
-def default_options(quick: bool | None = None) -> Callable[[str], dict[str, Any]]:
-    """XLA compile options by program name: :data:`QUICK_OPTIONS` for the rare programs
-    when ``quick`` (default: :func:`quick_compile`), none (full optimisation) otherwise."""
-    quick = quick_compile() if quick is None else quick
-    return lambda name: dict(QUICK_OPTIONS) if quick and rare(name) else {}
+def compile_options(mode: str = "full") -> Callable[[str], dict[str, Any]]:
+    """XLA compile options by program name for a run's compile ``mode``:
+    :data:`QUICK_OPTIONS` for every program when ``"quick"``, none (XLA's defaults: full
+    optimisation) otherwise (``"full"``, or an ``"auto"`` no plan resolved)."""
+    quick = mode == "quick"
+    return lambda name: dict(QUICK_OPTIONS) if quick else {}
 
 
 def _digest(*parts: Any) -> str:
@@ -246,9 +239,9 @@ class ProgramCache:
 
     ``run`` says what the run's programs are made of beyond the code (see the module's
     docstring); two caches with the same ``run`` share entries. ``options(name)`` gives
-    the XLA compile options of the program ``name`` (default :func:`default_options`:
-    full optimisation, or compile speed for the rare programs with
-    ``JAXSPREEZE_QUICK_COMPILE=on``); they are part of the kept program's key. :meth:`jit` names a
+    the XLA compile options of the program ``name`` (default :func:`compile_options`'s
+    full optimisation; a schedule's are its run's ``--compile`` mode's); they are part of
+    the kept program's key. :meth:`jit` names a
     program, :meth:`compile` lowers and compiles it, or loads the program a previous
     process kept for the same key. ``loaded`` and ``compiled`` name the programs of each
     kind; ``load_s`` is the seconds spent loading.
@@ -271,7 +264,7 @@ class ProgramCache:
         self.directory = Path(directory) if directory is not None and enabled() else None
         self._run = run
         # XLA's compile options of each program, by name (part of a kept program's key)
-        self.options = options if options is not None else default_options()
+        self.options = options if options is not None else compile_options()
         # told (name, "compiled" or "loaded", seconds) as each program is ready (the
         # start's progress lines; any thread)
         self.on_ready: Callable[[str, str, float], None] | None = None
@@ -289,9 +282,10 @@ class ProgramCache:
             self.directory = None
 
     @classmethod
-    def off(cls) -> ProgramCache:
-        """A cache that keeps nothing: every program is traced and compiled."""
-        return cls(None)
+    def off(cls, options: Callable[[str], dict[str, Any]] | None = None) -> ProgramCache:
+        """A cache that keeps nothing: every program is traced and compiled (with
+        ``options``, default full optimisation)."""
+        return cls(None, options=options)
 
     @property
     def on(self) -> bool:

@@ -55,11 +55,12 @@ def program_cache(directory: str | None, schedule: schedules.Schedule) -> Progra
     Its key holds the config's fields that reach a program, the schedule and placement,
     and the classes of the env object the family built (:mod:`jaxspreeze.core.programs`).
     """
+    options = schedule.programs.options  # the XLA options of the run's compile mode
     if directory is None or distributed.process_count() > 1 or jaxenv.is_jax_env(schedule.cfg.env):
-        return ProgramCache.off()
+        return ProgramCache.off(options)
     cfg = schedule.cfg
     label = f"{cfg.algo} {cfg.env} {type(schedule).__name__}"
-    return ProgramCache(Path(directory) / "programs", program_run(schedule), label)
+    return ProgramCache(Path(directory) / "programs", program_run(schedule), label, options=options)
 
 
 def program_run(schedule: schedules.Schedule) -> tuple[Any, ...]:

@@ -30,7 +30,6 @@ from jaxspreeze.agent.evaluate import (
     make_seed_evaluate,
 )
 from jaxspreeze.core.errors import PlacementError
-from jaxspreeze.core.programs import ProgramCache
 from jaxspreeze.envs import is_host_env, load_env_record, make_env
 from jaxspreeze.run.caches import enable_compile_cache, program_cache
 from jaxspreeze.run.records import STARTS, seeds_se
@@ -130,7 +129,7 @@ def _evaluate(
     except PlacementError:  # this machine lacks the run's devices: evaluate on one
         placed = saved.placed(devices.single())
     schedule = schedules.make(placed)
-    programs = ProgramCache.off()
+    programs = schedule.programs  # none kept; the run's compile mode
     if episodes == cfg.eval_episodes:  # the trainer's evaluation program, as it kept it
         programs = program_cache(cache_dir, schedule)
     device = schedule.placement.eval

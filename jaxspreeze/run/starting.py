@@ -262,7 +262,8 @@ def _progress(
     if evaluates:
         names.append("evaluation")
     schedule.programs.on_ready = lambda name, how, s: progress.ready(_label(name), how, s)
-    progress.begin(names)
+    quick = schedule.cfg.compile == "quick"  # said: its floats differ from a full run's
+    progress.begin(names, " for compile speed (--compile quick)" if quick else "")
     return progress
 
 

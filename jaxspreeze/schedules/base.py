@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxspreeze.algos.base import AgentState, Algorithm
-from jaxspreeze.core.programs import ProgramCache
+from jaxspreeze.core.programs import ProgramCache, compile_options
 from jaxspreeze.core.types import Placement, PyTree
 from jaxspreeze.envs import VecEnv, make_env
 from jaxspreeze.schedules.iteration import Iteration, Metrics, TrainState
@@ -77,7 +77,8 @@ class Schedule(ABC):
     spec); pass one to train a custom
     :class:`~jaxspreeze.algos.base.Algorithm`. ``programs`` keeps the compiled programs
     across processes (:class:`~jaxspreeze.core.programs.ProgramCache`; the trainer sets it for
-    its run): off by default, every program is traced and compiled.
+    its run): off by default, every program is traced and compiled, with the XLA options
+    of the run's ``compile`` mode.
     """
 
     split: ClassVar[bool] = False  # True: the host dispatches the two-device schedule
@@ -100,6 +101,7 @@ class Schedule(ABC):
             self.algo = self.plan.algo_spec.make(self.plan.algo_config, self.env.spec, cfg)
         self.per_seed = Iteration.from_plan(self.plan, self.algo, self.env, self.split)
         self.iterations_per_chunk, self.num_chunks = chunking(self.plan)
+        self.programs = ProgramCache.off(compile_options(cfg.compile))  # the run's mode
         self._init_jit: Any = None  # one program, however often called (see _init)
         self._init_program: jax.stages.Compiled | None = None
 

@@ -111,7 +111,9 @@ class RunPlan:
                 f"a recurrent policy ({memory}) runs on one device so far, not on the {kind} "
                 "placement; use --placement single",
             )
-        return dataclasses.replace(self, placement=placement, schedule=kind)
+        mode = compile_mode(self.cfg, kind, placement, self.num_iterations)
+        cfg = self.cfg if mode == self.cfg.compile else dataclasses.replace(self.cfg, compile=mode)
+        return dataclasses.replace(self, cfg=cfg, placement=placement, schedule=kind)
 
     def relocated(self, **location: str) -> RunPlan:
         """This plan with the fields that say where its files live (``logdir``,
@@ -154,7 +156,40 @@ def plan(cfg: RunConfig, placement: Placement | None = None, *, on_devices: bool
         population.check_pbt(cfg, k * planned.steps_per_iteration)
     if placement is None and on_devices:
         placement = devices.resolve(cfg.placement)
-    return planned if placement is None else planned.placed(placement)
+    if placement is None:
+        return planned
+    placed = planned.placed(placement)
+    if cfg.compile == "quick" and placed.cfg.compile != "quick":
+        on_cpu = placement.actor.platform == "cpu"
+        where = f"the {placed.schedule} schedule" if on_cpu else "an accelerator"
+        raise ConfigError(
+            "compile",
+            f"--compile quick is for device-env runs on CPUs (one or two devices), not "
+            f"{where}; use --compile full or auto",
+        )
+    return placed
+
+
+# ``--compile auto`` compiles a run of at most this many chunks for compile speed on a
+# CPU: the quick chunk saves about 2 CPU s of compile and costs at most about 0.05 s a
+# chunk (DQN CartPole's, the slowest measured: experiments/results/cold_start_cpu.md)
+AUTO_QUICK_CHUNKS = 32
+QUICK_SCHEDULES = ("fused", "split")  # the schedules whose programs take the quick options
+
+
+def compile_mode(cfg: RunConfig, kind: str, placement: Placement, num_iterations: int) -> str:
+    """The run's ``compile`` mode on ``placement``, "full" or "quick": ``auto`` is quick
+    for a device env's fused or split run on CPUs of at most :data:`AUTO_QUICK_CHUNKS`
+    chunks; ``quick`` is full where it has no meaning (another schedule, or an accelerator:
+    its options are XLA CPU's; :func:`plan` refuses a user's config asking for it there,
+    a saved run's is placed as it can be)."""
+    sides = (placement.actor, placement.critic, placement.eval)
+    on_cpu = all(getattr(d, "platform", None) == "cpu" for d in sides)
+    can = on_cpu and kind in QUICK_SCHEDULES
+    if cfg.compile == "auto":
+        chunks = math.ceil(max(num_iterations, 1) / cfg.chunk_iterations)
+        return "quick" if can and chunks <= AUTO_QUICK_CHUNKS else "full"
+    return "quick" if cfg.compile == "quick" and can else "full"
 
 
 def resolve_torso(cfg: RunConfig, spec: AlgoSpec, env: EnvSpec) -> RunConfig:
