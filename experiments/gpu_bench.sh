@@ -53,6 +53,18 @@
 #             (jaxspreeze/presets/*_minatar_gpu.toml), each run at most MINATAR_RUN_S (default
 #             180) -> RESULTS_DIR/minatar/minatar.md (final return, env steps, compile, train
 #             and command wall), <preset>/ runs and logs. MINATAR_PRESETS (default the three)
+#   suites    (only when named) the JAX suites (issue 42): PPO on Craftax-Classic-Symbolic
+#             at a published-scale budget (50M env steps; Craftax_Baselines' PPO settings,
+#             jaxspreeze/presets/ppo_craftax_classic_symbolic_gpu.toml), at most SUITES_RUN_S
+#             (default 300) of wall -> RESULTS_DIR/suites/suites.md (final return and its
+#             share of Classic's maximum, env steps, compile, train and command wall),
+#             <preset>/ run and log; then the suite rows of `jaxspreeze bench --full --only suite-` at GPU sizes (each
+#             suite's env stepping against its own vmapped scan and the bare transition;
+#             a suite not installed is a skipped row naming its pip install), started within
+#             SUITES_BENCH_BUDGET_S (default 150), stopped at SUITES_BENCH_TIMEOUT_S (default
+#             240) -> RESULTS_DIR/suites/bench.{json,md}, bench.log. Needs craftax and
+#             xminigrid (installed by the stage from .whl/ or PyPI when they do not import;
+#             navix and jumanji are not: their rows are skipped rows naming the install)
 #   scaling   (only when named) data parallelism, 1 device vs every device, the same
 #             sizes per device -> RESULTS_DIR/scaling/scaling.md (env steps/s and update
 #             samples/s, in all and per device), devices-<d>/ runs and logs; with an even
@@ -69,7 +81,8 @@
 # a broken script: no wheel installs, no GPU check, no nvidia-smi, and every stage at tiny
 # sizes (autotune: a 3 s budget; learning: one task, 3 s of autotune; bench: two cheap
 # cases, one round; score: one gymnax row, one seed, cold only, 4,096 env steps; fast and
-# minatar: their presets cut to a few thousand env steps and a few envs; population: 2
+# minatar and suites: their presets cut to a few thousand env steps and a few envs, the
+# suites' bench one Navix row of 64 envs, one round; population: 2
 # members on gymnax/Pendulum-v1; scaling: 64 envs), each result file where the real run
 # writes it. A dry run's per-run time limits default to 600 s (900 s for learning):
 # compiles on a busy CPU are slow.
@@ -86,7 +99,8 @@ WHEELS=(gymnax==1.0.1 gymnasium==1.3.0 farama-notifications==0.0.6 brax==0.14.2
         itsdangerous==2.2.0 websockets==17.4
         playground==0.2.0 lxml==6.1.3 mediapy==1.2.7 tqdm==4.70.1  # score: Playground
         rejax==0.1.3 distrax==0.1.9 tfp-nightly==0.26.0.dev20261027 dm-tree==0.1.10
-        gast==0.7.0 decorator==5.2.1 cloudpickle==2.1.0)  # score: the rejax peer
+        gast==0.7.0 decorator==5.2.1 cloudpickle==2.1.0  # score: the rejax peer
+        craftax==1.6.1 imageio==2.38.2 xminigrid==0.9.3)  # suites: Craftax, XLand-MiniGrid
 
 if [[ "${1:-}" == "--fetch-wheels" ]]; then
     mkdir -p "$REPO/.whl"
@@ -164,7 +178,8 @@ if has learning; then
         "holds the tasks that finished"
 fi
 if has bench; then
-    # every case of the full selection but the learning ones (the stage above)
+    # every case of the full selection but the learning ones (the stage above) and the
+    # suites' rows (stage suites)
     # (a dry run: two cheap cases of the same list, one round)
     KEEP='.'
     ROUNDS=(--rounds 3)
@@ -175,7 +190,7 @@ if has bench; then
     ONLY=()
     while read -r id; do ONLY+=(--only "$id"); done \
         < <("$PY" -m jaxspreeze bench --list --full --scale "$SCALE" | grep -v '^learning-' \
-            | grep -E "$KEEP")
+            | grep -v '^suite-' | grep -E "$KEEP")  # the suites' rows: stage suites
     timeout "${BENCH_TIMEOUT_S:-450}" "$PY" -m jaxspreeze bench --full --scale "$SCALE" \
         "${ROUNDS[@]}" "${ONLY[@]}" --budget-s "${BENCH_BUDGET_S:-330}" --out "$OUT" \
         --note "experiments/gpu_bench.sh; GPU sizes" 2>&1 | tee "$OUT/bench.log"
@@ -264,6 +279,66 @@ for d in sorted(p for p in pathlib.Path(sys.argv[1]).iterdir() if p.is_dir()):
 print()
 print("Published (10M env steps): experiments/results/minatar_cpu.md, References.")
 PYEOF
+fi
+if has suites; then
+    # the JAX suites: PPO on Craftax-Classic-Symbolic at 50M env steps (Craftax_Baselines'
+    # settings), its final return and Craftax score beside the wall; then the suite rows
+    mkdir -p "$OUT/suites"
+    SUITES=(craftax==1.6.1 imageio==2.38.2 xminigrid==0.9.3)  # also in WHEELS
+    if ! dry && ! "$PY" -c "import craftax, xminigrid" >/dev/null 2>&1; then
+        if compgen -G ".whl/craftax-*.whl" >/dev/null; then
+            "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+                --upgrade --target /tmp/jaxspreeze-site .whl/craftax-*.whl .whl/imageio-*.whl \
+                .whl/xminigrid-*.whl
+            export PYTHONPATH="/tmp/jaxspreeze-site:$PYTHONPATH"
+        else
+            "$PY" -m pip install -q "${SUITES[@]}" \
+                || echo "suites: craftax missing and no network: run '$0 --fetch-wheels'" >&2
+        fi
+    fi
+    SIZES=()
+    dry && SIZES=(--total-steps 4096 --num-envs 8 --rollout-steps 16 --batch-size 64
+                  --chunk-iterations 4 --eval-every 2048 --eval-episodes 4)
+    preset=ppo_craftax_classic_symbolic_gpu
+    timeout "${SUITES_RUN_S:-$(dry && echo 600 || echo 300)}" "$PY" -m jaxspreeze train \
+        --config "jaxspreeze/presets/$preset.toml" "${SIZES[@]}" --sinks jsonl \
+        --logdir "$OUT/suites" --run-name "$preset" --overwrite 2>&1 | tee "$OUT/suites/$preset.log"
+    rc=${PIPESTATUS[0]}; [[ $rc != 0 && $rc != 124 ]] && status=$rc
+    "$PY" - "$OUT/suites/$preset" <<'PYEOF' | tee "$OUT/suites/suites.md"
+import json, pathlib, sys
+d = pathlib.Path(sys.argv[1])
+MAX = 22.0  # Classic's maximum return: one per achievement (suites_cpu.md)
+print("| preset | env steps | final return | % of the maximum return | compile s | train s | command wall s | env steps/s |")
+print("|---|---|---|---|---|---|---|---|")
+if (d / "summary.json").exists():
+    s = json.loads((d / "summary.json").read_text())
+    ret = s.get("final_eval_return", s.get("eval_return", float("nan")))
+    print(f"| {d.name} | {s['env_steps']:,} | {ret:.2f} | {100 * ret / MAX:.1f} | "
+          f"{s.get('compile_s', 0):.0f} | {s.get('train_s', 0):.0f} | "
+          f"{s.get('command_wall_s', s.get('wall_s', 0)):.0f} | {s['env_steps_per_s']:,.0f} |")
+else:  # stopped by the time limit: its last evaluation
+    evals = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()
+             if '"eval_return"' in x] if (d / "metrics.jsonl").exists() else []
+    last = evals[-1] if evals else {}
+    ret = last.get("eval_return", float("nan"))
+    print(f"| {d.name} | {last.get('env_steps', 0):,} (timed out) | {ret:.2f} (last eval) | "
+          f"{100 * ret / MAX:.1f} | | | | |")
+print()
+print("Published: the Craftax paper's PPO (Craftax_Baselines); the CPU row at 1M env steps: "
+      "experiments/results/suites_cpu.md.")
+PYEOF
+    ONLY=(--only suite-)
+    ROUNDS=(--rounds 3)
+    if dry; then
+        ONLY=(--only suite-navix/Navix-Empty-8x8-v0-64)
+        ROUNDS=(--rounds 1 --warmup 0)
+    fi
+    timeout "${SUITES_BENCH_TIMEOUT_S:-$(dry && echo 600 || echo 240)}" "$PY" -m jaxspreeze bench \
+        --full --scale "$SCALE" "${ROUNDS[@]}" "${ONLY[@]}" --budget-s "${SUITES_BENCH_BUDGET_S:-150}" \
+        --out "$OUT/suites" --note "experiments/gpu_bench.sh; the suites' rows" 2>&1 \
+        | tee "$OUT/suites/bench.log"
+    rc=${PIPESTATUS[0]}; [[ $rc != 0 ]] && status=$rc
+    [[ $rc == 124 ]] && echo "suites: time limit reached: $OUT/suites/bench.json holds the rows that finished"
 fi
 if has population; then
     # members x seeds slots vmapped in one program: the sum over the members of env

@@ -1,23 +1,28 @@
 """Env steps/s of a JAX suite stepped by jaxspreeze against a bare vmapped scan of the suite.
 
-Three programs per env id, each ``jit(scan(T steps of N envs))`` with uniform random
-actions and nothing else (no policy), compiled apart from the timing:
+The programs are the bench's (``jaxspreeze bench --only suite``, jaxspreeze/bench/: the
+suite rows, ``references.suite_stepper`` and ``cases.suite_stepper``, each scanned by
+``suite.scanned``); this script keeps the earlier sections of
+experiments/results/suites_cpu.md reproducible and adds the ablations the bench does not
+run. Each program is ``jit(scan(T steps of N envs))`` with uniform random legal actions
+and nothing else (no policy), compiled apart from the timing:
 
-- ``bare``: the suite's transition alone, vmapped (no reset ever: an upper bound, and what
-  the issue's "bare vmapped scan" measures: Craftax's ``auto_reset=False`` env, XLand-MiniGrid's
-  ``env.step``, Navix's ``_step``);
+- ``bare``: the suite's transition alone, vmapped (no reset ever: the upper bound; the
+  bench's ``bound``);
 - ``own-reset``: the suite's own auto-reset, vmapped (Craftax's default ``auto_reset=True``
-  env, XLand-MiniGrid's ``GymAutoResetWrapper``, Navix's ``env.step``): what a user who
-  vmaps the suite as shipped gets;
+  env, the bench's ``builtin``; XLand-MiniGrid's ``GymAutoResetWrapper``, Navix's
+  ``env.step``, Jumanji's ``VmapAutoResetWrapper``: the bench's ``own``);
+- ``optimistic`` (Craftax): Craftax_Baselines' optimistic resets (the bench's ``own``);
 - ``jaxspreeze``: ``make_env(id, N).step`` (the adapter: the suite's transition, the shared
   auto-reset with starts drawn ahead, the episode bookkeeping): what the training chunk runs;
 - ``jaxspreeze-general``: the same adapter with ``auto_reset(..., skip_fixed=False)``: every
-  leaf of the state selected at a reset and drawn ahead, as before the fixed leaves were
-  skipped (bitwise the same transitions; ``tests/test_auto_reset.py``);
-- ``jaxspreeze-rolled``: the same adapter with its draws' keys split for every env and
-  hashed by JAX's own threefry (a loop on a CPU), the rest of the lean order kept (Navix,
-  Craftax: ``auto_reset(..., lean=True)``): what the unrolled hash alone saves (bitwise
-  the same transitions; ``tests/test_auto_reset.py``).
+  leaf of the state selected at a reset and drawn ahead (bitwise the same transitions;
+  ``tests/test_auto_reset.py``);
+- ``jaxspreeze-rolled``: the same adapter with its draws' keys hashed by JAX's own threefry
+  (a loop on a CPU), the rest of the lean order kept (Navix, Craftax:
+  ``auto_reset(..., lean=True)``): what the unrolled hash alone saves;
+- ``jaxspreeze-plain``, ``jaxspreeze-lean``: the same adapter built in the plain or the
+  lean order of ``auto_reset``, whichever its family chose.
 
 ``--rounds`` timed calls per program, interleaved across programs; the median is reported,
 as env steps per wall second and per CPU second of this process (``time.process_time``:
@@ -25,6 +30,7 @@ on a machine shared with other work the wall time is mostly the others' load), a
 ratios of the fastest calls (``over_bare_cpu_best``: on a loaded machine the median of
 one program may fall on a disturbed call where another's does not).
 ``--variants`` picks the programs (Craftax's ``own-reset`` alone compiles for minutes).
+``--reverse`` interleaves them in the reverse order (an order's bias shows between the two).
 
     JAX_PLATFORMS=cpu python experiments/suite_step_rate.py --envs xminigrid/MiniGrid-Empty-8x8
 """
@@ -36,122 +42,71 @@ import importlib
 import json
 import os
 import statistics
-import time
-from collections.abc import Callable
 from typing import Any
 
 import jax
 
+from jaxspreeze.bench import cases, references, suite
+from jaxspreeze.bench.record import Workload
 from jaxspreeze.envs import VecEnv, base, make_env
 
-VARIANTS = ("bare", "own-reset", "jaxspreeze", "jaxspreeze-general", "jaxspreeze-rolled")
+VARIANTS = (
+    "bare",
+    "own-reset",
+    "optimistic",
+    "jaxspreeze",
+    "jaxspreeze-general",
+    "jaxspreeze-rolled",
+    "jaxspreeze-plain",
+    "jaxspreeze-lean",
+)
 
 
-def _general(name: str, n: int) -> VecEnv:
-    """The adapter of ``name`` built with ``auto_reset(..., skip_fixed=False)``."""
+def _built(name: str, n: int, **options: Any) -> VecEnv:
+    """The adapter of ``name`` built with ``auto_reset(..., **options)``."""
     family, _, task = name.partition("/")
     module = importlib.import_module(f"jaxspreeze.envs.{family}")
     real = module.auto_reset
     try:
-        module.auto_reset = lambda *a, **k: real(*a, **k, skip_fixed=False)
+        module.auto_reset = lambda *a, **k: real(*a, **{**k, **options})
         return VecEnv.from_parts(module.make(task), n)
     finally:
         module.auto_reset = real
 
 
-def _programs(name: str, n: int, steps: int) -> dict[str, tuple[Callable, Any]]:
-    """(jitted program, its first argument) per variant, for the env id ``name``."""
-    env = make_env(name, n)
-    family, _, task = name.partition("/")
-    actions = env.spec.action_dim
-
-    def scan(step: Callable, state: Any) -> tuple[Callable, Any]:
-        def run(state, key):
-            def body(state, k):
-                k_act, k_step = jax.random.split(k)
-                action = jax.random.randint(k_act, (n,), 0, actions)
-                state, reward = step(k_step, state, action)
-                return state, reward.sum()
-
-            state, rewards = jax.lax.scan(body, state, jax.random.split(key, steps))
-            return state, rewards.sum()
-
-        return jax.jit(run), state
-
-    keys = jax.random.split(jax.random.key(0), n)
-    out: dict[str, tuple[Callable, Any]] = {}
-    if family == "craftax":
-        from craftax.craftax_env import make_craftax_env_from_name
-
-        for variant, auto in (("bare", False), ("own-reset", True)):
-            lib = make_craftax_env_from_name(task, auto_reset=auto)
-            params = lib.default_params
-            state = jax.vmap(lambda k: lib.reset(k, params)[1])(keys)
-
-            def step(key, state, action, lib=lib, params=params):
-                ks = jax.random.split(key, n)
-                _, state, reward, _, _ = jax.vmap(lib.step, (0, 0, 0, None))(
-                    ks, state, action, params
-                )
-                return state, reward
-
-            out[variant] = scan(step, state)
-    elif family == "xminigrid":
-        import xminigrid
-        from xminigrid.wrappers import GymAutoResetWrapper
-
-        lib, params = xminigrid.make(task)
-        for variant, stepper in (("bare", lib), ("own-reset", GymAutoResetWrapper(lib))):
-            state = jax.vmap(lambda k: lib.reset(params, k))(keys)
-
-            def step(key, ts, action, stepper=stepper, params=params):
-                ts = jax.vmap(stepper.step, (None, 0, 0))(params, ts, action)
-                return ts, ts.reward
-
-            out[variant] = scan(step, state)
-    elif family == "navix":
-        import navix
-
-        lib = navix.make(task)
-        state = jax.vmap(lib.reset)(keys)
-        for variant, fn in (("bare", lib._step), ("own-reset", lib.step)):
-
-            def step(key, ts, action, fn=fn):
-                ts = jax.vmap(fn)(ts, action)
-                return ts, ts.reward
-
-            out[variant] = scan(step, state)
-    else:
-        raise SystemExit(f"{name}: a craftax/, xminigrid/ or navix/ id")
-
-    variants = ("jaxspreeze", env), ("jaxspreeze-general", _general(name, n)), ("rolled", env)
-    for variant, vec in variants:
-
-        def ours(key, state, action, vec=vec):
-            _, state, reward, *_ = vec.step(key, state, action)
-            return state, reward
-
-        out[variant] = scan(ours, vec.reset(jax.random.key(1))[1])
-    out["jaxspreeze-rolled"] = _rolled(*out.pop("rolled"))  # a program of its own
-    return out
+def _sides(name: str, n: int, variant: str) -> tuple[Any, Any]:
+    """``(carry, step)`` of one variant (see the module's docstring)."""
+    family = name.partition("/")[0]
+    if variant == "bare":
+        return references.suite_stepper(name, n, references.BOUND)
+    if variant == "own-reset":
+        return references.suite_stepper(name, n, "builtin" if family == "craftax" else "own")
+    if variant == "optimistic":
+        return references.suite_stepper(name, n, "own")
+    if variant == "jaxspreeze-general":
+        return cases.suite_stepper(name, n, env=_built(name, n, skip_fixed=False))
+    if variant in ("jaxspreeze-plain", "jaxspreeze-lean"):
+        lean = variant == "jaxspreeze-lean"
+        return cases.suite_stepper(name, n, env=_built(name, n, lean=lean))
+    return cases.suite_stepper(name, n)
 
 
-def _rolled(fn: Callable, state: Any) -> tuple[Callable, Any]:
-    """``fn`` (the adapter's scan) compiled with the draws hashed by JAX's own threefry:
-    the keys taken for JAX's own (``base._threefry_keys`` false while it traces)."""
-    compiled: list[Callable] = []
-
-    def call(state: Any, key: jax.Array) -> Any:
-        if not compiled:  # at the first call, as the other programs compile
-            real = base._threefry_keys
-            try:
+def _programs(name: str, n: int, steps: int, variants: list[str]) -> dict[str, Workload]:
+    """The compiled workload of each variant (bare always) for the env id ``name``."""
+    out: dict[str, Workload] = {}
+    for variant in VARIANTS:
+        if variant != "bare" and variant not in variants:
+            continue
+        if variant == "optimistic" and not name.startswith("craftax/"):
+            continue
+        real = base._threefry_keys
+        try:
+            if variant == "jaxspreeze-rolled":  # JAX's own hash while it traces
                 base._threefry_keys = lambda keys: False
-                compiled.append(fn.lower(state, key).compile())
-            finally:
-                base._threefry_keys = real
-        return compiled[0](state, key)
-
-    return call, state
+            out[variant] = suite.scanned(variant, *_sides(name, n, variant), n, steps, {})
+        finally:
+            base._threefry_keys = real
+    return out
 
 
 def main() -> None:
@@ -163,33 +118,20 @@ def main() -> None:
     parser.add_argument(
         "--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS, help="programs to time"
     )
+    parser.add_argument("--reverse", action="store_true", help="interleave in reverse order")
     args = parser.parse_args()
     for name in args.envs:
-        programs = _programs(name, args.num_envs, args.steps)
-        programs = {v: p for v, p in programs.items() if v in args.variants or v == "bare"}
-        states, compile_s = {}, {}
-        for variant, (fn, state) in programs.items():
-            t = time.perf_counter()
-            states[variant] = jax.block_until_ready(fn(state, jax.random.key(2)))[0]
-            compile_s[variant] = time.perf_counter() - t
-            # once more untimed, from the state a step returns (a reset's weak-typed leaves
-            # would make the first timed call compile again)
-            states[variant] = jax.block_until_ready(fn(states[variant], jax.random.key(3)))[0]
-        times: dict[str, list[float]] = {v: [] for v in programs}
-        cpu: dict[str, list[float]] = {v: [] for v in programs}
+        make_env(name, 1)  # the suite installed and the id known: its one line if not
+        programs = _programs(name, args.num_envs, args.steps, args.variants)
+        if args.reverse:
+            programs = dict(reversed(programs.items()))
         load = os.getloadavg()[0]
-        for r in range(args.rounds):
-            for variant, (fn, _) in programs.items():
-                t, c = time.perf_counter(), time.process_time()
-                states[variant] = jax.block_until_ready(fn(states[variant], jax.random.key(4 + r)))[
-                    0
-                ]
-                times[variant].append(time.perf_counter() - t)
-                cpu[variant].append(time.process_time() - c)
+        timed = suite.time_interleaved(list(programs.values()), args.rounds, warmup=1)
+        times = dict(zip(programs, timed, strict=True))
         frames = args.num_envs * args.steps
-        rates = {v: frames / statistics.median(ts) for v, ts in times.items()}
-        cpu_rates = {v: frames / statistics.median(ts) for v, ts in cpu.items()}
-        best_rates = {v: frames / min(ts) for v, ts in cpu.items()}
+        rates = {v: frames / statistics.median(wall) for v, (wall, _) in times.items()}
+        cpu_rates = {v: frames / statistics.median(cpu) for v, (_, cpu) in times.items()}
+        best_rates = {v: frames / min(cpu) for v, (_, cpu) in times.items()}
         over_bare = lambda r: {v: round(x / r["bare"], 3) for v, x in r.items() if v != "bare"}
         print(
             json.dumps(
@@ -205,7 +147,7 @@ def main() -> None:
                     "over_bare_cpu_best": over_bare(best_rates),
                     "load_before": round(load, 1),
                     "load_after": round(os.getloadavg()[0], 1),
-                    "first_call_s": {v: round(x, 1) for v, x in compile_s.items()},
+                    "compile_s": {v: round(w.compile_s, 1) for v, w in programs.items()},
                     "device": str(jax.devices()[0]),
                 }
             ),

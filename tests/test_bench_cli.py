@@ -30,7 +30,8 @@ def test_list_quick_and_full(capsys) -> None:
     full = capsys.readouterr().out.split()
     assert set(quick) < set(full)
     kinds = {c.split("-")[0] for c in full}
-    assert kinds == {"sampling", "update", "chunk", "memory", "trainer", "end_to_end", "learning"}
+    kinds_all = {"sampling", "update", "chunk", "suite", "memory", "trainer", "end_to_end"}
+    assert kinds == kinds_all | {"learning"}
     for env in ("gymnax/Pendulum-v1", "gymnax/CartPole-v1", "brax/ant"):
         assert any(env in c for c in quick)
 

@@ -78,6 +78,13 @@ def records() -> list[dict[str, Any]]:
         autotune={"probe_s": 30.0},
     )
     same = {**learning, "task": "td3-Pendulum-v1", "verdict": {**learning["verdict"], "same_config": True}}  # fmt: skip
+    stepping = lambda name, **p: Workload(name, lambda: None, env_steps=8192, compile_s=2.5, params={"kind": "suite", "num_envs": 64, "steps": 128, "env": "navix/Navix-Empty-8x8-v0", **p})  # fmt: skip
+    side = lambda w, wall, cpu: {**_record(w, wall), "cpu_seconds_per_call": cpu, "env_steps_per_cpu_s": 8192 / cpu}  # fmt: skip
+    own = side(stepping("own", variant="own", practice="Navix's step"), 0.2, 0.25)
+    bound = side(stepping("bound", variant="bound", practice="no reset"), 0.1, 0.125)
+    suite_row = side(stepping("suite"), 0.16, 0.2)
+    suite_row.update(load_1min=[1.25, 1.5], references={"own": own, "bound": bound}, ratios={"own": {"wall": 1.25, "cpu": 1.25}, "bound": {"wall": 0.625, "cpu": 0.625}})  # fmt: skip
+    broken = {**suite_row, "references": {"own": own, "bound": {"variant": "bound", "error": "TypeError: no"}}, "ratios": {"own": {"wall": 1.25, "cpu": 1.25}}}  # fmt: skip
     return _plain(
         [
             {"id": "sampling-a", **with_reference(_record(sampling, 0.1), _record(ref_s, 0.08))},
@@ -89,6 +96,8 @@ def records() -> list[dict[str, Any]]:
             },
             {"id": "update-b", **with_reference(_record(update, 0.2), {"error": "ValueError: no"})},
             {"id": "chunk-sac-cpu", **_record(chunk, 0.5)},
+            {"id": "suite-navix/Navix-Empty-8x8-v0-64", **with_reference(suite_row, own)},
+            {"id": "suite-navix/Navix-Empty-8x8-v0-256", **with_reference(broken, own)},
             {"id": "trainer-ppo", **with_reference(_record(trainer, 0.4), brax)},
             {"id": "end_to_end-sac", **e2e},
             {"id": "end_to_end-ppo", **e2e_not},

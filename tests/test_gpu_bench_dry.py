@@ -7,6 +7,7 @@ only the sizes cut) and must exit 0 and write the result files the real run writ
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -39,6 +40,14 @@ STAGES = {
         "minatar/ppo_space_invaders_minatar_gpu/summary.json",
         "minatar/pqn_breakout_minatar_gpu/summary.json",
     ),
+    # suites: Craftax's PPO preset cut to a few thousand env steps, and one Navix row
+    "suites": (
+        "suites/suites.md",
+        "suites/ppo_craftax_classic_symbolic_gpu/summary.json",
+        "suites/bench.json",
+        "suites/bench.md",
+        "suites/bench.log",
+    ),
     "population": (
         "population/population.md",
         "population/sac-2/summary.json",
@@ -67,6 +76,8 @@ def dry_run(stage: str, out: Path) -> subprocess.CompletedProcess[str]:
 def test_stage_dry_run_writes_its_results(stage: str, tmp_path: Path) -> None:
     if shutil.which("bash") is None:
         pytest.skip("no bash")
+    if stage == "suites" and importlib.util.find_spec("craftax") is None:
+        pytest.skip('craftax is not installed: pip install "jaxspreeze[craftax]"')
     proc = dry_run(stage, tmp_path / "results")
     tail = (proc.stdout + proc.stderr)[-4000:]
     assert proc.returncode == 0, tail

@@ -31,6 +31,7 @@ else:  # pragma: no cover
 PRESETS = score_tasks.PRESETS  # the package's presets (package data)
 HAVE_PLAYGROUND = importlib.util.find_spec("mujoco_playground") is not None
 HAVE_BRAX = importlib.util.find_spec("brax") is not None
+HAVE_CRAFTAX = importlib.util.find_spec("craftax") is not None  # an extra, not in [test]
 ALL = sorted(PRESETS.glob("*.toml"))
 
 
@@ -40,6 +41,8 @@ def _needs(path: Path) -> str | None:
         return "MuJoCo Playground not installed"
     if 'env = "brax/' in text and not HAVE_BRAX:
         return "brax not installed"
+    if 'env = "craftax/' in text and not HAVE_CRAFTAX:
+        return 'Craftax not installed (pip install "jaxspreeze[craftax]")'
     return None
 
 

@@ -1,4 +1,4 @@
-"""The measured cases: sampling, update step, training chunk, end to end.
+"""The measured cases: sampling, update step, training chunk, end to end, suite stepping.
 
 Each ``prepare`` function builds and compiles the work outside any timer and returns a
 :class:`~jaxspreeze.bench.record.Workload`; the pytest-benchmark suite
@@ -32,7 +32,7 @@ from jaxspreeze.bench.record import (
 from jaxspreeze.core.types import EnvSpec, Transition
 from jaxspreeze.data import replay
 from jaxspreeze.data.rollout import env_init, rollout
-from jaxspreeze.envs import VecEnv, env_spec, make_env
+from jaxspreeze.envs import FAMILIES, VecEnv, env_spec, make_env
 from jaxspreeze.schedules import Schedule, iteration
 from jaxspreeze.schedules.iteration import TrainState
 from jaxspreeze.setup import devices
@@ -77,8 +77,9 @@ def widths_label(sizes: dict[str, tuple[int, ...]]) -> str:
 
 def run_config(algo: str, env: str, hidden: tuple[int, ...] = HIDDEN, **fields: Any) -> RunConfig:
     """A resolved RunConfig for ``algo`` on ``env`` with its networks set to ``hidden``
-    (the fast recipes: their paper's widths, :func:`widths`)."""
-    base = RunConfig()
+    (the fast recipes: their paper's widths, :func:`widths`), its programs compiled for
+    run speed (``compile="full"``: a row's rate stands for a long run's)."""
+    base = RunConfig(compile="full")
     algo_cfg = dataclasses.replace(getattr(base, algo), **widths(algo, hidden))
     return resolve(dataclasses.replace(base, algo=algo, env=env, **{algo: algo_cfg}, **fields))
 
@@ -139,6 +140,33 @@ def sampling(
             kind="sampling", env=env_name, num_envs=num_envs, rollout_steps=steps, policy=policy
         ),
     )
+
+
+# ----------------------------------------------------------------------------- suite stepping
+def check_suite(env_name: str) -> None:
+    """:class:`Unavailable` (one line naming the ``pip install``) when the suite of
+    ``env_name`` (``<family>/<id>``) is not installed."""
+    family = FAMILIES[env_name.partition("/")[0]]
+    if hasattr(family, "installed") and not family.installed():
+        raise Unavailable(f"{env_name}: its suite is not installed: {family.INSTALL}")
+
+
+def suite_stepper(
+    env_name: str, num_envs: int, seed: int = 0, env: VecEnv | None = None
+) -> tuple[Any, Callable]:
+    """jaxspreeze's side of a suite row: ``(carry, step)`` with ``step(carry, key) ->
+    (carry, reward [N])``, the env stepping of the fused chunk without the policy: the
+    family's adapter (``make_env``: its ``step_batch`` with jaxspreeze's auto-reset and
+    the episode bookkeeping, :meth:`VecEnv.step`) on uniform random legal actions
+    (:meth:`VecEnv.random_actions`). ``env``: another build of it (an experiment's)."""
+    env = env or make_env(env_name, num_envs)
+
+    def step(carry, key):
+        k_act, k_step = jax.random.split(key)
+        obs, state, reward, *_ = env.step(k_step, carry[1], env.random_actions(k_act, carry[0]))
+        return (obs, state), reward
+
+    return env.reset(jax.random.key(seed)), step
 
 
 # ----------------------------------------------------------------------------- updates

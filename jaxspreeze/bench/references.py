@@ -487,3 +487,161 @@ class _EpochLog:
             (s0, t_a, _), (s1, t_b, _) = log[-2], log[-1]
             interval = (s1 - s0) / (t_b - t_a) if t_b > t_a else None
         return sps, interval, statistics.median(steady) if steady else interval
+
+
+# ----------------------------------------------------------------------------- suite stepping
+# A JAX suite stepped as its own users step it: ``(carry, step)`` with ``step(carry, key)
+# -> (carry, reward [N])``, uniform random legal actions drawn inside, N envs vmapped.
+# bench.suite scans each side the same way (``jit(lax.scan(step))``, T steps a call) and
+# times them interleaved with jaxspreeze's adapter (bench.cases.suite_stepper).
+# Each family's practices, the suite's own first: the name of a variant -> what it is.
+SUITE_PRACTICES: dict[str, dict[str, str]] = {
+    "navix": {"own": "Navix's step (its own auto-reset, under lax.cond)"},
+    "xminigrid": {"own": "XLand-MiniGrid's GymAutoResetWrapper (lax.cond)"},
+    "jumanji": {"own": "Jumanji's VmapAutoResetWrapper (lax.cond; final obs in extras)"},
+    "craftax": {
+        "own": "Craftax_Baselines' OptimisticResetVecEnvWrapper (reset_ratio min(16, N))",
+        "builtin": "Craftax's own auto_reset=True env",
+    },
+}
+BOUND = "bound"  # every family: the bare transition, never reset (the upper bound)
+BOUND_PRACTICE = "the bare transition, never reset (the upper bound)"
+OPTIMISTIC_RESET_RATIO = 16  # Craftax_Baselines' default reset_ratio (ppo.py, ppo_rnn.py)
+
+
+def suite_variants(env_name: str) -> dict[str, str]:
+    """The references of a suite row for ``env_name``: its family's practices, then the
+    bare transition (:data:`BOUND`), each with what it is."""
+    family = env_name.partition("/")[0]
+    if family not in SUITE_PRACTICES:
+        raise ValueError(f"suite rows step {sorted(SUITE_PRACTICES)} ids, not {env_name!r}")
+    return {**SUITE_PRACTICES[family], BOUND: BOUND_PRACTICE}
+
+
+def _uniform(key: jax.Array, num_envs: int, actions: int) -> jax.Array:
+    return jax.random.randint(key, (num_envs,), 0, actions)
+
+
+def _legal(key: jax.Array, mask: jax.Array) -> jax.Array:
+    """One uniform legal action per row of ``mask [N, A]``."""
+    logits = jnp.where(mask, 0.0, -jnp.inf)
+    return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
+
+
+def suite_stepper(
+    env_name: str, num_envs: int, variant: str, seed: int = 0
+) -> tuple[Any, Callable]:
+    """``(carry, step)`` of ``num_envs`` envs of ``env_name`` (``<family>/<id>``: navix,
+    xminigrid, jumanji or craftax) reset the way ``variant`` says (:func:`suite_variants`),
+    with the suite's own API only."""
+    family, _, task = env_name.partition("/")
+    if variant not in suite_variants(env_name):
+        raise ValueError(
+            f"{env_name}: no reference {variant!r}; one of {list(suite_variants(env_name))}"
+        )
+    keys = jax.random.split(jax.random.key(seed), num_envs)
+    n = num_envs
+    if family == "navix":
+        import navix  # optional suites: imported for their rows only
+
+        env = navix.make(task)
+        fn = env.step if variant == "own" else env._step  # _step: the transition alone
+        actions = len(env.action_set)
+
+        def step(ts, key):
+            ts = jax.vmap(fn)(ts, _uniform(key, n, actions))
+            return ts, ts.reward
+
+        return jax.vmap(env.reset)(keys), step
+    if family == "xminigrid":
+        import xminigrid
+        from xminigrid.wrappers import GymAutoResetWrapper
+
+        env, params = xminigrid.make(task)
+        stepper = GymAutoResetWrapper(env) if variant == "own" else env
+        actions = int(env.num_actions(params))
+
+        def step(ts, key):
+            ts = jax.vmap(stepper.step, (None, 0, 0))(params, ts, _uniform(key, n, actions))
+            return ts, ts.reward
+
+        return jax.vmap(lambda k: env.reset(params, k))(keys), step
+    if family == "jumanji":
+        import jumanji
+        from jumanji.wrappers import VmapAutoResetWrapper
+
+        env = jumanji.make(task)
+        if variant == "own":
+            env = VmapAutoResetWrapper(env, next_obs_in_extras=True)
+            vstep, vreset = env.step, env.reset
+        else:
+            vstep, vreset = jax.vmap(env.step), jax.vmap(env.reset)
+
+        def step(carry, key):
+            state, ts = vstep(carry[0], _legal(key, carry[1].observation.action_mask))
+            return (state, ts), ts.reward
+
+        return vreset(keys), step
+    if family == "craftax":
+        from craftax.craftax_env import make_craftax_env_from_name
+
+        env = make_craftax_env_from_name(task, auto_reset=variant == "builtin")
+        params = env.default_params
+        actions = int(env.action_space(params).n)
+        vstep = jax.vmap(env.step, (0, 0, 0, None))
+        carry = jax.vmap(env.reset, (0, None))(keys, params)
+        if variant == "own":
+            reset_step = optimistic_resets(env, params, n, min(OPTIMISTIC_RESET_RATIO, n))
+
+            def step(carry, key):
+                k_act, k_step = jax.random.split(key)
+                obs, state, reward = reset_step(k_step, carry[1], _uniform(k_act, n, actions))
+                return (obs, state), reward
+
+            return carry, step
+
+        def step(carry, key):
+            k_act, k_step = jax.random.split(key)
+            ks = jax.random.split(k_step, n)
+            obs, state, reward, _, _ = vstep(ks, carry[1], _uniform(k_act, n, actions), params)
+            return (obs, state), reward
+
+        return carry, step
+    raise AssertionError(family)  # suite_variants refused it
+
+
+def optimistic_resets(env: Any, params: Any, num_envs: int, reset_ratio: int) -> Callable:
+    """``step(key, state, action) -> (obs, state, reward)`` of ``num_envs`` envs of a
+    gymnax-style ``env`` (built without auto-reset) with optimistic resets, as
+    Craftax_Baselines' ``OptimisticResetVecEnvWrapper`` does them (its ``wrappers.py``,
+    https://github.com/MichaelTMatthews/Craftax_Baselines; written anew here): every step
+    generates ``num_envs / reset_ratio`` initial states, hands one to each of that many
+    envs picked at random among those whose episode ended (``jax.random.choice`` weighted
+    by ``done``, without replacement), and every other env that ended takes the state of
+    its block of ``reset_ratio`` envs (so envs may share a new world)."""
+    if num_envs % reset_ratio:
+        raise ValueError(f"reset_ratio {reset_ratio} must divide num_envs {num_envs}")
+    resets = num_envs // reset_ratio
+    v_step = jax.vmap(env.step, (0, 0, 0, None))
+    v_reset = jax.vmap(env.reset, (0, None))
+
+    def step(key: jax.Array, state: Any, action: jax.Array) -> tuple[Any, Any, jax.Array]:
+        k_step, k_reset, k_pick = jax.random.split(key, 3)
+        obs, state, reward, done, _ = v_step(
+            jax.random.split(k_step, num_envs), state, action, params
+        )
+        new_obs, new = v_reset(jax.random.split(k_reset, resets), params)
+        index = jnp.arange(resets).repeat(reset_ratio)
+        picked = jax.random.choice(
+            k_pick, num_envs, (resets,), replace=False, p=done.astype(jnp.float32)
+        )
+        index = index.at[picked].set(jnp.arange(resets))
+        pick = lambda fresh, now: _where_rows(done, fresh[index], now)
+        return pick(new_obs, obs), jax.tree.map(pick, new, state), reward
+
+    return step
+
+
+def _where_rows(flag: jax.Array, a: jax.Array, b: jax.Array) -> jax.Array:
+    """``a`` where ``flag [N]`` along the first axis, else ``b``."""
+    return jnp.where(flag.reshape(flag.shape + (1,) * (a.ndim - 1)), a, b)

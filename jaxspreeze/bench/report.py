@@ -63,6 +63,8 @@ def _notes(rec: Record) -> str:
         else:
             notes.append(f"not reached: final return {_num(rec.get('final_return'))}")
         notes.append(f"{_num(rec.get('env_steps_per_s'))} env steps/s")
+    elif rec.get("kind") == "suite" and rec.get("references"):
+        notes += _suite_notes(rec)
     ref = rec.get("reference") or {}
     if rec.get("kind") == "memory" and rec.get("ratio_vs_reference"):
         cost = 1.0 / rec["ratio_vs_reference"]
@@ -82,6 +84,32 @@ def _notes(rec: Record) -> str:
     if rec.get("skipped"):
         notes.append(f"skipped: {rec['skipped']}")
     return "; ".join(notes)
+
+
+def _suite_notes(rec: Record) -> list[str]:
+    """A suite row's notes: its reference, the ratios per CPU second, the other
+    references' ratios (the no-reset upper bound last) and the load."""
+    refs, ratios = rec["references"], rec.get("ratios") or {}
+    own, notes = refs.get("own") or {}, []
+    notes.append(f"reference: {own.get('practice', '?')}")
+    if "own" in ratios:
+        notes.append(
+            f"per CPU s {_num(rec.get('env_steps_per_cpu_s'))} vs "
+            f"{_num(own.get('env_steps_per_cpu_s'))} ({_ratio(ratios['own']['cpu'])})"
+        )
+    for variant, ref in refs.items():
+        if variant == "own":
+            continue
+        label = "upper bound, no reset" if variant == "bound" else ref.get("practice", variant)
+        if variant in ratios:
+            r = ratios[variant]
+            notes.append(f"{label}: {_ratio(r['wall'])} wall, {_ratio(r['cpu'])} per CPU s")
+        elif ref.get("error"):
+            notes.append(f"{label} failed: {ref['error'][:80]}")
+    load = rec.get("load_1min") or []
+    if load:
+        notes.append(f"load {'-'.join(f'{x:.1f}' for x in load)}")
+    return notes
 
 
 def _sizes(rec: Record) -> str:
@@ -240,7 +268,11 @@ def markdown(report: dict[str, Any]) -> str:
         "update for updates, brax's own `brax.training.agents.sac`/`ppo` trainers for trainer "
         "rows (jaxspreeze/bench/references.py); the default config for learning rows "
         "(time to threshold: > 1, the autotuned run got there sooner); feed-forward PPO's "
-        "chunk at the same sizes for memory rows (recurrent PPO: its cost is 1 / ratio).",
+        "chunk at the same sizes for memory rows (recurrent PPO: its cost is 1 / ratio); for "
+        "suite rows (a JAX suite's env stepping: a jitted scan of random legal actions, "
+        "jaxspreeze's adapter as the fused chunk steps it), the suite's own vmapped scan "
+        "with its own reset practice, the ratio per CPU second and against the bare "
+        "transition without resets (the upper bound) in the notes.",
         "",
         *_markdown_table(COLUMNS, [cells(r) for r in report["records"]]),
     ]

@@ -18,12 +18,15 @@ from types import ModuleType
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from jaxspreeze import algos
 from jaxspreeze.bench import cases, cold, learning
 from jaxspreeze.bench.record import (
     Record,
     Workload,
+    chained,
+    compile_timed,
     matmul_peak_flops,
     throughput_record,
     time_pair,
@@ -53,6 +56,21 @@ TRAINER_ROWS = (
 # a recurrent policy costs at most 1.5x the feed-forward policy's wall per env step)
 MEMORY_ENVS = ("gymnax/CartPole-v1", "gymnax/Breakout-MinAtar")
 MEMORY_CELLS = ("gru", "lstm")
+# the JAX suites' env stepping (issue 42: at least 0.9x a vmapped scan of the suite): one
+# row per (env, num_envs), jaxspreeze's adapter against the suite's own practice and the
+# bare transition (references.SUITE_PRACTICES), each a jitted scan of random legal
+# actions; the env -> its sizes' name
+SUITE_ENVS = {
+    "navix/Navix-Empty-8x8-v0": "suite_envs",
+    "xminigrid/MiniGrid-Empty-8x8": "suite_envs",
+    "jumanji/Snake-v1": "suite_envs_few",
+    "craftax/Craftax-Classic-Symbolic-v1": "suite_envs_few",
+}
+# their rows compile for minutes on a CPU (Craftax's own auto-reset alone 30-110 s): only
+# with --full, or where --only names them
+HEAVY_SUITES = ("craftax",)
+SUITE_STEPS = 128  # env steps of every env per timed call
+SUITE_STEPS_HEAVY = 16  # Craftax: its own auto-reset steps at about 300 env steps/s on a CPU
 
 SCALES = ("cpu", "gpu")
 # the sizes of each scale, side by side (cpu, gpu): "cpu" fits 2 cores, "gpu" goes to 65,536
@@ -60,6 +78,8 @@ SCALES = ("cpu", "gpu")
 SIZES_BY_NAME: dict[str, tuple[Any, Any]] = {
     "sampling_envs": ((1, 64, 1024, 8192), (1, 1024, 16384, 65536)),
     "sampling_envs_brax": ((16, 128, 512), (1024, 16384)),
+    "suite_envs": ((64, 256, 1024), (1024, 16384, 65536)),
+    "suite_envs_few": ((64, 256), (1024, 16384)),
     "batch_sizes": ((256, 1024, 4096), (256, 4096, 65536)),
     "recipe_batch_sizes": ((4096, 32768), (4096, 32768)),
     "sac_chunk": (
@@ -96,12 +116,16 @@ QUICK = {
         "sampling_envs_brax": (16,),
         "batch_sizes": (256,),
         "recipe_batch_sizes": (),
+        "suite_envs": (64,),
+        "suite_envs_few": (64,),
     },
     "gpu": {
         "sampling_envs": (16384,),
         "sampling_envs_brax": (1024,),
         "batch_sizes": (4096,),
         "recipe_batch_sizes": (32768,),
+        "suite_envs": (16384,),
+        "suite_envs_few": (16384,),
     },
 }
 
@@ -145,8 +169,8 @@ E2E = {
 
 @dataclass(frozen=True)
 class Case:
-    """One measurement: its kind (sampling, update, chunk, memory, trainer, end_to_end,
-    learning) and args."""
+    """One measurement: its kind (sampling, update, chunk, suite, memory, trainer,
+    end_to_end, learning) and args."""
 
     kind: str
     args: dict[str, Any] = field(default_factory=dict, hash=False)
@@ -159,8 +183,14 @@ class Case:
         return "-".join([self.kind, *(str(v) for v in self.args.values())])
 
 
-def selection(full: bool = False, scale: str | None = None) -> list[Case]:
-    """The cases of the quick (default) or full selection at ``scale`` (cpu/gpu; auto)."""
+def selection(
+    full: bool = False, scale: str | None = None, only: tuple[str, ...] = ()
+) -> list[Case]:
+    """The cases of the quick (default) or full selection at ``scale`` (cpu/gpu; auto).
+
+    A suite row of the full selection is in the quick one too where a string of ``only``
+    (``--only``) is part of its id: ``--only craftax`` runs Craftax's rows, heavy on a CPU
+    and left out of the quick selection otherwise (:data:`HEAVY_SUITES`)."""
     scale = scale or ("cpu" if jax.default_backend() == "cpu" else "gpu")
     sizes = dict(SIZES[scale])
     if not full:
@@ -179,6 +209,13 @@ def selection(full: bool = False, scale: str | None = None) -> list[Case]:
         Case("chunk", {"algo": "sac", "scale": scale}),
         Case("chunk", {"algo": "ppo", "scale": scale}),
     ]
+    for env, key in SUITE_ENVS.items():
+        rows = [Case("suite", {"env": env, "num_envs": n}) for n in SIZES[scale][key]]
+        if not full:
+            quick = () if env.partition("/")[0] in HEAVY_SUITES else sizes[key]
+            named = lambda c: any(s in c.id for s in only)
+            rows = [c for c in rows if c.args["num_envs"] in quick or named(c)]
+        out += rows
     if full:
         out += [Case("trainer", {"algo": a, "env": e, "scale": scale}) for a, e in TRAINER_ROWS]
         out += [Case("end_to_end", {"algo": a}) for a in ("sac", "ppo")]
@@ -325,6 +362,118 @@ def record_of(w: Workload, times: list[float], peak: float | None) -> Record:
     return throughput_record(w, statistics.median(times), peak, times)
 
 
+def suite_steps(env_name: str) -> int:
+    """Env steps of every env per timed call of a suite row."""
+    return SUITE_STEPS_HEAVY if env_name.partition("/")[0] in HEAVY_SUITES else SUITE_STEPS
+
+
+def _strong(tree: Any) -> Any:
+    """A copy of ``tree``, each leaf a buffer of its own (the carry is donated) and none
+    weak-typed (a reset's Python scalars are weak, a step's are not: the compiled program
+    takes the state it returns)."""
+    keyed = lambda x: jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
+    dtype = lambda x: None if keyed(x) else jnp.result_type(x)
+    return jax.tree.map(lambda x: jnp.array(x, dtype(x), copy=True), tree)
+
+
+def scanned(
+    name: str, carry: Any, step: Callable, num_envs: int, steps: int, params: dict[str, Any]
+) -> Workload:
+    """The workload of one side of a suite row: ``jit(lax.scan(step))`` over ``steps``
+    keys, ``step(carry, key) -> (carry, reward [N])`` (:func:`.cases.suite_stepper`,
+    :func:`.references.suite_stepper`), the carry donated from call to call; every side
+    is scanned by this same program."""
+
+    def run(carry, key):
+        key, k = jax.random.split(key)
+        carry, rewards = jax.lax.scan(step, carry, jax.random.split(k, steps))
+        return carry, key, rewards.sum()
+
+    carry, key = _strong(carry), jax.random.key(1)
+    compiled, compile_s = compile_timed(run, carry, key, donate=(0,))
+    return Workload(
+        name,
+        chained(compiled, carry, key),
+        env_steps=num_envs * steps,
+        compile_s=compile_s,
+        params={"kind": "suite", "num_envs": num_envs, "steps": steps, **params},
+    )
+
+
+def time_interleaved(
+    workloads: list[Workload], rounds: int, warmup: int = 1
+) -> list[tuple[list[float], list[float]]]:
+    """``(wall seconds, CPU seconds of this process)`` per call of each workload, over
+    ``rounds`` rounds after ``warmup`` untimed ones, each round one call of every workload
+    in turn (machine noise hits all of them alike)."""
+    for _ in range(warmup):
+        for w in workloads:
+            w.run()
+    out: list[tuple[list[float], list[float]]] = [([], []) for _ in workloads]
+    for _ in range(rounds):
+        for w, (wall, cpu) in zip(workloads, out, strict=True):
+            t, c = time.perf_counter(), time.process_time()
+            w.run()
+            wall.append(time.perf_counter() - t)
+            cpu.append(time.process_time() - c)
+    return out
+
+
+def _suite_record(w: Workload, wall: list[float], cpu: list[float]) -> Record:
+    rec = record_of(w, wall, None)
+    rec["cpu_seconds_per_call"] = statistics.median(cpu)
+    rec["env_steps_per_cpu_s"] = w.env_steps / rec["cpu_seconds_per_call"]
+    return rec
+
+
+def suite_row(
+    env_name: str,
+    num_envs: int,
+    refs: ModuleType | None,
+    rounds: int = 3,
+    warmup: int = 1,
+    steps: int | None = None,
+) -> Record:
+    """A suite row: jaxspreeze's env stepping for ``env_name`` (the adapter, as the fused
+    chunk steps it) against each of ``refs.suite_variants(env_name)`` (the suite's own
+    practice first, the bare transition last), ``num_envs`` envs, ``steps`` env steps of
+    each a call, all timed interleaved in this process (medians; per wall second and per
+    CPU second of this process; compile apart). The row's reference and ratio are the
+    suite's own practice's (``ratio_vs_reference``: per wall second); ``ratios`` holds
+    every reference's, per wall and per CPU second. Raises ``cases.Unavailable`` when the
+    suite is not installed."""
+    cases.check_suite(env_name)
+    steps = steps or suite_steps(env_name)
+    name = f"{env_name}-n{num_envs}"
+    ours = cases.suite_stepper(env_name, num_envs)
+    sides = [scanned(f"suite[{name}]", *ours, num_envs, steps, {"env": env_name})]
+    practices = refs.suite_variants(env_name) if refs is not None else {}
+    failed: dict[str, Record] = {}
+    for variant, practice in practices.items():
+        params = {"env": env_name, "variant": variant, "practice": practice}
+        try:
+            carry, step = refs.suite_stepper(env_name, num_envs, variant)
+            sides.append(scanned(f"{variant}[{name}]", carry, step, num_envs, steps, params))
+        except Exception as e:  # a broken reference is reported, not fatal
+            failed[variant] = {**params, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+    load = os.getloadavg()[0]
+    times = time_interleaved(sides, rounds, warmup)
+    records = [_suite_record(w, *t) for w, t in zip(sides, times, strict=True)]
+    ours_rec, theirs = records[0], {r["variant"]: r for r in records[1:]}
+    ours_rec["load_1min"] = [round(load, 2), round(os.getloadavg()[0], 2)]
+    slim = lambda r: {k: v for k, v in r.items() if k not in ("hardware", "versions")}
+    ours_rec["references"] = {v: slim(theirs.get(v) or failed[v]) for v in practices}
+    ours_rec["ratios"] = {
+        v: {
+            "wall": ours_rec["env_steps_per_s"] / r["env_steps_per_s"],
+            "cpu": ours_rec["env_steps_per_cpu_s"] / r["env_steps_per_cpu_s"],
+        }
+        for v, r in theirs.items()
+    }
+    own = theirs.get("own") or failed.get("own")
+    return with_reference(ours_rec, own)
+
+
 def measure(case: Case, refs: ModuleType | None = None, rounds: int = 3, warmup: int = 1) -> Record:
     """Measure ``case`` and its reference in this process; a skipped case says why.
 
@@ -345,6 +494,9 @@ def measure(case: Case, refs: ModuleType | None = None, rounds: int = 3, warmup:
         if case.kind == "end_to_end":
             e2e = E2E[case.args["algo"]]
             return {"id": case.id, **cases.end_to_end(e2e.config(), e2e.threshold)}
+        if case.kind == "suite":
+            a = case.args
+            return {"id": case.id, **suite_row(a["env"], a["num_envs"], refs, rounds, warmup)}
         w = prepare(case)
     except cases.Unavailable as e:
         return {"id": case.id, "kind": case.kind, **case.args, "skipped": str(e)}

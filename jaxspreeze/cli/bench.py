@@ -41,7 +41,8 @@ class BenchArgs:
     warmup: int = 1
     """Untimed calls before timing."""
     only: Annotated[tuple[str, ...], tyro.conf.UseAppendAction] = ()
-    """Run cases whose id contains this (repeatable: --only a --only b)."""
+    """Run cases whose id contains this (repeatable: --only a --only b); a suite row of
+    the full selection named so runs without --full too (--only craftax)."""
     no_references: bool = False
     """Time jaxspreeze only."""
     note: str = ""
@@ -69,7 +70,7 @@ def main(argv: Sequence[str]) -> int:
     if args.cold:
         selected = suite.cold_selection(args.total_steps)
     else:
-        selected = suite.selection(args.full, args.scale)
+        selected = suite.selection(args.full, args.scale, args.only)
     if args.only:
         selected = [c for c in selected if any(s in c.id for s in args.only)]
     if args.list_cases:

@@ -10,8 +10,12 @@ needs, before JAX compiles anything (with no ruleset its goal can never be reach
 The env's step does not reset (``reset(params, key) -> TimeStep``, ``step(params,
 timestep, action) -> TimeStep``): :func:`~jaxspreeze.envs.base.auto_reset` resets it, from
 initial states drawn ahead (a new layout, position and direction where the task samples
-them), the final observation kept for bootstrapping. A last step with discount 0 (the goal
-reached, or a trap) is a termination; the env's own step limit (``params.max_steps``) is a
+them), the final observation kept for bootstrapping, in its plain order. The lean order
+(``lean=True``, Navix's and Craftax's) steps the same transitions bit for bit here (the
+grids are integers; rollouts of Empty-8x8, DoorKey-5x5 and FourRooms compared) but took
+1-12% more CPU time per step on a CPU at 64 and 256 envs, in every interleaved measurement
+(``experiments/results/suites_cpu.md``). A last step with discount 0 (the goal reached,
+or a trap) is a termination; the env's own step limit (``params.max_steps``) is a
 truncation. Observations are the agent's egocentric view ``[view, view, 2]`` (tile and
 colour ids), kept in their own dtype (``uint8``, :attr:`EnvSpec.obs_dtype`).
 """
@@ -138,7 +142,7 @@ def make(env_name: str) -> EnvParts:
         max_episode_steps=max_steps,
         obs_dtype=str(obs.dtype),
     )
-    made = auto_reset(reset, step, max_steps)
+    made = auto_reset(reset, step, max_steps)  # plain order: lean is slower here (above)
     return EnvParts(spec, made.reset_one, made.step_batch, (env, params), made.step_batch_no_reset)
 
 
