@@ -85,7 +85,13 @@ def against_the_suite(parts, suite_step, steps: int, n: int = 16, seed: int = 0)
 
 
 def check_against_the_suite(
-    parts, suite_step, suite_reset, steps: int, ends: bool = True, reset_close: float = 1.0
+    parts,
+    suite_step,
+    suite_reset,
+    steps: int,
+    ends: bool = True,
+    reset_close: float = 1.0,
+    tile: int = 1,
 ):
     obs0, reset_keys, out = against_the_suite(parts, suite_step, steps)
     obs, reward, terminated, truncated, final_obs, start_obs, s_obs, s_reward, s_term, s_trunc = out
@@ -95,6 +101,9 @@ def check_against_the_suite(
     # the reset: the suite's, on the first half of each env's key (the second draws its start)
     k_now = jax.vmap(lambda k: jax.random.split(k)[0])(reset_keys)
     same = np.asarray(obs0) == np.asarray(jax.vmap(suite_reset)(k_now))
+    if tile > 1:  # an image's tiles (tile x tile pixels, every channel): the same or not
+        n, h, w, c = same.shape
+        same = same.reshape(n, h // tile, tile, w // tile, tile, c).all(axis=(2, 4, 5))
     assert same.mean() >= reset_close, same.mean()
     # each step: the suite's outputs; the next observation the start drawn ahead where it ended
     np.testing.assert_array_equal(reward, s_reward.astype(np.float32))
@@ -161,8 +170,18 @@ def test_craftax_steps_as_its_suite(name):
         return env.reset(jax.random.split(key)[0], params)[0]
 
     # Craftax's world generation thresholds float noise, which XLA fuses differently in two
-    # programs: a few tiles of a world may differ between them
-    check_against_the_suite(parts, suite_step, suite_reset, steps=40, ends=False, reset_close=0.99)
+    # programs: a few tiles of a world may differ between them (1% of the symbolic view's
+    # entries; of the pixels' 7 x 7 tiles, each tile many pixels, 5%)
+    pixels = "Pixels" in name
+    check_against_the_suite(
+        parts,
+        suite_step,
+        suite_reset,
+        steps=40,
+        ends=False,
+        reset_close=0.95 if pixels else 0.99,
+        tile=7 if pixels else 1,
+    )
 
 
 # ------------------------------------------------------------------------- ids and refusals
