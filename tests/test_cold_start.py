@@ -81,6 +81,16 @@ def test_quick_on_a_host_env_is_refused_and_auto_is_full_there():
     assert e.value.field == "compile" and "--compile full or auto" in str(e.value)
 
 
+def test_the_cli_refuses_quick_on_a_host_env_before_any_compile(tmp_path, capsys):
+    from jaxspreeze import cli
+
+    argv = ["train", "--env", "gymnasium/Pendulum-v1", "--compile", "quick"]
+    assert cli.main([*argv, "--total-steps", "2000", "--logdir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--compile" in err[0] and "host-async" in err[0], err
+    assert not list(tmp_path.iterdir())  # no run directory claimed
+
+
 def test_a_run_saved_before_the_compile_field_loads_as_full(tiny_cfg):
     data = config.to_dict(tiny_cfg)
     del data["compile"]

@@ -37,7 +37,7 @@ from jaxspreeze.schedules.iteration import TrainState
 from jaxspreeze.setup import config as config_lib
 from jaxspreeze.setup import devices, distributed, memory, population
 from jaxspreeze.setup.config import RunConfig
-from jaxspreeze.setup.plan import RunPlan, plan
+from jaxspreeze.setup.plan import RunPlan, check_compile, plan
 from jaxspreeze.store import resume as resume_lib
 from jaxspreeze.store import rundir
 
@@ -101,7 +101,9 @@ def set_up(cfg: RunConfig, resume: str | Path | None, overwrite: bool) -> Setup:
             "overwrite": overwrite,
         }
         distributed.check_same_config(request)
+    asked = planned.cfg.compile
     planned = planned.placed(devices.resolve(planned.cfg.placement))
+    check_compile(asked, planned)  # quick where it has no meaning: refused, nothing compiled
     main = distributed.is_main()  # process 0 owns (claims, locks, writes) the run directory
     run, error = None, None
     if main:

@@ -159,14 +159,7 @@ def plan(cfg: RunConfig, placement: Placement | None = None, *, on_devices: bool
     if placement is None:
         return planned
     placed = planned.placed(placement)
-    if cfg.compile == "quick" and placed.cfg.compile != "quick":
-        on_cpu = placement.actor.platform == "cpu"
-        where = f"the {placed.schedule} schedule" if on_cpu else "an accelerator"
-        raise ConfigError(
-            "compile",
-            f"--compile quick is for device-env runs on CPUs (one or two devices), not "
-            f"{where}; use --compile full or auto",
-        )
+    check_compile(cfg.compile, placed)
     return placed
 
 
@@ -190,6 +183,21 @@ def compile_mode(cfg: RunConfig, kind: str, placement: Placement, num_iterations
         chunks = math.ceil(max(num_iterations, 1) / cfg.chunk_iterations)
         return "quick" if can and chunks <= AUTO_QUICK_CHUNKS else "full"
     return "quick" if cfg.compile == "quick" and can else "full"
+
+
+def check_compile(asked: str, placed: RunPlan) -> None:
+    """ConfigError("compile") when ``asked`` (the config's ``compile`` before the plan
+    resolved it) is ``quick`` and ``placed`` cannot compile quick (an accelerator, host
+    envs, a data-parallel schedule): a user's config, before any compile."""
+    if asked != "quick" or placed.cfg.compile == "quick" or placed.placement is None:
+        return
+    on_cpu = getattr(placed.placement.actor, "platform", None) == "cpu"
+    where = f"the {placed.schedule} schedule" if on_cpu else "an accelerator"
+    raise ConfigError(
+        "compile",
+        f"--compile quick is for device-env runs on CPUs (one or two devices), not "
+        f"{where}; use --compile full or auto",
+    )
 
 
 def resolve_torso(cfg: RunConfig, spec: AlgoSpec, env: EnvSpec) -> RunConfig:
