@@ -23,13 +23,9 @@ T_COMMAND = time.time()
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from jaxspreeze import schedules  # noqa: E402
-from jaxspreeze.agent.evaluate import make_seed_evaluate  # noqa: E402
 from jaxspreeze.bench.record import evaluated_chunks  # noqa: E402
-from jaxspreeze.envs import make_env  # noqa: E402
-from jaxspreeze.run.caches import enable_compile_cache, program_cache  # noqa: E402
-from jaxspreeze.schedules.base import abstract_on, compile_beside  # noqa: E402
-from jaxspreeze.setup import config, devices  # noqa: E402
+from jaxspreeze.score.runners import start_compiled  # noqa: E402
+from jaxspreeze.setup import config  # noqa: E402
 from jaxspreeze.setup.plan import plan  # noqa: E402
 
 
@@ -65,19 +61,7 @@ def main() -> None:
 
     run = planned(args)
     cfg = run.cfg
-    placement = devices.single()
-    schedule = schedules.make(run.placed(placement))
-    schedule.programs = program_cache(enable_compile_cache(cfg.compile_cache), schedule)
-    t0 = time.perf_counter()
-    abstract = schedule.init_abstract()
-    keys = jax.random.split(jax.random.key(cfg.seed + 10_000), cfg.num_seeds)
-    env = make_env(cfg.env, cfg.eval_episodes)
-    evaluate = make_seed_evaluate(schedule.algo, env, jax.device_put(keys, placement.eval))
-    actor_like = abstract_on(abstract.agent.actor, placement.eval)
-    evaluating = compile_beside(evaluate.compile, actor_like, schedule.programs)
-    state = schedule.init_compiled()
-    evaluating.result()
-    compile_s = time.perf_counter() - t0
+    schedule, state, evaluate, compile_s = start_compiled(run)  # as the yardstick starts
 
     t1 = time.perf_counter()
     state = jax.block_until_ready(schedule.warmup(state))

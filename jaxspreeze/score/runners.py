@@ -106,6 +106,28 @@ def peer_config(task: ScoreTask, peer_settings: str, **fields: Any) -> tuple[Run
 
 
 # ----------------------------------------------------------------------------- jaxspreeze
+def start_compiled(planned: RunPlan) -> tuple[Any, Any, Any, float]:
+    """``planned`` on one device as the trainer starts it: the schedule with the programs
+    kept across processes (a warm side loads them instead of tracing them again), the
+    initial state with the chunk compiled beside the init, the seeds' evaluation compiled
+    beside both, and the seconds all that took: (schedule, state, evaluate, compile_s)."""
+    cfg = planned.cfg
+    cache_dir = enable_compile_cache(cfg.compile_cache)
+    placement = devices.single()
+    schedule = schedules.make(planned.placed(placement))
+    schedule.programs = program_cache(cache_dir, schedule)
+    t0 = time.perf_counter()
+    abstract = schedule.init_abstract()
+    env = make_env(cfg.env, cfg.eval_episodes)
+    keys = jax.random.split(jax.random.key(cfg.seed + 10_000), cfg.num_seeds)
+    evaluate = make_seed_evaluate(schedule.algo, env, jax.device_put(keys, placement.eval))
+    actor_like = abstract_on(abstract.agent.actor, placement.eval)
+    evaluating = compile_beside(evaluate.compile, actor_like, schedule.programs)
+    state = schedule.init_compiled()
+    evaluating.result()
+    return schedule, state, evaluate, time.perf_counter() - t0
+
+
 def run_jaxspreeze(
     task: ScoreTask,
     say: Callable[[str], None] = lambda *a: None,
@@ -119,23 +141,7 @@ def run_jaxspreeze(
     """
     planned = preset_config(task, **fields)
     cfg = planned.cfg
-    cache_dir = enable_compile_cache(cfg.compile_cache)
-    placement = devices.single()
-    schedule = schedules.make(planned.placed(placement))
-    # the programs kept across processes, as `jaxspreeze train` keeps them: a warm side
-    # loads them instead of tracing and lowering them again
-    schedule.programs = program_cache(cache_dir, schedule)
-    t0 = time.perf_counter()
-    # as the trainer starts: the chunk compiles beside the init, the evaluation beside both
-    abstract = schedule.init_abstract()
-    env = make_env(cfg.env, cfg.eval_episodes)
-    keys = jax.random.split(jax.random.key(cfg.seed + 10_000), cfg.num_seeds)
-    evaluate = make_seed_evaluate(schedule.algo, env, jax.device_put(keys, placement.eval))
-    actor_like = abstract_on(abstract.agent.actor, placement.eval)
-    evaluating = compile_beside(evaluate.compile, actor_like, schedule.programs)
-    state = schedule.init_compiled()
-    evaluating.result()
-    compile_s = time.perf_counter() - t0
+    schedule, state, evaluate, compile_s = start_compiled(planned)
 
     t_start = time.perf_counter()
     state = jax.block_until_ready(schedule.warmup(state))
