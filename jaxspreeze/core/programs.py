@@ -91,8 +91,7 @@ TRACED_PACKAGES = ("jax", "flax", "optax", "chex")
 _UNKEYED_SETTINGS = ("cache", "log", "dump", "traceback", "pprint", "explain", "timeout")
 # a run's compile modes (RunConfig.compile, resolved by the plan): "full" optimises every
 # program for run speed (XLA's defaults); "quick" compiles every program for compile speed
-# with QUICK_OPTIONS (XLA's CPU backend only: a run on an accelerator is "full")
-COMPILE_MODES = ("full", "quick")
+# with QUICK_OPTIONS (XLA's CPU backend only: a run on an accelerator is "full").
 # XLA CPU's legacy fusion emitters and LLVM at optimisation level 1: the default job's
 # chunk compiles in half the CPU seconds and runs about as fast (0.9-1.1x; DQN's 0.88x),
 # the init, warm-up and evaluation in 0.5-0.7 of theirs
