@@ -8,8 +8,13 @@ import subprocess
 import tempfile
 
 import pytest
+from fake_devices import QUICK_XLA_FLAGS
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# every program a test compiles (and its children's, which inherit the variable) is
+# compiled for compile speed: the options of `--compile quick` (fake_devices.py says why)
+if QUICK_XLA_FLAGS not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {QUICK_XLA_FLAGS}".strip()
 # compiled programs are not kept across tests (nor the CLI runs they start): tests patch
 # module-level functions that a kept program would not see; tests/test_programs.py turns
 # the program cache on where it is the subject

@@ -9,6 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+# XLA's flags for every test process and its children (tests/conftest.py sets them): the
+# options of `--compile quick` (jaxspreeze.core.programs.QUICK_OPTIONS) for every program,
+# a jit a test calls itself included. Tests check behaviour, not the rate, and compile in
+# half the CPU seconds (a test run's floats are quick programs' floats: last bits only)
+QUICK_XLA_FLAGS = "--xla_cpu_use_fusion_emitters=false --xla_backend_optimization_level=1"
+
 # a launched process's own variables (test_multiprocess): a worker is one process alone
 LAUNCH_VARIABLES = ("JAXSPREEZE_COORDINATOR", "JAXSPREEZE_NUM_PROCESSES", "JAXSPREEZE_PROCESS_ID")
 
@@ -19,7 +25,7 @@ def run_worker(
     """Run ``python WORKER *args`` in one process with ``devices`` fake CPU devices; the
     JSON findings on its last line of stdout (its exit code must be 0)."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": str(devices)}
-    env.pop("XLA_FLAGS", None)
+    env["XLA_FLAGS"] = QUICK_XLA_FLAGS  # the parent's own flags are not a worker's
     for name in LAUNCH_VARIABLES:
         env.pop(name, None)
     proc = subprocess.run(

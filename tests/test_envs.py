@@ -14,7 +14,6 @@ from jaxspreeze.envs import FAMILIES, available_envs, check_env_name, env_spec, 
 
 def _run(env, steps, action_fn, seed=0):
     key = jax.random.key(seed)
-    obs, state = env.reset(key)
 
     def body(carry, k):
         obs, state = carry
@@ -22,7 +21,8 @@ def _run(env, steps, action_fn, seed=0):
         out = env.step(ks, state, action_fn(ka))
         return (out[0], out[1]), (obs, *out)
 
-    _, outs = jax.jit(lambda: jax.lax.scan(body, (obs, state), jax.random.split(key, steps)))()
+    # the reset inside the program: one compile, not op-by-op dispatch of a brax reset
+    _, outs = jax.jit(lambda: jax.lax.scan(body, env.reset(key), jax.random.split(key, steps)))()
     return outs
 
 

@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+import fake_devices
 import pytest
 
 from jaxspreeze.cli import launch
@@ -35,7 +36,7 @@ FAULT_TIMEOUT_S = 60  # a dead process is noticed and the others stopped within 
 def clean_env(**extra: str) -> dict[str, str]:
     """This environment for CPU children, without a parent's multi-process settings."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", **extra}
-    env.pop("XLA_FLAGS", None)
+    env["XLA_FLAGS"] = fake_devices.QUICK_XLA_FLAGS  # not the parent's own flags
     env.pop("JAX_NUM_CPU_DEVICES", None)
     for name in ("JAXSPREEZE_COORDINATOR", "JAXSPREEZE_NUM_PROCESSES", "JAXSPREEZE_PROCESS_ID"):
         env.pop(name, None)

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 
+import fake_devices
 import jax
 import numpy as np
 import pytest
@@ -119,14 +120,14 @@ def test_every_member_field_has_a_setter_on_a_state_leaf():
             env = "gymnax/CartPole-v1"
         cfg = _cfg("/tmp", "unused", algo=spec.name, env=env)
         run = plan(cfg, on_devices=False).cfg
+        key = jax.random.key(0)
+        first = spec.make(section, env_spec(env), run).init(key)
         for name, setter in spec.member_fields.items():
             assert isinstance(getattr(section, name), float), (spec.name, name)
             value = getattr(section, name) * 0.5
             changed = type(section)(**{**section.__dict__, name: value})
-            algo_a = spec.make(section, env_spec(env), run)
             algo_b = spec.make(changed, env_spec(env), run)
-            key = jax.random.key(0)
-            set_ = setter(algo_a.init(key), jax.numpy.float32(value))
+            set_ = setter(first, jax.numpy.float32(value))
             for x, y in zip(_leaves(set_), _leaves(algo_b.init(key)), strict=True):
                 np.testing.assert_array_equal(x, y, err_msg=f"{spec.name}.{name}")
 
@@ -456,7 +457,7 @@ def test_split_and_data_parallel_populations(tmp_path):
         "sac": {"hidden": [16]}, "num_seeds": 2,
     }  # fmt: skip
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_NUM_CPU_DEVICES": "2"}
-    env.pop("XLA_FLAGS", None)
+    env["XLA_FLAGS"] = fake_devices.QUICK_XLA_FLAGS  # not the parent's own flags
     proc = subprocess.run(
         [sys.executable, "-c", PLACEMENT_CHILD, json.dumps(base)],
         env=env, capture_output=True, text=True, timeout=1500, check=False,
