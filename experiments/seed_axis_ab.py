@@ -1,0 +1,75 @@
+"""One seed's fused chunk, vmapped over a size-1 seed axis (what a run compiles) against
+the same per-seed iteration scanned without the axis, interleaved in one process.
+
+    JAX_PLATFORMS=cpu taskset -c 0 python experiments/seed_axis_ab.py \
+        sac_default dqn_cartpole pqn_cartpole ppo_cartpole
+
+Both programs are compiled with ``--compile quick``'s options; each round runs every
+program once; prints the median wall per chunk (experiments/results/seed_axis_cpu.md).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+import jax
+
+from jaxspreeze import schedules
+from jaxspreeze.core.programs import QUICK_OPTIONS
+from jaxspreeze.setup import config, devices
+from jaxspreeze.setup.config import RunConfig
+from jaxspreeze.setup.plan import plan
+
+CASES = {
+    "sac_default": lambda: RunConfig(),
+    "dqn_cartpole": lambda: config.load("jaxspreeze/presets/dqn_cartpole.toml"),
+    "pqn_cartpole": lambda: config.load("jaxspreeze/presets/pqn_cartpole.toml").replace(
+        chunk_iterations=8
+    ),
+    "ppo_cartpole": lambda: config.load("jaxspreeze/presets/ppo_cartpole.toml"),
+}
+
+
+def programs(name: str) -> dict:
+    """The case's chunk both ways, compiled, with its first state and env steps."""
+    cfg = config.resolve(CASES[name]().replace(num_seeds=1, compile="quick"))
+    s = schedules.make(plan(cfg, devices.single()))
+    state = s._init()(jax.random.split(jax.random.key(0), 1))
+    if s.plan.warmup_steps and not s.algo.on_policy:
+        state = jax.jit(jax.vmap(s.per_seed.warmup))(state)
+
+    def squeezed(st):
+        one = jax.tree.map(lambda x: x[0], st)
+        last, metrics = jax.lax.scan(
+            lambda c, _: s.per_seed(c), one, None, length=s.iterations_per_chunk
+        )
+        return jax.tree.map(lambda x: x[None], last), jax.tree.map(lambda x: x[:, None], metrics)
+
+    steps = cfg.num_envs * cfg.rollout_steps * cfg.chunk_iterations
+    out = {}
+    for tag, fn in (("vmap", s.fused_chunk), ("squeezed", squeezed)):
+        prog = jax.jit(fn).lower(state).compile(compiler_options=QUICK_OPTIONS)
+        state_out = jax.block_until_ready(prog(state))[0]
+        out[f"{name} {tag}"] = (prog, state_out, steps)
+    return out
+
+
+def main() -> None:
+    progs = {}
+    for name in sys.argv[1:] or list(CASES):
+        progs.update(programs(name))
+    times: dict[str, list[float]] = {n: [] for n in progs}
+    for _ in range(7):
+        for n, (prog, state, _steps) in progs.items():
+            t = time.perf_counter()
+            jax.block_until_ready(prog(state))
+            times[n].append(time.perf_counter() - t)
+    for n, (_prog, _state, steps) in progs.items():
+        m = statistics.median(times[n])
+        print(f"{n}: {m * 1e3:.1f} ms a chunk, {steps / m:,.0f} env steps/s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
