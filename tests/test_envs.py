@@ -124,3 +124,25 @@ def test_gymnax_starts_without_its_render_only_imports():
     assert "after make: False False False False" in lines
     assert "palette: 3" in lines and "figure: Figure" in lines and "colors: 1" in lines
     assert "real: module module" in lines
+
+
+def test_brax_fluid_forces_run_on_this_jax():
+    """brax.fluid (swimmer's viscosity) calls ``jnp.clip(..., a_min=)``, which jax 0.10
+    removed: after the adapter makes a brax env, that module's clip takes the keyword and
+    clips as jnp's does."""
+    make_env("brax/inverted_pendulum", 1)
+    from brax import fluid
+
+    x = jnp.array([-2.0, 0.5, 3.0])
+    np.testing.assert_array_equal(fluid.jp.clip(x, a_min=0.0), jnp.clip(x, 0.0))
+    np.testing.assert_array_equal(fluid.jp.clip(x, a_min=-1.0, a_max=1.0), jnp.clip(x, -1, 1))
+    assert fluid.jp.sum is jnp.sum
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in available_envs() if n.startswith("brax/")])
+def test_every_brax_task_steps(name):
+    """Every listed brax task makes, resets and steps (swimmer through brax.fluid)."""
+    env = make_env(name, 2)
+    outs = _run(env, 3, env.random_actions)
+    assert np.isfinite(np.asarray(outs[3])).all()  # rewards

@@ -9,9 +9,16 @@ anyway (``jax.eval_shape``: one trace, reused by every program), not from brax's
 ``env.observation_size``, which resets the env eagerly: hundreds of ops, each compiled on
 its own (halfcheetah: about 50 distinct programs, tens of seconds on a CPU, too small for
 the persistent compilation cache).
+
+brax 0.14's fluid forces (swimmer's viscosity, ``brax.fluid``) call ``jnp.clip`` with the
+``a_min`` keyword that jax 0.10 removed; :func:`_fluid_on_new_jax` gives that module a
+``clip`` that takes it (nothing else in brax changes, nothing when jax still has it).
 """
 
 from __future__ import annotations
+
+import inspect
+import types
 
 import jax
 import jax.numpy as jnp
@@ -40,10 +47,29 @@ def check(env_name: str) -> None:
         )
 
 
+def _clip(x, min=None, max=None, *, a_min=None, a_max=None):
+    """``jnp.clip`` taking the ``a_min``/``a_max`` keywords of jax before 0.10 too."""
+    return jnp.clip(x, a_min if min is None else min, a_max if max is None else max)
+
+
+def _fluid_on_new_jax() -> None:
+    """Let ``brax.fluid`` (swimmer's viscosity) run on a jax whose ``clip`` has no
+    ``a_min``: that module's ``jp`` becomes jax.numpy with :func:`_clip` for ``clip``."""
+    if "a_min" in inspect.signature(jnp.clip).parameters:
+        return
+    from brax import fluid
+
+    if getattr(fluid.jp, "clip", None) is not _clip:
+        numpy = types.SimpleNamespace(**{k: getattr(jnp, k) for k in dir(jnp) if k[0] != "_"})
+        numpy.clip = _clip
+        fluid.jp = numpy
+
+
 def make(env_name: str) -> EnvParts:
     """The spec and per-env functions of ``brax/<env_name>``."""
     from brax import envs as brax_envs  # lazy: brax is heavy to import
 
+    _fluid_on_new_jax()
     env = brax_envs.get_environment(env_name)
 
     @jax.jit
