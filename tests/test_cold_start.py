@@ -189,3 +189,13 @@ def test_a_cold_jobs_extra_flags_reach_the_train_command_and_pass_its_early_chec
     ]  # fmt: skip
     bad = cold.job_command("sac-pendulum", tmp_path, tmp_path, None, ("--sac.hiden", "64"))
     assert fastcheck.check("train", bad[bad.index("train") + 1 :]) == 2
+
+
+def test_the_tests_xla_flags_are_the_quick_options():
+    """tests/conftest.py's XLA_FLAGS (every test process's) are --compile quick's options."""
+    import fake_devices
+
+    from jaxspreeze.core.programs import QUICK_OPTIONS
+
+    rendered = " ".join(f"--{k}={str(v).lower()}" for k, v in QUICK_OPTIONS.items())
+    assert fake_devices.QUICK_XLA_FLAGS == rendered

@@ -18,7 +18,6 @@ brax 0.14's fluid forces (swimmer's viscosity, ``brax.fluid``) call ``jnp.clip``
 from __future__ import annotations
 
 import inspect
-import types
 
 import jax
 import jax.numpy as jnp
@@ -52,17 +51,24 @@ def _clip(x, min=None, max=None, *, a_min=None, a_max=None):
     return jnp.clip(x, a_min if min is None else min, a_max if max is None else max)
 
 
+class _NumpyWithOldClip:
+    """jax.numpy, whose ``clip`` is :func:`_clip`."""
+
+    clip = staticmethod(_clip)
+
+    def __getattr__(self, name: str):
+        return getattr(jnp, name)
+
+
 def _fluid_on_new_jax() -> None:
     """Let ``brax.fluid`` (swimmer's viscosity) run on a jax whose ``clip`` has no
-    ``a_min``: that module's ``jp`` becomes jax.numpy with :func:`_clip` for ``clip``."""
+    ``a_min``: that module's ``jp`` becomes :class:`_NumpyWithOldClip`."""
     if "a_min" in inspect.signature(jnp.clip).parameters:
         return
     from brax import fluid
 
-    if getattr(fluid.jp, "clip", None) is not _clip:
-        numpy = types.SimpleNamespace(**{k: getattr(jnp, k) for k in dir(jnp) if k[0] != "_"})
-        numpy.clip = _clip
-        fluid.jp = numpy
+    if not isinstance(fluid.jp, _NumpyWithOldClip):
+        fluid.jp = _NumpyWithOldClip()
 
 
 def make(env_name: str) -> EnvParts:
