@@ -258,3 +258,24 @@ def test_a_run_reports_its_protocol_and_eval_reproduces_its_final_evaluation(tin
     assert same["mean_return_se"] == pytest.approx(s["final_eval_return_se"], rel=1e-6)
     other = evaluate_checkpoint(result.run_dir, seed=7)  # another seed: other starts
     assert other["return_mean"] != same["return_mean"] and other["eval_seed"] == 7
+
+
+def test_the_default_episodes_follow_the_envs_step_cost():
+    """eval_episodes unset: 128 on a device env, 16 on a host env, and 16 on a brax or
+    Playground env on a CPU (a physics step there costs about 8x as long for 128 envs),
+    128 of them on an accelerator; what a user sets is kept."""
+    from jaxspreeze.setup.config import RunConfig, default_eval_episodes, resolve
+
+    for env, cpu, gpu in (
+        ("gymnax/Pendulum-v1", 128, 128),
+        ("gymnax/Breakout-MinAtar", 128, 128),
+        ("brax/pusher", 16, 128),
+        ("playground/CheetahRun", 16, 128),
+        ("gymnasium/Pendulum-v1", 16, 16),
+        ("user/MyEnv", 16, 16),
+    ):
+        assert (default_eval_episodes(env, "cpu"), default_eval_episodes(env, "gpu")) == (cpu, gpu)
+    assert jax.default_backend() == "cpu"
+    assert resolve(RunConfig(algo="ppo", env="brax/reacher")).eval_episodes == 16
+    assert resolve(RunConfig(algo="ppo", env="brax/reacher", eval_episodes=64)).eval_episodes == 64
+    assert resolve(RunConfig()).eval_episodes == 128  # the default job: gymnax Pendulum

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from jaxspreeze.cli import main
+from jaxspreeze.core import envids
 from jaxspreeze.score import goal as score_goal
 from jaxspreeze.score import peers as score_peers
 from jaxspreeze.score import runners as score
@@ -136,6 +137,10 @@ def test_every_side_of_a_row_has_the_rows_episodes():
     # unset: jaxspreeze's default (128 on a device env, 16 on a host env)
     assert score_settings.episodes(score_tasks.ROWS["sac-Pendulum-v1"]) == 128
     assert score_settings.episodes(score_tasks.ROWS["sac-gymnasium-Pendulum-v1"]) == 16
+    # a row on a family whose default depends on the backend names its own count
+    for task in score_tasks.ROWS.values():
+        family = envids.family_of(task.env)
+        assert task.eval_episodes or not family.cpu_eval_episodes, task.name
 
 
 def _toward_zero(actor, obs):

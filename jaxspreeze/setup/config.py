@@ -61,6 +61,7 @@ COMPILE_MODES = ("auto", "full", "quick")  # RunConfig.compile (setup.plan.compi
 EVALUATIONS = 10  # the default eval_every gives about this many evaluations per run
 DEVICE_EVAL_EPISODES = 128  # eval_episodes unset: a device env's (vmapped: cheap)
 HOST_EVAL_EPISODES = 16  # eval_episodes unset: a host env's (stepped on the host)
+# eval_episodes unset, a brax or Playground env on a CPU: envids.Family.cpu_eval_episodes
 
 
 def _per_algorithm(help_text: str, *kind: str) -> Any:
@@ -151,7 +152,9 @@ class _RunFields:
     eval_episodes: int | None = None
     """Episodes per evaluation and seed (deterministic policy; every evaluation draws fresh
     start states from the run's seed and its env step). None: 128 on device envs, 16 on
-    host envs (gymnasium, envpool, a user's env: stepped one by one on the host)."""
+    host envs (gymnasium, envpool, a user's env: stepped one by one on the host) and on
+    brax and Playground envs when JAX runs on a CPU (a physics step costs a CPU about 8x as
+    long for 128 envs as for 16; an accelerator runs 128)."""
     stop_at_return: float | None = _is(None, "program_free")
     """Stop at the first evaluation whose return (mean over seeds) is at or above this: a
     clean stop with a checkpoint and the policy (None: train to total_steps)."""
@@ -303,16 +306,21 @@ def resolve(cfg: RunConfig, spec: AlgoSpec | None = None) -> RunConfig:
     if cfg.eval_every is None and isinstance(total, int) and not isinstance(total, bool):
         changes["eval_every"] = max(total // EVALUATIONS, 0)
     if cfg.eval_episodes is None:
-        changes["eval_episodes"] = default_eval_episodes(cfg.env)
+        changes["eval_episodes"] = default_eval_episodes(cfg.env, jax.default_backend())
     return dataclasses.replace(cfg, **changes) if changes else cfg
 
 
-def default_eval_episodes(env: str) -> int:
-    """The episodes per evaluation of a run on ``env`` that leaves ``eval_episodes`` unset:
-    :data:`DEVICE_EVAL_EPISODES`, or :data:`HOST_EVAL_EPISODES` for a host env."""
+def default_eval_episodes(env: str, backend: str) -> int:
+    """The episodes per evaluation of a run on ``env`` that leaves ``eval_episodes`` unset,
+    with JAX's ``backend`` (``cpu``, ``gpu``, ...): :data:`DEVICE_EVAL_EPISODES`,
+    :data:`HOST_EVAL_EPISODES` for a host env, or on a CPU the family's
+    ``cpu_eval_episodes`` (brax and Playground: a physics step each)."""
     family = envids.family_of(env)
-    host = env.partition("/")[0] == "user" or (family is not None and family.host)
-    return HOST_EVAL_EPISODES if host else DEVICE_EVAL_EPISODES
+    if env.partition("/")[0] == "user" or (family is not None and family.host):
+        return HOST_EVAL_EPISODES
+    if backend == "cpu" and family is not None and family.cpu_eval_episodes:
+        return family.cpu_eval_episodes
+    return DEVICE_EVAL_EPISODES
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
