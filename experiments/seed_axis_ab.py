@@ -1,5 +1,6 @@
-"""One seed's fused chunk, vmapped over a size-1 seed axis (what a run compiles) against
-the same per-seed iteration scanned without the axis, interleaved in one process.
+"""One seed's fused chunk, vmapped over a size-1 seed axis against the same per-seed
+iteration scanned without the axis (what ``schedules.fused.unbatched`` picks for a
+LayerNorm network on a CPU), interleaved in one process.
 
     JAX_PLATFORMS=cpu taskset -c 0 python experiments/seed_axis_ab.py \
         sac_default dqn_cartpole pqn_cartpole ppo_cartpole
@@ -10,6 +11,7 @@ program once; prints the median wall per chunk (experiments/results/seed_axis_cp
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import sys
 import time
@@ -29,7 +31,26 @@ CASES = {
         chunk_iterations=8
     ),
     "ppo_cartpole": lambda: config.load("jaxspreeze/presets/ppo_cartpole.toml"),
+    # PQN beyond CartPole, without its LayerNorm, and DQN with one (the layout's scope)
+    "pqn_acrobot": lambda: RunConfig(algo="pqn", env="gymnax/Acrobot-v1", chunk_iterations=8),
+    "pqn_breakout": lambda: config.load("jaxspreeze/presets/pqn_breakout_minatar.toml").replace(
+        chunk_iterations=4
+    ),
+    "pqn_cartpole_no_ln": lambda: _pqn_cartpole(layer_norm=False),
+    "pqn_cartpole_gru": lambda: _pqn_cartpole(memory="gru"),
+    "dqn_cartpole_ln": lambda: _section(
+        config.load("jaxspreeze/presets/dqn_cartpole.toml"), "dqn", layer_norm=True
+    ),
 }
+
+
+def _section(cfg: RunConfig, name: str, **fields) -> RunConfig:
+    return dataclasses.replace(cfg, **{name: dataclasses.replace(getattr(cfg, name), **fields)})
+
+
+def _pqn_cartpole(**fields) -> RunConfig:
+    cfg = config.load("jaxspreeze/presets/pqn_cartpole.toml").replace(chunk_iterations=8)
+    return _section(cfg, "pqn", **fields)
 
 
 def programs(name: str) -> dict:
@@ -47,9 +68,14 @@ def programs(name: str) -> dict:
         )
         return jax.tree.map(lambda x: x[None], last), jax.tree.map(lambda x: x[:, None], metrics)
 
+    def vmapped(st):  # the seed axis kept (what fused_chunk runs but for fused.unbatched)
+        return jax.lax.scan(
+            lambda c, _: jax.vmap(s.per_seed)(c), st, None, length=s.iterations_per_chunk
+        )
+
     steps = cfg.num_envs * cfg.rollout_steps * cfg.chunk_iterations
     out = {}
-    for tag, fn in (("vmap", s.fused_chunk), ("squeezed", squeezed)):
+    for tag, fn in (("vmap", vmapped), ("squeezed", squeezed)):
         prog = jax.jit(fn).lower(state).compile(compiler_options=QUICK_OPTIONS)
         state_out = jax.block_until_ready(prog(state))[0]
         out[f"{name} {tag}"] = (prog, state_out, steps)

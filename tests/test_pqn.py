@@ -272,6 +272,52 @@ def test_pqn_learns_cartpole_with_its_defaults(tmp_path):
     assert result.summary["final_eval_return"] > 400
 
 
+# ------------------------------------------------------------------ the chunk's layout
+def test_the_layernorm_layout_rule_names_one_seed_on_a_cpu():
+    """fused.unbatched: one slot, a LayerNorm network, XLA's CPU backend; nothing else."""
+    from jaxspreeze.schedules.fused import unbatched
+
+    ln = _tiny_algo()
+    assert ln.layer_norm and unbatched(ln, 1, "cpu")
+    assert not unbatched(ln, 2, "cpu") and not unbatched(ln, 1, "gpu")
+    assert not unbatched(_tiny_algo(layer_norm=False), 1, "cpu")
+    spec = algos.get("dqn")
+    run = resolve(RunConfig(algo="dqn", total_steps=1000))
+    for layer_norm in (False, True):
+        dqn = spec.make(DQNConfig(layer_norm=layer_norm), env_spec(CARTPOLE), run)
+        assert unbatched(dqn, 1, "cpu") is layer_norm
+
+
+def test_the_unbatched_chunk_computes_the_vmapped_one(tmp_path):
+    """One seed of PQN on a CPU: the chunk scans the seed's iteration without the axis and
+    returns what the vmapped chunk does, in the same shapes ([1, ...] states, [K, 1]
+    metrics), to float rounding (two programs; XLA orders their sums apart)."""
+    from jaxspreeze import schedules
+    from jaxspreeze.setup import devices
+
+    cfg = resolve(_tiny(tmp_path))
+    s = schedules.make(plan(cfg, devices.single()))
+    state = s.init()
+
+    def vmapped(st):
+        step = lambda c, _: jax.vmap(s.per_seed)(c)
+        return jax.lax.scan(step, st, None, length=s.iterations_per_chunk)
+
+    got = jax.jit(s.fused_chunk)(state)
+    want = jax.jit(vmapped)(state)
+    for fn, kernel in ((s.fused_chunk, (4, 16)), (vmapped, (1, 4, 16))):  # the first layer's
+        eqns = jax.make_jaxpr(fn)(state).jaxpr.eqns
+        carry = [v.aval.shape for e in eqns if e.primitive.name == "scan" for v in e.invars]
+        assert kernel in carry, carry
+    assert jax.tree.structure(got) == jax.tree.structure(want)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        if jnp.issubdtype(a.dtype, jnp.floating):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
+        elif not jnp.issubdtype(a.dtype, jax.dtypes.prng_key):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
 # ------------------------------------------------------------------ placements, refusals
 def test_split_placements_are_refused_and_auto_keeps_one_device():
     for placement in ("split", "split-data"):

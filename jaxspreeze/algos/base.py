@@ -114,7 +114,10 @@ class Algorithm:
     (:func:`feed_forward_behaviour` builds it from a stateless one).
     Every phase reports a ``finite`` guard flag (1.0 when its losses and gradients were
     finite at every step); the gradient steps per iteration are the two ``*_steps_per_iteration``
-    fields.
+    fields. ``layer_norm``: its learning network is an MLP with LayerNorms (PQN's; DQN's
+    with ``--dqn.layer-norm``), whose gradients XLA's CPU backend runs 1.5-1.7x slower under
+    a seed axis of size one: the fused schedule runs a one-seed chunk there without the
+    axis (``unbatched`` in schedules/fused.py).
     """
 
     name: str
@@ -132,6 +135,7 @@ class Algorithm:
     ) = None
     observe: Callable[[PyTree, jax.Array], PyTree] | None = None
     initial_carry: Callable[[int], Carry] = no_carry
+    layer_norm: bool = False
 
     @property
     def has_memory(self) -> bool:

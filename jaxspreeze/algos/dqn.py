@@ -231,6 +231,7 @@ def make(cfg: DQNConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
         actor_phase=actor_phase,
         actor_steps_per_iteration=0,
         critic_steps_per_iteration=run.grad_steps,
+        layer_norm=cfg.layer_norm,
     )
 
 

@@ -389,6 +389,7 @@ def _algorithm(learner: Learner, updates: int, **acting: Any) -> base.Algorithm:
         actor_phase=learner.actor_phase,
         actor_steps_per_iteration=updates,
         critic_steps_per_iteration=0,
+        layer_norm=learner.cfg.layer_norm,
         **acting,
     )
 
