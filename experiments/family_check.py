@@ -73,6 +73,8 @@ def command(task: str, policy: str, args: argparse.Namespace) -> list[str]:
         args.logdir,
         "--run-name",
         f"{task}-{policy}",
+        *(["--eval-every", str(args.eval_every)] if args.eval_every is not None else []),
+        *(["--eval-episodes", str(args.eval_episodes)] if args.eval_episodes else []),
     ]
 
 
@@ -154,6 +156,8 @@ def main() -> None:
     parser.add_argument("--core", default="1", help="taskset's CPU list ('': no pinning)")
     parser.add_argument("--out", default="experiments/results/ppo_brax_family_check_cpu")
     parser.add_argument("--table-only", action="store_true")
+    parser.add_argument("--eval-every", type=int, help="passed on (0: the final one only)")
+    parser.add_argument("--eval-episodes", type=int, help="passed on (default: the run's)")
     args = parser.parse_args()
     out_json = Path(args.out + ".json")
     old = json.loads(out_json.read_text()) if out_json.exists() else {"runs": []}
