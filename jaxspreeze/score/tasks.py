@@ -111,7 +111,8 @@ def _q_task(algo: str, env: str, preset: str, eval_every: int, **kw: Any) -> Sco
 
 def _minatar(game: str, tail: str) -> tuple[ScoreTask, ...]:
     """PQN's and PPO's rows of a MinAtar game (PPO's preset ``ppo_<tail>``; PQN's is its
-    defaults, the same on every game); PQN's row names PPO's as the row to beat."""
+    CPU MinAtar preset, the grid flattened into its MLP, the same on every game); PQN's row
+    names PPO's as the row to beat."""
     env = f"gymnax/{game}-MinAtar"
     return (
         _q_task("pqn", env, "pqn_breakout_minatar", _MINATAR_EVAL_EVERY,
