@@ -115,6 +115,26 @@ def test_the_table_is_read_from_one_place(monkeypatch):
     assert kw["learning_rate"] == 0.123 and used.source == "a test's table"
 
 
+def test_brax_updates_beyond_the_budget_are_said_and_its_cadence_is_reported():
+    """brax's own PPO on reacher: one update (256 envs x 32 x 50 x 4) is 1,638,400 env
+    steps; at a 300k budget the settings say so, and the report's cadence is brax's."""
+    task = score_tasks.ROWS["ppo-reacher"]
+    small = SimpleNamespace(total_steps=300_000, seed=0)
+    kw, _, used = score.brax_own_kwargs(small, task)
+    per_update = score.brax_steps_per_update(task.algo, kw)
+    assert per_update > 300_000
+    assert f"one update of these settings is {per_update:,} env steps" in used.note
+    assert score.brax_eval_every(task, kw) == per_update
+    assert score_settings.protocol(task, "brax", per_update)["every"] == per_update
+    assert score_settings.protocol(task, "brax")["every"] == task.eval_every
+    # at a budget that holds several updates: no words, the row's cadence
+    kw, _, used = score.brax_own_kwargs(SimpleNamespace(total_steps=20 * per_update, seed=0), task)
+    assert "one update of these settings" not in used.note
+    fine = score_tasks.ROWS["ppo-inverted_pendulum"]  # 1024 x 32 x 5 = 163,840 a update
+    kw, _, used = score.brax_own_kwargs(SimpleNamespace(total_steps=3_000_000, seed=0), fine)
+    assert "one update" not in used.note
+
+
 def test_a_published_warmup_beyond_the_budget_is_said():
     task = score_tasks.ROWS["td3-HalfCheetah-v5"]  # rl-zoo3: learning_starts 10,000
     assert "does not learn within it" in score_settings.own("sbx", task, 8_000).note

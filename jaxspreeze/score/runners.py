@@ -310,6 +310,12 @@ def brax_steps_per_update(algo: str, kw: dict[str, Any]) -> int:
     return math.prod(size[k] for k in BRAX_UPDATE_STEPS[algo])
 
 
+def brax_eval_every(task: ScoreTask, kw: dict[str, Any]) -> int:
+    """The env steps between brax's evaluations under ``kw``: the row's ``eval_every``, or
+    one update where one update takes more (brax evaluates between updates)."""
+    return max(task.eval_every, brax_steps_per_update(task.algo, kw))
+
+
 def brax_own_kwargs(
     cfg: RunConfig, task: ScoreTask
 ) -> tuple[dict[str, Any], dict[str, Any], score_settings.Settings]:
@@ -321,7 +327,14 @@ def brax_own_kwargs(
     own = score_settings.own("brax", task, cfg.total_steps)
     kw = dict(own.options)
     network = dict(kw.pop("network_factory", {}))
-    every = max(task.eval_every, brax_steps_per_update(task.algo, kw))
+    every = brax_eval_every(task, kw)
+    if (per_update := brax_steps_per_update(task.algo, kw)) > cfg.total_steps:
+        over = (
+            f"one update of these settings is {per_update:,} env steps, "
+            f"{per_update / cfg.total_steps:.1f}x the row's budget ({cfg.total_steps:,}): "
+            "brax trains that one update and evaluates after it"
+        )
+        own = dataclasses.replace(own, note=f"{own.note}; {over}" if own.note else over)
     kw.update(
         num_evals=max(2, cfg.total_steps // every + 1),
         num_eval_envs=score_settings.episodes(task),
@@ -415,7 +428,7 @@ def run_brax(
         config={k: v for k, v in kw.items()} | {"network": network},
         notes="; ".join(filter(None, [_brax_notes(task, peer_settings, dropped), used.note])),
         settings=used.record(),
-        evaluation=score_settings.protocol(task, BRAX_EVALUATOR),
+        evaluation=score_settings.protocol(task, BRAX_EVALUATOR, brax_eval_every(task, kw)),
     )
 
 

@@ -533,11 +533,13 @@ def episodes(task: Any) -> int:
     return task.eval_episodes or default_eval_episodes(task.env, "cpu")
 
 
-def protocol(task: Any, by: str) -> dict[str, Any]:
-    """A side's ``evaluation`` field: the row's episodes and starts, and who evaluated."""
+def protocol(task: Any, by: str, every: int | None = None) -> dict[str, Any]:
+    """A side's ``evaluation`` field: the row's episodes and starts, who evaluated, and
+    ``every`` env steps (the row's ``eval_every`` unless the side evaluates less often:
+    brax between its updates)."""
     return {
         "episodes": episodes(task),
-        "every": task.eval_every,
+        "every": every or task.eval_every,
         "starts": "fresh at every evaluation",
         "deterministic": True,
         "by": by,
