@@ -213,6 +213,11 @@ class EvalWatch:
         self._lock = threading.Lock()
 
     @property
+    def stops(self) -> bool:
+        """Whether an evaluation may stop the run (a target, or an ``on_eval``)."""
+        return self.stop_at_return is not None or self.on_eval is not None
+
+    @property
     def best(self) -> float | None:
         """The run's best evaluation return so far (None before the first)."""
         best = self.bests.best.get(None) if self.bests is not None else None

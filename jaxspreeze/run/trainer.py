@@ -31,6 +31,7 @@ import functools
 import math
 import time
 from collections.abc import Callable
+from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -296,6 +297,13 @@ def _chunks(
     trained = state.agent.actor  # the actor as trained, before a PBT step's copies
     stopped, result, in_flight = None, None, None
     first_dispatch_s = None
+    # Where an evaluation may stop the run (--stop-at-return, on_eval; one process), none
+    # is skipped and the stop does not depend on the evaluator's speed: at each evaluation
+    # point the previous evaluation is awaited and seen by the watch before the next is
+    # queued, and only then is the watch asked (so a run of a seed stops at the same env
+    # step every time: the evaluation point after the one that reached the target).
+    every_evaluation = bool(watch and watch.stops) and distributed.process_count() == 1
+    evaluating: futures.Future | None = None
     # the hot loop: dispatch, hand over, snapshot. The only wait is for chunk c-1 once
     # chunk c is queued.
     for chunk in range(started.first_chunk, started.first_chunk + n_chunks):
@@ -304,20 +312,29 @@ def _chunks(
         chunk_metrics = local(chunk_metrics)
         if first_dispatch_s is None:
             first_dispatch_s = time.perf_counter() - t_start
-        host.chunk(chunk_metrics, chunk)
         steps_before, steps = steps, steps + k * spi
+        evaluate = (
+            evaluator is not None and not last and crossed(cfg.eval_every, steps_before, steps)
+        )
+        reached = watch.reason if every_evaluation and chunk == started.first_chunk else None
+        if evaluate and every_evaluation and evaluating is not None:
+            futures.wait([evaluating])
+            host.metrics.flush()  # the watch has seen it (before this chunk's record)
+            reached = watch.reason
+        host.chunk(chunk_metrics, chunk)
         # evaluations see the actor as trained: each member's own, before PBT's copies
-        if evaluator is not None and not last and crossed(cfg.eval_every, steps_before, steps):
-            evaluator.submit(local(state.agent.actor), env_steps=steps, chunk=chunk)
+        if evaluate and reached is None:
+            evaluating = evaluator.submit(local(state.agent.actor), env_steps=steps, chunk=chunk)
         trained = state.agent.actor
         state = population.step(state, chunk_metrics, steps_before, steps)
         if in_flight is not None:
             jax.block_until_ready(in_flight)
         in_flight = chunk_metrics
         host.tripwire.raise_if_tripped()
-        # a stop at the last chunk changes nothing: the run is complete and ends as any
-        # complete run does (its checkpoint, the final evaluation)
-        why = stop_reason(stop, watch, chunk)  # a signal, or a target an evaluation reached
+        # a signal, or a target an evaluation reached; a stop at the last chunk changes
+        # nothing: the run is complete and ends as any complete run does (its checkpoint,
+        # the final evaluation)
+        why = stop_reason(stop, None if every_evaluation else watch, chunk) or reached
         stopped = None if why and last else why
         if not last and (stopped or crossed(cfg.checkpoint_every, steps_before, steps)):
             save(state, steps, chunk, in_flight)
