@@ -310,15 +310,25 @@ def brax_steps_per_update(algo: str, kw: dict[str, Any]) -> int:
     return math.prod(size[k] for k in BRAX_UPDATE_STEPS[algo])
 
 
+# the argument whose env steps brax's trainer runs before its epochs (SAC's replay prefill)
+BRAX_PREFILL = {"sac": "min_replay_size"}
+
+
+def _brax_prefill(algo: str, kw: dict[str, Any]) -> int:
+    """The env steps of brax's prefill under ``kw``: whole actor steps of ``num_envs``."""
+    if algo not in BRAX_PREFILL:
+        return 0
+    num_envs = int(kw.get("num_envs", BRAX_SIZES[algo].get("num_envs", 1)))
+    per = brax_steps_per_update(algo, kw)
+    return -(-int(kw.get(BRAX_PREFILL[algo], 0)) // num_envs) * per
+
+
 def brax_eval_every(task: ScoreTask, kw: dict[str, Any]) -> int:
     """The env steps between brax's evaluations under its arguments ``kw``, as its
     ``train`` counts them: whole training steps, the budget (after SAC's prefill of
     ``min_replay_size``) split over ``num_evals - 1`` epochs and rounded up."""
     per = brax_steps_per_update(task.algo, kw)
-    budget = int(kw["num_timesteps"])
-    if task.algo == "sac":  # its prefill's actor steps come first, outside the epochs
-        num_envs = int(kw.get("num_envs", BRAX_SIZES["sac"]["num_envs"]))
-        budget -= -(-int(kw.get("min_replay_size", 0)) // num_envs) * per
+    budget = int(kw["num_timesteps"]) - _brax_prefill(task.algo, kw)
     epochs = max(int(kw.get("num_evals", 1)) - 1, 1)
     return per * -(-max(budget, 0) // (epochs * per))
 
@@ -326,12 +336,7 @@ def brax_eval_every(task: ScoreTask, kw: dict[str, Any]) -> int:
 def brax_env_steps(task: ScoreTask, kw: dict[str, Any]) -> int:
     """The env steps brax's ``train`` runs under ``kw`` (its epochs, and SAC's prefill)."""
     epochs = max(int(kw.get("num_evals", 1)) - 1, 1)
-    trained = epochs * brax_eval_every(task, kw)
-    if task.algo == "sac":
-        per = brax_steps_per_update(task.algo, kw)
-        num_envs = int(kw.get("num_envs", BRAX_SIZES["sac"]["num_envs"]))
-        trained += -(-int(kw.get("min_replay_size", 0)) // num_envs) * per
-    return trained
+    return epochs * brax_eval_every(task, kw) + _brax_prefill(task.algo, kw)
 
 
 def brax_own_kwargs(
