@@ -350,7 +350,8 @@ def brax_own_kwargs(
     own = score_settings.own("brax", task, cfg.total_steps)
     kw = dict(own.options)
     network = dict(kw.pop("network_factory", {}))
-    every = max(task.eval_every, brax_steps_per_update(task.algo, kw))
+    per_update = brax_steps_per_update(task.algo, kw)
+    every = max(task.eval_every, per_update)
     kw.update(
         num_evals=max(2, cfg.total_steps // every + 1),
         num_eval_envs=score_settings.episodes(task),
@@ -362,7 +363,7 @@ def brax_own_kwargs(
     runs = brax_env_steps(task, kw)
     if runs > OVERRUN * cfg.total_steps:  # whole updates of these settings overrun it
         over = (
-            f"its updates of {brax_steps_per_update(task.algo, kw):,} env steps make brax "
+            f"its updates of {per_update:,} env steps make brax "
             f"run {runs:,}, {runs / cfg.total_steps:.1f}x the row's budget "
             f"({cfg.total_steps:,}), evaluating every {brax_eval_every(task, kw):,}"
         )
