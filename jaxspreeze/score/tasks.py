@@ -163,8 +163,8 @@ ROWS: dict[str, ScoreTask] = {
         _task("td3", "gymnax/Pendulum-v1", "td3_pendulum", 1_000),
         _task("ppo", "gymnax/CartPole-v1", "ppo_cartpole", 8_192),
         _task("ppo", "gymnax/Acrobot-v1", "ppo_cartpole", 8_192),
-        # value-based (jaxspreeze beside rejax's PQN and DQN): PQN's defaults (its
-        # CartPole preset) on CartPole and Acrobot, DQN's presets; MinAtar: PQN beside
+        # value-based (jaxspreeze beside rejax's PQN and DQN): PQN's classic-control
+        # preset (64 x 64) on CartPole and Acrobot, DQN's presets; MinAtar: PQN beside
         # rejax and beside jaxspreeze's PPO (the minatar torso; rejax flattens the grid)
         _q_task("pqn", "gymnax/CartPole-v1", "pqn_cartpole", _Q_EVAL_EVERY),
         _q_task("pqn", "gymnax/Acrobot-v1", "pqn_cartpole", _Q_EVAL_EVERY),
