@@ -399,7 +399,7 @@ def test_the_value_based_rows_and_their_peers():
         assert task.threshold >= 3 * {"Breakout": 0.33, "SpaceInvaders": 4.0}[name[4:-8]]
         entry = score_settings.published("rejax", "pqn", task.env)
         assert entry.defaults and "flattens" in entry.note
-    # the rows' presets plan on their envs (PQN's CartPole preset is its defaults)
+    # the rows' presets plan on their envs (PQN's classic-control preset on Acrobot too)
     assert score.preset_config(rows["pqn-Acrobot-v1"]).cfg.env == "gymnax/Acrobot-v1"
 
 
@@ -409,7 +409,7 @@ def test_rejax_matched_to_the_q_presets():
     target once per iteration, jaxspreeze tau every gradient step: (1 - 0.01) ** 4)."""
     pqn = score_tasks.ROWS["pqn-CartPole-v1"]
     got = score_peers._rejax_config(score.preset_config(pqn), pqn)
-    assert (got["num_envs"], got["num_steps"], got["num_minibatches"]) == (32, 32, 4)
+    assert (got["num_envs"], got["num_steps"], got["num_minibatches"]) == (32, 32, 8)
     assert (got["num_epochs"], got["td_lambda"], got["learning_rate"]) == (4, 0.9, 1e-3)
     assert (got["eps_end"], got["exploration_fraction"]) == (0.05, 0.25)
     assert "agent_kwargs" not in got  # rejax's PQN takes no hidden sizes
