@@ -38,6 +38,14 @@ CASES = {
     ),
     "pqn_cartpole_no_ln": lambda: _pqn_cartpole(layer_norm=False),
     "pqn_cartpole_gru": lambda: _pqn_cartpole(memory="gru"),
+    # FastTD3 with its critic's LayerNorms (--fasttd3.critic-layer-norm), and without
+    "fasttd3_pendulum_ln": lambda: _section(
+        config.load("jaxspreeze/presets/fasttd3_pendulum.toml"), "fasttd3", critic_layer_norm=True
+    ),
+    "fasttd3_pendulum": lambda: config.load("jaxspreeze/presets/fasttd3_pendulum.toml"),
+    "fastsac_pendulum_ln": lambda: _section(
+        config.load("jaxspreeze/presets/fastsac_pendulum.toml"), "fastsac", critic_layer_norm=True
+    ),
     "dqn_cartpole_ln": lambda: _section(
         config.load("jaxspreeze/presets/dqn_cartpole.toml"), "dqn", layer_norm=True
     ),

@@ -286,6 +286,14 @@ def test_the_layernorm_layout_rule_names_one_seed_on_a_cpu():
     for layer_norm in (False, True):
         dqn = spec.make(DQNConfig(layer_norm=layer_norm), env_spec(CARTPOLE), run)
         assert unbatched(dqn, 1, "cpu") is layer_norm
+    # the fast recipes' critic with its LayerNorms (1.3x squeezed: seed_axis_cpu.md)
+    pendulum = env_spec("gymnax/Pendulum-v1")
+    for name in ("fasttd3", "fastsac"):
+        spec = algos.get(name)
+        run = resolve(RunConfig(algo=name, env="gymnax/Pendulum-v1", total_steps=1000))
+        for layer_norm in (False, True):
+            recipe = spec.make(spec.config_cls(critic_layer_norm=layer_norm), pendulum, run)
+            assert unbatched(recipe, 1, "cpu") is layer_norm
 
 
 def test_the_unbatched_chunk_computes_the_vmapped_one(tmp_path):

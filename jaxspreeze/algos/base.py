@@ -115,7 +115,8 @@ class Algorithm:
     Every phase reports a ``finite`` guard flag (1.0 when its losses and gradients were
     finite at every step); the gradient steps per iteration are the two ``*_steps_per_iteration``
     fields. ``layer_norm``: its learning network is an MLP with LayerNorms (PQN's; DQN's
-    with ``--dqn.layer-norm``), whose gradients XLA's CPU backend runs 1.5-1.7x slower under
+    with ``--dqn.layer-norm``; FastTD3's and FastSAC's critic with
+    ``--<algo>.critic-layer-norm``), whose gradients XLA's CPU backend runs 1.3-1.7x slower under
     a seed axis of size one: the fused schedule runs a one-seed chunk there without the
     axis (``unbatched`` in schedules/fused.py).
     """

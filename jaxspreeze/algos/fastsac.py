@@ -115,6 +115,7 @@ def make(cfg: FastSACConfig, spec: EnvSpec, run: Any) -> base.Algorithm:
         batch_size=run.batch_size,
         normalize_obs=spec.obs_shape if cfg.normalize_obs else None,
         critic_sample=fasttd3.sampler(cfg.n_step, run),
+        layer_norm=cfg.critic_layer_norm,
     )
 
 

@@ -352,6 +352,7 @@ def make(cfg: FastTD3Config, spec: EnvSpec, run: Any) -> base.Algorithm:
         batch_size=run.batch_size,
         normalize_obs=spec.obs_shape if cfg.normalize_obs else None,
         critic_sample=sampler(cfg.n_step, run),
+        layer_norm=cfg.critic_layer_norm,
     )
 
 

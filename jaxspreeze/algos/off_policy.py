@@ -91,6 +91,7 @@ def replay_algorithm(
     batch_size: int,
     critic_sample: Callable[[Any, jax.Array, int], Any] = replay.sample,
     normalize_obs: tuple[int, ...] | None = None,
+    layer_norm: bool = False,
 ) -> base.Algorithm:
     """An off-policy :class:`~jaxspreeze.algos.base.Algorithm`: each gradient step on a fresh batch.
 
@@ -99,7 +100,8 @@ def replay_algorithm(
     ``update_actor(actor, critic_view, obs, key)`` one on its observations only (so the
     actor side may keep an observation-only buffer); ``*_steps`` are per iteration.
     ``normalize_obs``: the observations' shape, to normalise them by running statistics
-    (:class:`ObsNormActor`); None: the networks read them raw.
+    (:class:`ObsNormActor`); None: the networks read them raw. ``layer_norm``: the
+    learning network has LayerNorms (:attr:`~jaxspreeze.algos.base.Algorithm.layer_norm`).
     """
     observe = None
     if normalize_obs is not None:
@@ -120,6 +122,7 @@ def replay_algorithm(
         actor_steps_per_iteration=actor_steps,
         critic_steps_per_iteration=critic_steps,
         observe=observe,
+        layer_norm=layer_norm,
     )
 
 
