@@ -23,7 +23,7 @@ from jaxspreeze import schedules
 from jaxspreeze.agent.evaluate import make_seed_evaluate
 from jaxspreeze.core import programs
 from jaxspreeze.core.errors import ConfigError
-from jaxspreeze.core.programs import QUICK_OPTIONS, ProgramCache, compile_options
+from jaxspreeze.core.programs import ONCE_OPTIONS, QUICK_OPTIONS, ProgramCache, compile_options
 from jaxspreeze.envs import make_env
 from jaxspreeze.run import starting
 from jaxspreeze.schedules.base import abstract_on
@@ -49,6 +49,31 @@ def test_the_quick_mode_compiles_every_program_with_the_quick_options():
         assert compile_options("full")(name) == {}  # XLA's defaults
         assert compile_options("auto")(name) == {}  # unresolved: full
         assert compile_options("quick")(name) == QUICK_OPTIONS
+    # on a CPU the init (run once, no env loop) compiles at level 0 in every mode
+    for mode in ("full", "auto", "quick"):
+        assert compile_options(mode, cpu=True)("init") == ONCE_OPTIONS
+        assert ONCE_OPTIONS["xla_backend_optimization_level"] == 0
+    assert compile_options("full", cpu=True)("warmup") == {}
+    assert compile_options("quick", cpu=True)("fused_chunk") == QUICK_OPTIONS
+
+
+def test_a_cpu_schedule_compiles_its_init_for_compile_speed(tiny_cfg):
+    """The schedule's programs on a CPU: the init at level 0 whatever the mode; the chunk in
+    the run's mode. The init it builds computes what a full-optimised init does, to the
+    last bits (its kernels round otherwise)."""
+    for mode, chunk in (("full", {}), ("quick", QUICK_OPTIONS)):
+        schedule = schedules.make(_placed(tiny_cfg, compile=mode))
+        assert schedule.programs.options("init") == ONCE_OPTIONS
+        assert schedule.programs.options("fused_chunk") == chunk
+    full = _schedule(tiny_cfg.replace(compile="full"))  # every program with XLA's defaults
+    once = schedules.make(_placed(tiny_cfg, compile="full"))
+    a, b = _leaves(full.init()), _leaves(once.init())
+    for x, y in zip(a, b, strict=True):
+        assert x.shape == y.shape and x.dtype == y.dtype
+        if np.issubdtype(x.dtype, np.floating):
+            np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+        else:
+            np.testing.assert_array_equal(x, y)
 
 
 def _placed(tiny_cfg, **changes):
