@@ -24,7 +24,7 @@ class ScoreTask:
     """One row of the table: a preset, its threshold and how often it is evaluated.
 
     ``env`` may differ from the preset's own (the preset's sizes on another env, e.g.
-    ``ppo_cartpole`` on Acrobot); ``cpu`` are preset changes for ``--scale cpu`` (a budget
+    ``pqn_cartpole`` on Acrobot); ``cpu`` are preset changes for ``--scale cpu`` (a budget
     a 2-core machine runs in minutes); ``label`` names the row when ``algo-<task>`` would
     be ambiguous (gymnax's and gymnasium's Pendulum-v1); ``versus`` are the rows it is
     meant to beat where no peer runs it (the fast recipes: SAC/TD3's rows of the same env;
@@ -162,7 +162,7 @@ ROWS: dict[str, ScoreTask] = {
         _task("sac", "gymnax/Pendulum-v1", "sac_pendulum", 1_000),
         _task("td3", "gymnax/Pendulum-v1", "td3_pendulum", 1_000),
         _task("ppo", "gymnax/CartPole-v1", "ppo_cartpole", 8_192),
-        _task("ppo", "gymnax/Acrobot-v1", "ppo_cartpole", 8_192),
+        _task("ppo", "gymnax/Acrobot-v1", "ppo_acrobot", 8_192),
         # value-based (jaxspreeze beside rejax's PQN and DQN): PQN's classic-control
         # preset (64 x 64) on CartPole and Acrobot, DQN's presets; MinAtar: PQN beside
         # rejax and beside jaxspreeze's PPO (the minatar torso; rejax flattens the grid)
