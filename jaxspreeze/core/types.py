@@ -145,6 +145,12 @@ class Placement:
         return self.actor != self.critic
 
     @property
+    def on_cpu(self) -> bool:
+        """True when every side (actor, critic, evaluation) is a CPU device."""
+        sides = (self.actor, self.critic, self.eval)
+        return all(getattr(d, "platform", None) == "cpu" for d in sides)
+
+    @property
     def data_parallel(self) -> bool:
         """True when a mesh spreads the run over devices (data parallelism)."""
         return self.mesh is not None

@@ -101,10 +101,8 @@ class Schedule(ABC):
             self.algo = self.plan.algo_spec.make(self.plan.algo_config, self.env.spec, cfg)
         self.per_seed = Iteration.from_plan(self.plan, self.algo, self.env, self.split)
         self.iterations_per_chunk, self.num_chunks = chunking(self.plan)
-        sides = (self.placement.actor, self.placement.critic, self.placement.eval)
-        on_cpu = all(getattr(d, "platform", None) == "cpu" for d in sides)
         # the run's mode (and the init's options on a CPU)
-        self.programs = ProgramCache.off(compile_options(cfg.compile, cpu=on_cpu))
+        self.programs = ProgramCache.off(compile_options(cfg.compile, self.placement.on_cpu))
         self._init_jit: Any = None  # one program, however often called (see _init)
         self._init_program: jax.stages.Compiled | None = None
 

@@ -176,9 +176,7 @@ def compile_mode(cfg: RunConfig, kind: str, placement: Placement, num_iterations
     chunks; ``quick`` is full where it has no meaning (another schedule, or an accelerator:
     its options are XLA CPU's; :func:`plan` refuses a user's config asking for it there,
     a saved run's is placed as it can be)."""
-    sides = (placement.actor, placement.critic, placement.eval)
-    on_cpu = all(getattr(d, "platform", None) == "cpu" for d in sides)
-    can = on_cpu and kind in QUICK_SCHEDULES
+    can = placement.on_cpu and kind in QUICK_SCHEDULES
     if cfg.compile == "auto":
         chunks = math.ceil(max(num_iterations, 1) / cfg.chunk_iterations)
         return "quick" if can and chunks <= AUTO_QUICK_CHUNKS else "full"
