@@ -4,7 +4,7 @@ runs it on parameter snapshots beside training."""
 
 from __future__ import annotations
 
-import queue
+import collections
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +25,13 @@ from jaxspreeze.host.hostenvs import make_host_env
 from jaxspreeze.sinks.metrics import Note, Report, warn
 
 _STOP = object()
+
+# The snapshots that may wait for the evaluator. The trainer dispatches chunk c + 1 before
+# it waits for chunk c, so a snapshot is queued about a chunk before its parameters exist:
+# with one waiting place, an evaluation that takes less than a chunk still lost every
+# other snapshot (it was "busy" waiting for chunk c's parameters when c + 2 replaced
+# c + 1). Two places let an evaluator that keeps up with the chunks evaluate every one.
+WAITING = 2
 
 
 class EvalResult(NamedTuple):
@@ -286,10 +293,11 @@ def snapshot_copy(actor: PyTree, device: jax.Device | None = None) -> PyTree:
 class Evaluator:
     """Evaluates actor snapshots on a host thread, beside training.
 
-    The queue holds one snapshot: a newer one replaces a waiting one (latest wins; the
-    replaced one is counted in :attr:`skipped` and its future cancelled). Errors are
-    reported and counted, never raised into training. :meth:`close` sends the sentinel
-    and waits for the queued snapshot to finish.
+    At most :data:`WAITING` snapshots wait: a newer one replaces the oldest waiting one
+    when they are all taken (latest wins; the replaced one is counted in :attr:`skipped`
+    and its future cancelled). Errors are reported and counted, never raised into
+    training. :meth:`close` sends the sentinel and waits for the waiting snapshots to
+    finish.
 
     ``on_note`` hears, in order, each snapshot queued (before the evaluator can take it),
     each one skipped and why (the evaluation it waited behind) and each one that failed:
@@ -311,8 +319,8 @@ class Evaluator:
         self._on_note = on_note or (lambda note: None)
         self._busy: Snapshot | None = None  # the snapshot being evaluated
         self._report = report or warn
-        self._queue: queue.Queue = queue.Queue(maxsize=1)
-        self._lock = threading.Lock()
+        self._waiting: collections.deque = collections.deque()  # snapshots, then _STOP
+        self._cond = threading.Condition()
         self.submitted = 0
         self.done = 0
         self.skipped = 0
@@ -333,28 +341,36 @@ class Evaluator:
         newer snapshot replaced this one before it started.
         """
         snap = Snapshot(snapshot_copy(actor, self.device), env_steps, chunk, final)
-        with self._lock:
+        with self._cond:
             self.submitted += 1
-            try:
-                old = self._queue.get_nowait()
-            except queue.Empty:
-                pass
-            else:
+            while len(self._waiting) >= WAITING:  # (no _STOP: nothing comes after close)
+                old = self._waiting.popleft()
                 old.future.cancel()
                 self.skipped += 1
                 self._on_note(Note("skipped", old.env_steps, _why_skipped(self._busy, env_steps)))
             self._on_note(Note("queued", env_steps))  # before the evaluator can take it
-            self._queue.put_nowait(snap)
+            self._waiting.append(snap)
+            self._cond.notify()
         return snap.future
+
+    def _take(self) -> Any:
+        """The oldest waiting snapshot (or the sentinel), once there is one; it becomes
+        the one being evaluated (under the lock: a skip's note names it)."""
+        with self._cond:
+            while not self._waiting:
+                self._cond.wait()
+            snap = self._waiting.popleft()
+            if snap is not _STOP and snap.future.set_running_or_notify_cancel():
+                self._busy = snap
+            return snap
 
     def _run(self) -> None:
         while True:
-            snap = self._queue.get()
+            snap = self._take()
             if snap is _STOP:
                 return
-            if not snap.future.set_running_or_notify_cancel():
+            if snap is not self._busy:  # (cancelled)
                 continue
-            self._busy = snap
             t0 = time.perf_counter()
             try:
                 result = jax.device_get(self._evaluate(snap.actor, snap.env_steps))
@@ -385,26 +401,25 @@ class Evaluator:
             self._report(f"evaluator: {message} (training goes on; later errors are counted)")
 
     def close(self, timeout: float | None = None) -> None:
-        """Finish the queued snapshot, then stop the thread (sentinel)."""
-        try:
-            self._queue.put(_STOP, timeout=timeout)
-        except queue.Full:
-            self._report("evaluator: still busy at shutdown; its last snapshot is abandoned")
-            return
+        """Finish the waiting snapshots, then stop the thread (sentinel); past
+        ``timeout`` seconds, say so and leave the thread to the interpreter's exit."""
+        with self._cond:
+            self._waiting.append(_STOP)
+            self._cond.notify()
         self._thread.join(timeout)
+        if self._thread.is_alive():
+            self._report("evaluator: still busy at shutdown; its last snapshots are abandoned")
 
     def _abandon(self) -> None:
-        """Drop the snapshot that waits (cancelled) and stop the thread after the one it
+        """Drop the snapshots that wait (cancelled) and stop the thread after the one it
         is evaluating, without waiting (the interpreter's exit)."""
-        with self._lock:
-            try:
-                old = self._queue.get_nowait()
-            except queue.Empty:
-                pass
-            else:
+        with self._cond:
+            for old in self._waiting:
                 if old is not _STOP:
                     old.future.cancel()
-            self._queue.put_nowait(_STOP)
+            self._waiting.clear()
+            self._waiting.append(_STOP)
+            self._cond.notify()
 
     def stats(self) -> dict[str, float | int]:
         """Evaluations done, skipped and failed, and the wall time spent evaluating."""
@@ -422,5 +437,5 @@ def _why_skipped(busy: Snapshot | None, newer: int) -> str:
         return f"the snapshot at {newer:,} steps replaced it while it waited"
     return (
         f"the evaluator was still busy with {busy.env_steps:,} steps when {newer:,} came; "
-        "only the newest snapshot waits"
+        f"only the newest {WAITING} snapshots wait"
     )
