@@ -111,8 +111,8 @@ def _q_task(algo: str, env: str, preset: str, eval_every: int, **kw: Any) -> Sco
 
 def _minatar(game: str, tail: str) -> tuple[ScoreTask, ...]:
     """PQN's and PPO's rows of a MinAtar game (PPO's preset ``ppo_<tail>``; PQN's is its
-    CPU MinAtar preset, the grid flattened into its MLP, the same on every game); PQN's row
-    names PPO's as the row to beat."""
+    CPU MinAtar preset, the same on every game; both flatten the grid into their MLP);
+    PQN's row names PPO's as the row to beat."""
     env = f"gymnax/{game}-MinAtar"
     return (
         _q_task("pqn", env, "pqn_breakout_minatar", _MINATAR_EVAL_EVERY,
@@ -165,7 +165,7 @@ ROWS: dict[str, ScoreTask] = {
         _task("ppo", "gymnax/Acrobot-v1", "ppo_acrobot", 8_192),
         # value-based (jaxspreeze beside rejax's PQN and DQN): PQN's classic-control
         # preset (64 x 64) on CartPole and Acrobot, DQN's presets; MinAtar: PQN beside
-        # rejax and beside jaxspreeze's PPO (the minatar torso; rejax flattens the grid)
+        # rejax and beside jaxspreeze's PPO (both presets flatten the grid, as rejax does)
         _q_task("pqn", "gymnax/CartPole-v1", "pqn_cartpole", _Q_EVAL_EVERY),
         _q_task("pqn", "gymnax/Acrobot-v1", "pqn_cartpole", _Q_EVAL_EVERY),
         _q_task("dqn", "gymnax/CartPole-v1", "dqn_cartpole", _Q_EVAL_EVERY),
