@@ -164,8 +164,11 @@ def plan(cfg: RunConfig, placement: Placement | None = None, *, on_devices: bool
 
 
 # ``--compile auto`` compiles a run of at most this many chunks for compile speed on a
-# CPU: the quick chunk saves about 2 CPU s of compile and costs at most about 0.05 s a
-# chunk (DQN CartPole's, the slowest measured: experiments/results/cold_start_cpu.md)
+# CPU: the quick chunk saves about 2 CPU s of compile and costs about 0.05 s a chunk on
+# the classic-control rows (DQN CartPole's the slowest: experiments/results/cold_start_cpu.md),
+# but 0.1-0.2 s on PQN's flattened MinAtar chunk (20,480 env steps: 0.47-0.57 s against
+# 0.36-0.39 s; experiments/results/minatar_cpu.md), where full pays back from about 17
+# chunks
 AUTO_QUICK_CHUNKS = 32
 QUICK_SCHEDULES = ("fused", "split")  # the schedules whose programs take the quick options
 
