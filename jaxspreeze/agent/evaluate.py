@@ -354,23 +354,25 @@ class Evaluator:
         return snap.future
 
     def _take(self) -> Any:
-        """The oldest waiting snapshot (or the sentinel), once there is one; it becomes
-        the one being evaluated (under the lock: a skip's note names it)."""
+        """The oldest waiting snapshot whose future was not cancelled (or the sentinel),
+        once there is one; it becomes the one being evaluated (under the lock: a skip's
+        note names it)."""
         with self._cond:
-            while not self._waiting:
-                self._cond.wait()
-            snap = self._waiting.popleft()
-            if snap is not _STOP and snap.future.set_running_or_notify_cancel():
-                self._busy = snap
-            return snap
+            while True:
+                while not self._waiting:
+                    self._cond.wait()
+                snap = self._waiting.popleft()
+                if snap is _STOP:
+                    return snap
+                if snap.future.set_running_or_notify_cancel():
+                    self._busy = snap
+                    return snap
 
     def _run(self) -> None:
         while True:
             snap = self._take()
             if snap is _STOP:
                 return
-            if snap is not self._busy:  # (cancelled)
-                continue
             t0 = time.perf_counter()
             try:
                 result = jax.device_get(self._evaluate(snap.actor, snap.env_steps))
