@@ -7,8 +7,29 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jaxspreeze.core.compiles import BACKEND, LOWER, TRACE, CompileLog
+from jaxspreeze.core.compiles import BACKEND, LOWER, TRACE, CompileLog, compiles_overlap
 from jaxspreeze.setup.plan import plan
+
+
+def _cpus(monkeypatch, n: int) -> None:
+    """This process may run on ``n`` CPUs (its affinity, as ``taskset`` sets it)."""
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(n)), raising=False)
+
+
+@pytest.fixture
+def two_cpus(monkeypatch):
+    """Compiles overlap on threads, whatever CPUs this test process is pinned to."""
+    _cpus(monkeypatch, 2)
+
+
+def test_compiles_overlap_where_the_process_has_more_than_one_cpu(monkeypatch):
+    _cpus(monkeypatch, 1)
+    assert not compiles_overlap()
+    _cpus(monkeypatch, 4)
+    assert compiles_overlap()
+    monkeypatch.delattr("os.sched_getaffinity", raising=False)  # macOS: no affinity
+    monkeypatch.setattr("os.cpu_count", lambda: 1)
+    assert not compiles_overlap()
 
 
 def test_total_is_the_union_of_the_intervals():
@@ -73,6 +94,36 @@ def test_the_summary_reports_all_compiles(tiny_cfg):
     assert [name for event, name, _, _ in log.spans if event == TRACE].count("init") == 1
 
 
+def test_on_one_cpu_a_run_compiles_in_turn_and_trains_the_same(tiny_cfg, monkeypatch):
+    """One CPU: every program (the evaluation's too) compiles on the caller's thread, one
+    after another; the run is bitwise the one whose compiles overlapped on threads."""
+    import threading
+
+    import numpy as np
+
+    from jaxspreeze.run.trainer import train
+
+    def run(cpus: int):
+        _cpus(monkeypatch, cpus)
+        threads: set[str] = set()
+        listen = lambda event, duration, **kw: (
+            threads.add(threading.current_thread().name) if event == BACKEND else None
+        )
+        jax.monitoring.register_event_duration_secs_listener(listen)
+        try:
+            result = train(tiny_cfg, quiet=True, save=False, overwrite=True)
+        finally:
+            jax.monitoring.unregister_event_duration_listener(listen)
+        return threads, result
+
+    overlapped, a = run(2)
+    in_turn, b = run(1)
+    assert len(overlapped) > 1 and in_turn == {threading.current_thread().name}
+    assert a.summary["final_eval_return_per_seed"] == b.summary["final_eval_return_per_seed"]
+    for x, y in zip(jax.tree.leaves(a.state.agent), jax.tree.leaves(b.state.agent), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
 def test_the_memory_estimate_never_traces_the_env(tiny_cfg, monkeypatch):
     """Given the init trace's shapes the estimate traces nothing (neither env step nor
     reset); on its own it traces the reset and the networks' init, never the step."""
@@ -122,7 +173,7 @@ def _compile_threads(schedule, monkeypatch, fail_warmup: bool = False) -> dict[s
     return threads
 
 
-def test_the_warmup_compiles_beside_the_chunk(tiny_cfg, monkeypatch):
+def test_the_warmup_compiles_beside_the_chunk(tiny_cfg, monkeypatch, two_cpus):
     """The warm-up's program compiles on its own thread while the chunk's compiles on the
     caller's; both are ready when compile returns (running them compiles nothing more)."""
     import threading
@@ -141,7 +192,9 @@ def test_the_warmup_compiles_beside_the_chunk(tiny_cfg, monkeypatch):
     assert not [name for _, name, _, _ in log.spans if "warmup" in name or "chunk" in name]
 
 
-def test_a_failed_warmup_compile_is_raised_by_compile(tiny_cfg, monkeypatch):
+@pytest.mark.parametrize("cpus", [2, 1])
+def test_a_failed_warmup_compile_is_raised_by_compile(tiny_cfg, monkeypatch, cpus):
+    _cpus(monkeypatch, cpus)
     from jaxspreeze import schedules
     from jaxspreeze.setup import devices
     from jaxspreeze.setup.config import resolve
@@ -169,13 +222,15 @@ def _compile_thread(schedule, monkeypatch, fail: bool = False) -> dict[str, str]
 
 
 @pytest.mark.parametrize(
-    "dispatched", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["fused", "split"]
+    ("dispatched", "cpus"),
+    [(False, 2), (False, 1), pytest.param(True, 2, marks=pytest.mark.slow)],
+    ids=["fused", "fused-one-cpu", "split"],
 )
-def test_the_chunk_compiles_beside_the_init(tiny_cfg, monkeypatch, dispatched):
+def test_the_chunk_compiles_beside_the_init(tiny_cfg, monkeypatch, dispatched, cpus):
     """``init_compiled()`` compiles the chunk and the warm-up on a thread, for the
     init's shapes, while the init runs: the programs are those of the state's own arrays
     (running them compiles nothing more) and the run is bitwise the one compiled after
-    its init."""
+    its init. On one CPU the same programs compile first, on the caller's thread."""
     import threading
 
     import numpy as np
@@ -195,8 +250,9 @@ def test_the_chunk_compiles_beside_the_init(tiny_cfg, monkeypatch, dispatched):
             state, _ = jax.block_until_ready(schedule.chunk(state))
         return seen["compile"], log.spans, state
 
+    _cpus(monkeypatch, cpus)
     thread, spans, ahead = run(True)
-    assert thread != threading.current_thread().name and spans == []
+    assert (thread == threading.current_thread().name) == (cpus == 1) and spans == []
     thread, _, after = run(False)
     assert thread == threading.current_thread().name
     as_data = lambda x: (
@@ -210,7 +266,9 @@ def test_the_chunk_compiles_beside_the_init(tiny_cfg, monkeypatch, dispatched):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_a_failed_compile_beside_the_init_is_raised(tiny_cfg, monkeypatch):
+@pytest.mark.parametrize("cpus", [2, 1])
+def test_a_failed_compile_beside_the_init_is_raised(tiny_cfg, monkeypatch, cpus):
+    _cpus(monkeypatch, cpus)
     from jaxspreeze import schedules
     from jaxspreeze.setup import devices
     from jaxspreeze.setup.config import resolve

@@ -7,11 +7,13 @@ jitted function traced inside another program's trace), so the total is the wall
 covered by at least one event (the union of their intervals), not their sum.
 
 :class:`Progress` says a start's compile as it goes: what is compiled, each program as it
-is ready, and a heartbeat line while a long compile runs.
+is ready, and a heartbeat line while a long compile runs. :func:`compiles_overlap` says
+whether a start's compiles run beside each other on threads or one after another.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -70,6 +72,24 @@ class CompileLog:
                 if event == BACKEND:
                     out[name] = out.get(name, 0.0) + end - start
         return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def compiles_overlap() -> bool:
+    """Whether the compiles a start runs "beside" each other (the chunk's, the warm-up's,
+    the evaluation's, beside the init's) go on threads (True) or run one after another,
+    each where it is started (False): False when this process may run on one CPU only
+    (``taskset -c 0``, a one-CPU container or job slot).
+
+    XLA's CPU compiler is multithreaded and tracing holds the GIL: on one CPU, compiles
+    on threads only take turns, and the turns cost. A cold start of the yardstick's
+    gymnax rows on one pinned core compiled 0.8-1.2 s longer beside each other than in
+    turn (``experiments/results/compile_order_cpu.md``). The programs are the same.
+    """
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # no CPU affinity on this platform (macOS, Windows)
+        cpus = os.cpu_count() or 1
+    return cpus > 1
 
 
 HEARTBEAT_S = 5.0  # a line this often while a start's compile runs

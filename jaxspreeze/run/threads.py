@@ -31,6 +31,7 @@ from jaxspreeze.agent.evaluate import (
     make_seed_evaluate,
 )
 from jaxspreeze.core import exiting
+from jaxspreeze.core.compiles import compiles_overlap
 from jaxspreeze.core.types import Record
 from jaxspreeze.envs import make_env
 from jaxspreeze.run.evalwatch import EvalWatch
@@ -131,7 +132,9 @@ def evaluate_ahead(schedule: schedules.Schedule, state: TrainState) -> Future:
     """The run's evaluation (:func:`make_evaluate`), compiling on a thread for actors
     shaped like ``state``'s (arrays or abstract) on the eval device; the future gives it.
 
-    A failed compile is reported (the evaluation then compiles at its first call).
+    A failed compile is reported (the evaluation then compiles at its first call). On
+    one CPU (:func:`~jaxspreeze.core.compiles.compiles_overlap` False) it compiles here,
+    before this returns.
     """
     evaluate = make_evaluate(schedule)
     future: Future = Future()
@@ -151,6 +154,9 @@ def evaluate_ahead(schedule: schedules.Schedule, state: TrainState) -> Future:
             )
         future.set_result(evaluate)
 
+    if not compiles_overlap():
+        work()
+        return future
     thread = threading.Thread(target=work, name="jaxspreeze-eval-compile", daemon=True)
     thread.start()
     exiting.finish_at_exit(thread)  # a compile in flight is not killed by the exit

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxspreeze.algos.base import AgentState, Algorithm
+from jaxspreeze.core.compiles import compiles_overlap
 from jaxspreeze.core.programs import ProgramCache, compile_options
 from jaxspreeze.core.types import Placement, PyTree
 from jaxspreeze.envs import VecEnv, make_env
@@ -41,7 +42,10 @@ def chunking(plan: RunPlan) -> tuple[int, int]:
 
 
 def compile_beside(fn: Callable[..., None], *args: Any) -> Future:
-    """Run ``fn(*args)`` (a lowering and compile) on a thread; the future gives its end."""
+    """Run ``fn(*args)`` (a lowering and compile) on a thread; the future gives its end.
+
+    On one CPU (:func:`~jaxspreeze.core.compiles.compiles_overlap` False) it runs here,
+    before this returns: compiles on threads would only take turns there, at a cost."""
     future: Future = Future()
 
     def work() -> None:
@@ -52,6 +56,9 @@ def compile_beside(fn: Callable[..., None], *args: Any) -> Future:
         else:
             future.set_result(None)
 
+    if not compiles_overlap():
+        work()
+        return future
     threading.Thread(target=work, name="jaxspreeze-compile", daemon=True).start()
     return future
 
