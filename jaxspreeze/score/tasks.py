@@ -110,12 +110,12 @@ def _q_task(algo: str, env: str, preset: str, eval_every: int, **kw: Any) -> Sco
 
 
 def _minatar(game: str, tail: str) -> tuple[ScoreTask, ...]:
-    """PQN's and PPO's rows of a MinAtar game (PPO's preset ``ppo_<tail>``; PQN's is its
-    CPU MinAtar preset, the same on every game; both flatten the grid into their MLP);
-    PQN's row names PPO's as the row to beat."""
+    """PQN's and PPO's rows of a MinAtar game (the presets ``pqn_<tail>`` and
+    ``ppo_<tail>``; both flatten the grid into their MLP); PQN's row names PPO's as the
+    row to beat."""
     env = f"gymnax/{game}-MinAtar"
     return (
-        _q_task("pqn", env, "pqn_breakout_minatar", _MINATAR_EVAL_EVERY,
+        _q_task("pqn", env, f"pqn_{tail}", _MINATAR_EVAL_EVERY,
                 versus=(f"ppo-{game}-MinAtar",)),
         _q_task("ppo", env, f"ppo_{tail}", _MINATAR_EVAL_EVERY),
     )  # fmt: skip
