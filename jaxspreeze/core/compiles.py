@@ -8,7 +8,8 @@ covered by at least one event (the union of their intervals), not their sum.
 
 :class:`Progress` says a start's compile as it goes: what is compiled, each program as it
 is ready, and a heartbeat line while a long compile runs. :func:`compiles_overlap` says
-whether a start's compiles run beside each other on threads or one after another.
+whether a start's compiles run beside each other on threads or one after another, and
+:func:`start_beside` starts one that way.
 """
 
 from __future__ import annotations
@@ -90,6 +91,18 @@ def compiles_overlap() -> bool:
     except AttributeError:  # no CPU affinity on this platform (macOS, Windows)
         cpus = os.cpu_count() or 1
     return cpus > 1
+
+
+def start_beside(work: Callable[[], None], name: str) -> threading.Thread | None:
+    """Start ``work`` (a compile) on a daemon thread named ``name`` and return the thread;
+    where compiles do not overlap (:func:`compiles_overlap`) run it here, before this
+    returns, and return None."""
+    if not compiles_overlap():
+        work()
+        return None
+    thread = threading.Thread(target=work, name=name, daemon=True)
+    thread.start()
+    return thread
 
 
 HEARTBEAT_S = 5.0  # a line this often while a start's compile runs

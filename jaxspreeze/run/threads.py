@@ -11,7 +11,6 @@ start's compiles) here too.
 from __future__ import annotations
 
 import functools
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -31,7 +30,7 @@ from jaxspreeze.agent.evaluate import (
     make_seed_evaluate,
 )
 from jaxspreeze.core import exiting
-from jaxspreeze.core.compiles import compiles_overlap
+from jaxspreeze.core.compiles import start_beside
 from jaxspreeze.core.types import Record
 from jaxspreeze.envs import make_env
 from jaxspreeze.run.evalwatch import EvalWatch
@@ -154,12 +153,9 @@ def evaluate_ahead(schedule: schedules.Schedule, state: TrainState) -> Future:
             )
         future.set_result(evaluate)
 
-    if not compiles_overlap():
-        work()
-        return future
-    thread = threading.Thread(target=work, name="jaxspreeze-eval-compile", daemon=True)
-    thread.start()
-    exiting.finish_at_exit(thread)  # a compile in flight is not killed by the exit
+    thread = start_beside(work, "jaxspreeze-eval-compile")
+    if thread is not None:
+        exiting.finish_at_exit(thread)  # a compile in flight is not killed by the exit
     return future
 
 

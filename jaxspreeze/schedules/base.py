@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import math
-import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from concurrent.futures import Future, wait
@@ -19,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxspreeze.algos.base import AgentState, Algorithm
-from jaxspreeze.core.compiles import compiles_overlap
+from jaxspreeze.core.compiles import start_beside
 from jaxspreeze.core.programs import ProgramCache, compile_options
 from jaxspreeze.core.types import Placement, PyTree
 from jaxspreeze.envs import VecEnv, make_env
@@ -56,10 +55,7 @@ def compile_beside(fn: Callable[..., None], *args: Any) -> Future:
         else:
             future.set_result(None)
 
-    if not compiles_overlap():
-        work()
-        return future
-    threading.Thread(target=work, name="jaxspreeze-compile", daemon=True).start()
+    start_beside(work, "jaxspreeze-compile")
     return future
 
 
