@@ -44,6 +44,12 @@ class Variant:
     (``target_noise``, ``target_noise_clip``; False: the target actor's action as it is)."""
     policy_delay: int | None = None
     """Critic updates per actor and target update, counted in the state (None: every step)."""
+    actor_q: str = "first"
+    """The critic value the actor ascends: ``first`` (Q1) or ``min`` (the ensemble's smallest)."""
+    delay_targets: bool = True
+    """With a ``policy_delay``: the targets move on the actor's updates only; False: the
+    critic's after every critic update, the actor's by ``policy_delay`` such steps (tau
+    compounded) at each of its updates."""
 
 
 class DDPGActor(NamedTuple):
@@ -136,6 +142,10 @@ def delayed_polyak(
 def make(cfg: DeterministicConfig, spec: EnvSpec, run: Any, variant: Variant) -> base.Algorithm:
     """Bind a deterministic-policy variant to its config, env spec and the run's sizes."""
     grad_steps, delay = run.grad_steps, variant.policy_delay
+    # how often the critic's target moves (None: every update) and how many critic
+    # updates' worth of tau the actor's target takes at each actor update
+    target_delay = delay if variant.delay_targets else None
+    actor_target_steps = 1 if variant.delay_targets else delay or 1
     torso = networks.choose_torso(cfg.torso, spec.obs_shape)
     actor = networks.DeterministicActor(cfg.hidden, spec.action_dim, spec.actor_obs, torso)
     critic = networks.QEnsemble(
@@ -180,21 +190,30 @@ def make(cfg: DeterministicConfig, spec: EnvSpec, run: Any, variant: Variant) ->
         if delay is None:
             return c._replace(target_params=common.polyak(c.target_params, params, c.tau)), metrics
         steps = c.steps + 1
-        target_params, due = delayed_polyak(c.target_params, params, c.tau, steps, delay)
+        if target_delay is None:  # the target after every critic update
+            target_params, due = common.polyak(c.target_params, params, c.tau), jnp.bool_(True)
+        else:
+            target_params, due = delayed_polyak(c.target_params, params, c.tau, steps, delay)
         metrics["target_updates"] = due.astype(jnp.float32)  # phase mean: 1 / policy_delay
+        # (1 where the targets move every update)
         return c._replace(target_params=target_params, steps=steps), metrics
 
     def update_actor(a: Actor, critic_params: PyTree, obs: jax.Array, key: jax.Array):
-        del key  # deterministic policy gradient: ascend the first critic's Q(s, pi(s))
+        del key  # deterministic policy gradient: ascend Q(s, pi(s)), Q1's or the smallest
 
         def loss_fn(params: PyTree) -> tuple[jax.Array, None]:
             action = actor.apply(params, obs) * scale + bias
-            return -critic.apply(critic_params, obs, action)[0].mean(), None
+            q = critic.apply(critic_params, obs, action)
+            q = q.min(0) if variant.actor_q == "min" else q[0]
+            return -q.mean(), None
 
         params, opt_state, loss, _, gnorm = common.gradient_step(
             actor_tx, a.params, a.opt_state, loss_fn
         )
-        target_params = common.polyak(a.target_params, params, a.tau)
+        # tau compounded over the critic updates since the last actor update (SBX's rule
+        # moves the actor's target toward the same parameters after each of them)
+        tau = a.tau if actor_target_steps == 1 else 1.0 - (1.0 - a.tau) ** actor_target_steps
+        target_params = common.polyak(a.target_params, params, tau)
         finite = common.all_finite(loss, gnorm)
         a = a._replace(params=params, target_params=target_params, opt_state=opt_state)
         if delay is not None:

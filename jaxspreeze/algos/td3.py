@@ -22,7 +22,14 @@ from jaxspreeze.core.types import EnvSpec
 
 def make(cfg: TD3Config, spec: EnvSpec, run: Any) -> base.Algorithm:
     """Bind TD3 to its config, env spec and the run's per-iteration update sizes."""
-    variant = deterministic.Variant("td3", num_qs=2, smoothing=True, policy_delay=cfg.policy_delay)
+    variant = deterministic.Variant(
+        "td3",
+        num_qs=2,
+        smoothing=True,
+        policy_delay=cfg.policy_delay,
+        actor_q=cfg.actor_q,
+        delay_targets=cfg.delay_targets,
+    )
     return deterministic.make(cfg, spec, run, variant)
 
 

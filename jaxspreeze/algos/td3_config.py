@@ -13,6 +13,9 @@ if TYPE_CHECKING:
     from jaxspreeze.core.types import EnvSpec
 
 
+ACTOR_Q = ("first", "min")  # the critic value the actor ascends: Q1, or the twins' smaller
+
+
 @dataclass(frozen=True)
 class TD3Config(deterministic_config.DeterministicConfig):
     """TD3's own hyperparameters."""
@@ -23,6 +26,14 @@ class TD3Config(deterministic_config.DeterministicConfig):
     """Std of the target policy smoothing noise (fraction of the half-width)."""
     target_noise_clip: float = 0.5
     """Clip of the target policy smoothing noise (fraction of the half-width)."""
+    actor_q: str = "first"
+    """Which critic the actor ascends: ``first`` (Q1, Fujimoto et al.'s TD3, SB3's) or
+    ``min`` (the smaller of the twin critics' values, SBX's TD3)."""
+    delay_targets: bool = True
+    """Move the target networks on the actor's updates only, every ``policy_delay``
+    critic updates (Fujimoto et al.'s TD3, SB3's); False: the critic's target after every
+    critic update and the actor's by ``policy_delay`` such steps at each actor update
+    (SBX's TD3: both targets every gradient step)."""
 
 
 def supports(spec: EnvSpec) -> str | None:
@@ -45,6 +56,14 @@ def validate(cfg: TD3Config, prefix: str, run: Any) -> None:
     )
     if not isinstance(cfg.policy_delay, int):
         raise ConfigError(f"{prefix}policy_delay", f"must be an integer, got {cfg.policy_delay!r}")
+    if cfg.actor_q not in ACTOR_Q:
+        raise ConfigError(
+            f"{prefix}actor_q", f"must be one of {', '.join(ACTOR_Q)}, got {cfg.actor_q!r}"
+        )
+    if not isinstance(cfg.delay_targets, bool):
+        raise ConfigError(
+            f"{prefix}delay_targets", f"must be true or false, got {cfg.delay_targets!r}"
+        )
     if run is not None and run.grad_steps % cfg.policy_delay:
         raise ConfigError(
             "grad_steps",
