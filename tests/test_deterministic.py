@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxspreeze import networks
 from jaxspreeze.algos import base, ddpg, deterministic, td3
 from jaxspreeze.core.errors import ConfigError
 from jaxspreeze.core.types import EnvSpec, Transition
@@ -20,7 +21,7 @@ PROBE = EnvSpec("probe", (2,), False, 1, (-2.0,), (2.0,), 10)
 
 
 def test_configs_keep_their_fields_and_defaults():
-    """DDPG's eight hyperparameters are the shared ones; TD3 has the same and its three own."""
+    """DDPG's eight hyperparameters are the shared ones; TD3 has the same and its five own."""
     shared = {
         "actor_lr": 1e-3,
         "critic_lr": 1e-3,
@@ -32,7 +33,13 @@ def test_configs_keep_their_fields_and_defaults():
         "normalize_obs": False,
     }
     assert dataclasses.asdict(ddpg.DDPGConfig()) == shared
-    own = {"policy_delay": 2, "target_noise": 0.2, "target_noise_clip": 0.5}
+    own = {
+        "policy_delay": 2,
+        "target_noise": 0.2,
+        "target_noise_clip": 0.5,
+        "actor_q": "first",
+        "delay_targets": True,
+    }
     assert dataclasses.asdict(td3.TD3Config()) == {**shared, **own}
 
 
@@ -46,6 +53,8 @@ def test_configs_keep_their_fields_and_defaults():
         (td3.SPEC, td3.TD3Config(policy_delay=0, gamma=2.0), "td3.policy_delay", "must be > 0, got 0"),
         (td3.SPEC, td3.TD3Config(target_noise_clip=-0.5), "td3.target_noise_clip", "must be >= 0, got -0.5"),
         (td3.SPEC, td3.TD3Config(policy_delay=1.5), "td3.policy_delay", "must be an integer, got 1.5"),
+        (td3.SPEC, td3.TD3Config(actor_q="max"), "td3.actor_q", "must be one of first, min, got 'max'"),
+        (td3.SPEC, td3.TD3Config(delay_targets="no"), "td3.delay_targets", "must be true or false, got 'no'"),
     ],
 )  # fmt: skip
 def test_validation_names_the_first_bad_field(spec, cfg, field, message):
@@ -135,3 +144,60 @@ def test_ddpg_is_td3_machinery_without_its_additions():
             ):
                 np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
     assert int(b.critic.steps) == 12 and int(b.actor.steps) == 12
+
+
+def _one_obs_buffer(n: int = 32) -> replay.ReplayState:
+    """A buffer whose every transition starts at the same observation (any batch's obs)."""
+    obs = jnp.tile(jnp.array([[0.3, -0.7]]), (n, 1))
+    action = jnp.linspace(-2.0, 2.0, n)[:, None]
+    zeros = jnp.zeros((n,))
+    tr = Transition(obs, action, zeros + 1.0, zeros > 1, zeros > 1, obs)
+    return replay.add(replay.init(jax.tree.map(lambda x: x[0], tr), n), tr)
+
+
+@pytest.mark.parametrize("actor_q", ["first", "min"])
+def test_the_actor_ascends_q1_or_the_twins_smaller_value(actor_q):
+    """actor_q first: the actor's loss is -Q1(s, pi(s)); min: -min(Q1, Q2)(s, pi(s)), the
+    critics as handed to the actor phase."""
+    cfg = td3.TD3Config(hidden=(16,), actor_q=actor_q)
+    algo = td3.make(cfg, PROBE, RunConfig(grad_steps=2, batch_size=8))
+    state = algo.init(jax.random.key(3))
+    _, metrics = algo.actor_phase(
+        state.actor, algo.critic_view(state.critic), _one_obs_buffer(), jax.random.key(4)
+    )
+    obs = jnp.array([[0.3, -0.7]])
+    pi = networks.DeterministicActor((16,), 1).apply(state.actor.params, obs) * 2.0
+    q = networks.QEnsemble((16,), num_qs=2).apply(state.critic.params, obs, pi)[:, 0]
+    assert float(q[0]) != pytest.approx(float(q[1]))  # the twins differ at the start
+    want = -float(q.min() if actor_q == "min" else q[0])
+    assert float(metrics["actor_loss"]) == pytest.approx(want, rel=1e-5)
+
+
+def test_undelayed_targets_move_the_critics_every_update_and_the_actors_by_the_compound():
+    """tau 0.5, policy_delay 2, 4 critic updates and 2 actor updates per phase. Delayed (the
+    default): the critic's target moves on 2 of the 4 (target_updates 0.5) and the actor's
+    by 0.5 at each actor update; delay_targets False: the critic's after all 4 and the
+    actor's by 1 - (1 - 0.5)^2 = 0.75 (two critic updates' worth) at each of its updates."""
+    run = RunConfig(grad_steps=4, batch_size=8)
+    buffer = _one_obs_buffer()
+    for delayed, moved, updates in ((True, 0.5, 0.5), (False, 0.75, 1.0)):
+        # actor_lr 0: the online actor stays where it is put (0), so its target after two
+        # updates is exactly (1 - moved)^2 of where it started
+        cfg = td3.TD3Config(hidden=(8,), tau=0.5, delay_targets=delayed, actor_lr=0.0)
+        algo = td3.make(cfg, PROBE, run)
+        state = algo.init(jax.random.key(0))
+        _, cm = algo.critic_phase(
+            state.critic, algo.actor_view(state.actor), buffer, jax.random.key(1)
+        )
+        assert float(cm["target_updates"]) == updates
+        actor = state.actor._replace(params=jax.tree.map(jnp.zeros_like, state.actor.params))
+        after, _ = algo.actor_phase(
+            actor, algo.critic_view(state.critic), buffer, jax.random.key(2)
+        )
+        assert int(after.steps) == 2
+        for old, new in zip(
+            jax.tree.leaves(state.actor.target_params),
+            jax.tree.leaves(after.target_params),
+            strict=True,
+        ):
+            np.testing.assert_allclose(new, (1 - moved) ** 2 * old, rtol=1e-6, atol=1e-7)
