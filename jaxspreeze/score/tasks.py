@@ -102,7 +102,7 @@ Q_THRESHOLDS = {
     "gymnax/SpaceInvaders-MinAtar": 15.0,
 }
 _Q_EVAL_EVERY = 8_192  # CartPole and Acrobot: as the PPO rows (a multiple of every rollout)
-_MINATAR_EVAL_EVERY = 20_480  # one chunk of PQN's and PPO's presets (20 x 1,024 env steps)
+_MINATAR_EVAL_EVERY = 20_480  # a chunk of PPO's presets (20 x 1,024) and PQN's (5 x 4,096)
 
 
 def _q_task(algo: str, env: str, preset: str, eval_every: int, **kw: Any) -> ScoreTask:
