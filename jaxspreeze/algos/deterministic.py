@@ -142,10 +142,8 @@ def delayed_polyak(
 def make(cfg: DeterministicConfig, spec: EnvSpec, run: Any, variant: Variant) -> base.Algorithm:
     """Bind a deterministic-policy variant to its config, env spec and the run's sizes."""
     grad_steps, delay = run.grad_steps, variant.policy_delay
-    # how often the critic's target moves (None: every update) and how many critic
-    # updates' worth of tau the actor's target takes at each actor update
-    target_delay = delay if variant.delay_targets else None
-    actor_target_steps = 1 if variant.delay_targets else delay or 1
+    # critic updates per move of the critic's target (undelayed targets: every one)
+    target_delay = delay if variant.delay_targets else 1
     torso = networks.choose_torso(cfg.torso, spec.obs_shape)
     actor = networks.DeterministicActor(cfg.hidden, spec.action_dim, spec.actor_obs, torso)
     critic = networks.QEnsemble(
@@ -190,12 +188,8 @@ def make(cfg: DeterministicConfig, spec: EnvSpec, run: Any, variant: Variant) ->
         if delay is None:
             return c._replace(target_params=common.polyak(c.target_params, params, c.tau)), metrics
         steps = c.steps + 1
-        if target_delay is None:  # the target after every critic update
-            target_params, due = common.polyak(c.target_params, params, c.tau), jnp.bool_(True)
-        else:
-            target_params, due = delayed_polyak(c.target_params, params, c.tau, steps, delay)
-        metrics["target_updates"] = due.astype(jnp.float32)  # phase mean: 1 / policy_delay
-        # (1 where the targets move every update)
+        target_params, due = delayed_polyak(c.target_params, params, c.tau, steps, target_delay)
+        metrics["target_updates"] = due.astype(jnp.float32)  # phase mean: 1 / target_delay
         return c._replace(target_params=target_params, steps=steps), metrics
 
     def update_actor(a: Actor, critic_params: PyTree, obs: jax.Array, key: jax.Array):
@@ -210,9 +204,11 @@ def make(cfg: DeterministicConfig, spec: EnvSpec, run: Any, variant: Variant) ->
         params, opt_state, loss, _, gnorm = common.gradient_step(
             actor_tx, a.params, a.opt_state, loss_fn
         )
-        # tau compounded over the critic updates since the last actor update (SBX's rule
-        # moves the actor's target toward the same parameters after each of them)
-        tau = a.tau if actor_target_steps == 1 else 1.0 - (1.0 - a.tau) ** actor_target_steps
+        tau = a.tau
+        if delay is not None and not variant.delay_targets:
+            # tau compounded over the policy_delay critic updates since the last actor
+            # update (SBX moves the actor's target toward the same parameters after each)
+            tau = 1.0 - (1.0 - tau) ** delay
         target_params = common.polyak(a.target_params, params, tau)
         finite = common.all_finite(loss, gnorm)
         a = a._replace(params=params, target_params=target_params, opt_state=opt_state)
