@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import jax.numpy as jnp
 import pytest
 
+from jaxspreeze.agent import evaluate as evaluate_lib
 from jaxspreeze.agent.evaluate import EvalResult, Evaluator
 from jaxspreeze.algos.sac import SACConfig
 from jaxspreeze.core import clock, terminal
@@ -112,7 +113,7 @@ def test_a_skipped_evaluation_is_noted_with_the_evaluation_it_waited_behind():
         assert gate.wait(60)
         return EvalResult(actor["v"], jnp.zeros(()), jnp.ones(()))
 
-    ev = Evaluator(evaluate, on_note=notes.append)
+    ev = Evaluator(evaluate, on_note=notes.append, skip=True)
     ev.submit({"v": jnp.float32(0)}, env_steps=100)
     assert started.wait(60)  # the thread holds the evaluation at 100
     ev.submit({"v": jnp.float32(1)}, env_steps=200)
@@ -243,6 +244,7 @@ def held_run(tmp_path_factory):
     out = io.StringIO()
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(threads, "make_seed_evaluate", held_eval_fn)
+        mp.setattr(evaluate_lib, "spare_cpu", lambda: True)  # skips, on any CPUs
         mp.setattr(sys, "stdout", out)  # the console sink and the run's lines
         mp.setattr(clock, "_command", time.time() - 5.0)
         result = trainer.train(tiny(tmp_path_factory.mktemp("runs")), sinks=[Gate(4, gate)])

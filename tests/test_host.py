@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from test_sinks import read_csv, read_tensorboard
 
+from jaxspreeze.agent import evaluate as evaluate_lib
 from jaxspreeze.agent.evaluate import (
     EvalResult,
     Evaluator,
@@ -71,7 +72,7 @@ def test_evaluator_latest_wins_counts_skips_and_survives_errors():
             raise RuntimeError("nan policy")
         return EvalResult(actor["v"], jnp.zeros(()), jnp.ones(()))
 
-    ev = Evaluator(evaluate, report=reports.append)
+    ev = Evaluator(evaluate, report=reports.append, skip=True)
     first = ev.submit({"v": jnp.float32(0)}, env_steps=0)
     assert started.wait(60)  # the thread holds snapshot 0 inside evaluate()
     later = [ev.submit({"v": jnp.float32(i)}, env_steps=i) for i in range(1, 5)]
@@ -86,6 +87,42 @@ def test_evaluator_latest_wins_counts_skips_and_survives_errors():
     assert ev.stats()["evaluations_done"] == 2
     assert ev.skipped == 2 and ev.failed == 1 and ev.submitted == 5
     assert len(reports) == 1 and "nan policy" in reports[0]
+
+
+def test_evaluator_that_may_not_skip_makes_submit_wait_and_evaluates_every_snapshot():
+    """One CPU's policy: a snapshot that finds every waiting place taken waits for one
+    (training waits) instead of replacing the oldest."""
+    started, gate = threading.Event(), threading.Event()
+
+    def evaluate(actor, env_steps):
+        started.set()
+        assert gate.wait(60)
+        return EvalResult(actor["v"], jnp.zeros(()), jnp.ones(()))
+
+    ev = Evaluator(evaluate, skip=False)
+    futures = [ev.submit({"v": jnp.float32(0)}, env_steps=0)]
+    assert started.wait(60)  # the thread holds snapshot 0
+    futures += [ev.submit({"v": jnp.float32(i)}, env_steps=i) for i in (1, 2)]  # two wait
+    fourth = threading.Thread(
+        target=lambda: futures.append(ev.submit({"v": jnp.float32(3)}, env_steps=3))
+    )
+    fourth.start()
+    fourth.join(0.5)
+    assert fourth.is_alive() and len(futures) == 3  # no place: the submit waits
+    gate.set()
+    fourth.join(60)
+    ev.close()
+    assert [float(f.result(60)[1].return_mean) for f in futures] == [0.0, 1.0, 2.0, 3.0]
+    assert ev.skipped == 0 and ev.done == 4 and ev.submitted == 4
+
+
+def test_evaluator_skips_only_where_the_process_has_a_spare_cpu(monkeypatch):
+    evaluate = lambda actor, env_steps: EvalResult(jnp.zeros(()), jnp.zeros(()), jnp.ones(()))
+    for cpus, skips in ((1, False), (2, True)):
+        monkeypatch.setattr("os.sched_getaffinity", lambda pid, n=cpus: set(range(n)))
+        ev = Evaluator(evaluate)
+        ev.close()
+        assert ev._skip is skips
 
 
 def test_evaluator_return_equals_a_direct_call_of_evaluate(tmp_path):
@@ -179,6 +216,9 @@ def held_run(tmp_path_factory):
     try:
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(threads, "make_seed_evaluate", held_eval_fn)
+            # skipping is the point (training never waits for the held evaluator): as
+            # where the process has a second CPU, whatever CPUs this test may run on
+            mp.setattr(evaluate_lib, "spare_cpu", lambda: True)
             mp.setattr(metrics, "warn", reports.append)
             result = trainer.train(cfg, quiet=True, sinks=[recorder, Boom()])
     finally:

@@ -14,12 +14,13 @@ whether a start's compiles run beside each other on threads or one after another
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
 
 import jax
+
+from jaxspreeze.core.cpus import spare_cpu
 
 TRACE = "/jax/core/compile/jaxpr_trace_duration"
 LOWER = "/jax/core/compile/jaxpr_to_mlir_module_duration"
@@ -86,11 +87,7 @@ def compiles_overlap() -> bool:
     gymnax rows on one pinned core compiled 0.8-1.2 s longer beside each other than in
     turn (``experiments/results/compile_order_cpu.md``). The programs are the same.
     """
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # no CPU affinity on this platform (macOS, Windows)
-        cpus = os.cpu_count() or 1
-    return cpus > 1
+    return spare_cpu()
 
 
 def start_beside(work: Callable[[], None], name: str) -> threading.Thread | None:

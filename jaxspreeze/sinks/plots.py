@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from jaxspreeze.core.cpus import spare_cpu
 from jaxspreeze.core.types import Record
 from jaxspreeze.sinks import figures as plots
 
@@ -28,11 +29,15 @@ class PlotsSink:
         self._imported = False
 
     def write(self, record: Record) -> None:
-        """Keep ``record`` for the end-of-run pictures. The first one also imports
-        matplotlib (about 0.5-0.8 s), here on the sink's own thread while the run trains,
-        rather than at the end, where the run's last seconds wait for the pictures."""
+        """Keep ``record`` for the end-of-run pictures. Where the process has a second
+        CPU the first one also imports matplotlib (about 0.5-0.9 s), here on the sink's
+        own thread while the run trains, rather than at the end, where the run's last
+        seconds wait for the pictures. On one CPU the import would only take turns with
+        training (a warm PQN Breakout-MinAtar run pinned to one core reached its
+        threshold about 0.5 s later, and its evaluator fell behind and skipped an
+        evaluation), so it waits for :meth:`close`."""
         self.records.append(record)
-        if not self._imported:
+        if not self._imported and spare_cpu():
             plots.prepare()
             self._imported = True
 
