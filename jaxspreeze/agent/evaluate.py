@@ -304,8 +304,8 @@ class Evaluator:
     only lost them (a warm PQN Breakout-MinAtar run pinned to one core skipped 6 of its
     10 evaluations on about half its runs: the evaluation waited behind the chunks
     dispatched after it, and its threshold was seen at twice the env steps). Errors are
-    reported and counted, never raised into training. :meth:`close` sends the sentinel and waits for the waiting snapshots to
-    finish.
+    reported and counted, never raised into training. :meth:`close` sends the sentinel
+    and waits for the waiting snapshots to finish.
 
     ``on_note`` hears, in order, each snapshot queued (before the evaluator can take it),
     each one skipped and why (the evaluation it waited behind) and each one that failed:
