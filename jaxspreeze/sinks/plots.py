@@ -26,7 +26,7 @@ class PlotsSink:
     def __init__(self, run_dir: str | Path, history: Sequence[Record] = ()):
         self.run_dir = Path(run_dir)
         self.records: list[Record] = list(history)
-        self._imported = False
+        self._imported = not spare_cpu()  # (one CPU: imported at the end, when drawn)
 
     def write(self, record: Record) -> None:
         """Keep ``record`` for the end-of-run pictures. Where the process has a second
@@ -37,7 +37,7 @@ class PlotsSink:
         threshold about 0.5 s later, and its evaluator fell behind and skipped an
         evaluation), so it waits for :meth:`close`."""
         self.records.append(record)
-        if not self._imported and spare_cpu():
+        if not self._imported:
             plots.prepare()
             self._imported = True
 
