@@ -39,11 +39,6 @@ os.environ["JAXSPREEZE_CACHE_DIR"] = XLA_CACHE
 import jax  # noqa: E402  (after JAX_PLATFORMS)
 
 jax.config.update("jax_compilation_cache_dir", XLA_CACHE)
-# JAX's backend starts here, with one CPU device, so that no test's host-env run asks for
-# the host policy's own device for the whole session (setup.devices.reserve_host_device):
-# the in-process tests see one device whatever runs first; `jaxspreeze train` children
-# start fresh and ask for it as a user's run does
-jax.devices()
 
 
 @pytest.fixture(autouse=True)

@@ -94,7 +94,7 @@ class HostProber(RealProber):
         cfg = self.cfg
         t_start = time.perf_counter()
         actor = self._agent(self.placement.actor).actor
-        slot = ParamSlot(device=self.placement.host_policy)
+        slot = ParamSlot(device=self.placement.actor)
         slot.publish(actor, 0)
         algo = self._algo0
         pool = WorkerPool(

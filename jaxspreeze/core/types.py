@@ -131,11 +131,6 @@ class Placement:
     holds the k actor-side devices and ``critic_mesh`` the k critic-side ones, device i of
     one paired with device i of the other (in the same process); ``actor``/``eval`` and
     ``critic`` are this process's first device of each.
-
-    ``host`` (host envs on a CPU): a CPU device of its own for the host policy, the
-    sampling workers' and the host evaluator's policy calls (``eval`` is then it too), so
-    that they do not wait behind the learner's programs
-    (:func:`jaxspreeze.setup.devices.reserve_host_device`); None: they run on ``actor``.
     """
 
     actor: jax.Device
@@ -143,12 +138,6 @@ class Placement:
     eval: jax.Device
     mesh: jax.sharding.Mesh | None = None
     critic_mesh: jax.sharding.Mesh | None = None
-    host: jax.Device | None = None
-
-    @property
-    def host_policy(self) -> jax.Device:
-        """Where a host env's sampling workers call the policy: ``host``, else ``actor``."""
-        return self.actor if self.host is None else self.host
 
     @property
     def split(self) -> bool:
@@ -196,9 +185,8 @@ class Placement:
                     f"data-parallel over {k}, critic side over {k}"
                 )
             return f"data-parallel over {self.data_devices} {kind} devices ({where})"
-        host = "" if self.host is None else f"; host policy and eval on {self.host}"
         if not self.split:
-            return f"single device {self.actor}{host}"
+            return f"single device {self.actor}"
         return f"split: actor on {self.actor}, critic on {self.critic}, eval on {self.eval}"
 
 

@@ -65,7 +65,6 @@ from jaxspreeze.run.threads import sinks as run_sinks
 from jaxspreeze.schedules.iteration import TrainState
 from jaxspreeze.setup import distributed
 from jaxspreeze.setup.config import RunConfig
-from jaxspreeze.setup.plan import reserve_devices
 from jaxspreeze.sinks import Sink, metrics
 
 
@@ -167,17 +166,16 @@ def train(
     command = clock.take_command_start()  # the jaxspreeze command's start, if it is one
     wall_from = (command, "command") if command else (time.time(), "train()")  # the wall's 0
     before_train_s = time.time() - clock.process_started()  # the process's start to this call
+    main = distributed.is_main()  # process 0 (of a multi-process run) owns the output
+    quiet = quiet or not main
+    say = (lambda text: None) if quiet else terminal.line
     terminal.quiet_third_party(cfg.env)  # MuJoCo's and brax's repeated notices, once
+    stop = GracefulStop(second=signals) if signals else None
+    setup: Setup | None = None
     if env is not None and isinstance(cfg, RunConfig):  # a user's env: jax/ or user/<Class>
         cfg = cfg.replace(env=register_env(env))
     elif env is None and resume is not None and Path(resume).is_dir():
         rebuild_env_record(resume)  # a user's JAX env the run recorded, if it can be rebuilt
-    reserve_devices(cfg)  # a host env's policy device: before anything starts JAX's backend
-    main = distributed.is_main()  # process 0 (of a multi-process run) owns the output
-    quiet = quiet or not main
-    say = (lambda text: None) if quiet else terminal.line
-    stop = GracefulStop(second=signals) if signals else None
-    setup: Setup | None = None
     try:
         # every trace, lowering and compile of the run (memory estimate, init, warm-up,
         # chunk, evaluation), for the summary

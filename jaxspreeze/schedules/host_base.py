@@ -7,8 +7,7 @@
 differ in how one learner iteration gets its data and when it publishes; the rest is
 :class:`HostSchedule`'s::
 
-    # set-up     one seed; num_envs split evenly over the workers; the slot on the host
-    #            policy's device (placement.host_policy: on a CPU its own, else the actor's)
+    # set-up     one seed; num_envs split evenly over the workers; the slot on the actor device
     # compile    the subclass's programs; then publish the initial actor (version 0), build
     #            the pool (its envs: construction errors surface before training) and
     #            compile the workers' policy for their batch shape
@@ -100,7 +99,7 @@ class HostSchedule(Schedule):
             raise ValueError(f"num_envs {cfg.num_envs} must split over {cfg.host_workers} workers")
         self.learner = self.placement.critic
         self.steps_per_iteration = self.plan.steps_per_iteration
-        self.slot = ParamSlot(device=self.placement.host_policy)
+        self.slot = ParamSlot(device=self.placement.actor)
         self.pool: WorkerPool | None = None
         self._started = False
         self._version = 0  # the learner's parameter version (= its iteration count)

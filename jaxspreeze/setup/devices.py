@@ -2,8 +2,7 @@
 
 A :class:`~jaxspreeze.core.types.Placement` says which device holds the actor side, the
 critic side and the evaluator (and, for data parallelism, the mesh of every device of
-every process; for host envs on a CPU, the host policy's own device). This is the only
-module that calls ``jax.devices()``.
+every process). This is the only module that calls ``jax.devices()``.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ from typing import Literal
 
 import jax
 import numpy as np
-from jax._src import xla_bridge  # backends_are_initialized: no public spelling
 
 from jaxspreeze.core.errors import PlacementError
 from jaxspreeze.core.types import DATA_AXIS, Placement
@@ -23,52 +21,10 @@ Mode = Literal["auto", "single", "split", "data", "split-data"]
 MODES = ("auto", "single", "split", "data", "split-data")
 
 
-# True once reserve_host_device has asked JAX for the host policy's CPU device
-_host_reserved = False
-
-
-def reserve_host_device() -> bool:
-    """Ask JAX for a CPU device of the host policy's own, while it still can; True if the
-    run has it.
-
-    A host-env run calls a small jitted policy once per env step in its sampling workers
-    and its evaluator. On one CPU device XLA runs one program at a time, so each call
-    waits for the learner's program in flight (a policy call beside 112 ms programs took
-    112 ms on their device, 0.09 ms on a second one:
-    ``experiments/results/cpu_device_queue.md``). JAX makes a second CPU device with
-    ``jax_num_cpu_devices``, read when its backends start: this sets it to 2 when they
-    have not started yet, the process is alone (no ``jax.distributed``) and the user set
-    no count of their own (``JAX_NUM_CPU_DEVICES``, which also turns this off: 1). On a
-    CPU backend :func:`resolve` then keeps the second device for the host policy and
-    the evaluation (``Placement.host``), out of every placement's sides and meshes; on
-    another backend it is not used. Once JAX has started (a notebook that ran JAX
-    first), the host policy stays on the actor's device, as before.
-    """
-    global _host_reserved
-    if _host_reserved:
-        return True
-    started = getattr(xla_bridge, "backends_are_initialized", lambda: True)()
-    if started or jax.distributed.is_initialized() or jax.config.jax_num_cpu_devices != -1:
-        return False
-    jax.config.update("jax_num_cpu_devices", 2)
-    _host_reserved = True
-    return True
-
-
-def _devices() -> tuple[list[jax.Device], jax.Device | None]:
-    """The devices the run's sides may use, and the host policy's device (or None)."""
-    devices = jax.devices()
-    if _host_reserved and len(devices) == 2 and devices[0].platform == "cpu":
-        if jax.process_count() == 1:
-            return devices[:1], devices[1]
-    return devices, None
-
-
-def single(device: jax.Device | None = None, host: jax.Device | None = None) -> Placement:
-    """Everything on one device (the default device if none is given); ``host``: the host
-    policy's own device, which then evaluates too (:func:`reserve_host_device`)."""
+def single(device: jax.Device | None = None) -> Placement:
+    """Everything on one device (the default device if none is given)."""
     device = device or jax.devices()[0]
-    return Placement(device, device, host or device, host=host)
+    return Placement(device, device, device)
 
 
 def data_parallel(devices: list[jax.Device] | None = None) -> Placement:
@@ -140,17 +96,17 @@ def resolve(mode: Mode = "auto") -> Placement:
             "split-data"
         )
     if mode == "split-data":
-        return split_data_parallel(_devices()[0])
+        return split_data_parallel()
     if mode == "data" or (mode == "auto" and jax.process_count() > 1):
-        return data_parallel(_devices()[0])
+        return data_parallel()
     if jax.process_count() > 1:
         raise PlacementError(
             f"a multi-process run ({jax.process_count()} processes) is data-parallel: "
             f"use --placement data, split-data or auto, not {mode}"
         )
-    devices, host = _devices()
+    devices = jax.devices()
     if mode == "single" or (mode == "auto" and len(devices) < 2):
-        return single(devices[0], host)
+        return single(devices[0])
     if len(devices) < 2:
         raise PlacementError(
             f"split needs 2 devices but the {devices[0].platform} backend has "
@@ -162,21 +118,19 @@ def resolve(mode: Mode = "auto") -> Placement:
 
 
 def device_count() -> int:
-    """Number of devices of the default backend (of every process) a run's sides may use
-    (not the host policy's own: :func:`reserve_host_device`)."""
-    return len(_devices()[0])
+    """Number of devices of the default backend (of every process)."""
+    return len(jax.devices())
 
 
 def describe_hardware() -> dict[str, object]:
-    """Backend, device kinds and count (and processes), for throughput records (the
-    devices a run's sides may use: a host policy's own is not counted)."""
-    devices = _devices()[0]
+    """Backend, device kinds and count (and processes), for throughput records."""
+    devices = jax.devices()
     return {
         "backend": jax.default_backend(),
         "devices": [d.device_kind for d in devices],
         "device_count": len(devices),
         "process_count": jax.process_count(),
-        "local_device_count": sum(d.process_index == jax.process_index() for d in devices),
+        "local_device_count": jax.local_device_count(),
         "cpu": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
         "jax": jax.__version__,

@@ -28,7 +28,6 @@ from jaxspreeze import algos, envs, networks
 from jaxspreeze.algos.base import RUN_SIZES, Algorithm, AlgoSpec, check_positive
 from jaxspreeze.core.errors import ConfigError
 from jaxspreeze.core.types import EnvSpec, Placement
-from jaxspreeze.host import hostenvs
 from jaxspreeze.setup import config, devices, population
 from jaxspreeze.setup.config import RunConfig
 
@@ -101,10 +100,10 @@ class RunPlan:
         if placement.split and not self.algo_spec.splits:  # one network: nothing to split
             if placement.critic_mesh is not None:
                 _refuse_split(self.algo_spec, placement.kind)
-            placement = devices.single(placement.actor, placement.host)  # auto's split: its first
+            placement = devices.single(placement.actor)  # auto's split: its first device
         memory = getattr(self.algo_config, "memory", "none")  # a recurrent policy's cell
         if memory != "none" and placement.split and self.cfg.placement == "auto":
-            placement = devices.single(placement.actor, placement.host)  # one device: rollouts
+            placement = devices.single(placement.actor)  # one device carries its rollouts
         kind = _schedule_kind(self.cfg, self.algo_spec, placement)
         if memory != "none" and kind in ("split", "data", "split-data"):
             raise ConfigError(
@@ -123,14 +122,6 @@ class RunPlan:
         if others:
             raise ValueError(f"relocated changes location fields only, not {others}")
         return dataclasses.replace(self, cfg=dataclasses.replace(self.cfg, **location))
-
-
-def reserve_devices(cfg: RunConfig) -> None:
-    """Ask JAX, before its backend starts, for what ``cfg``'s run needs beyond the devices
-    it computes on: for a host env, the host policy's own CPU device
-    (:func:`jaxspreeze.setup.devices.reserve_host_device`). Anything else: nothing."""
-    if isinstance(cfg, RunConfig) and isinstance(cfg.env, str) and hostenvs.is_host_env(cfg.env):
-        devices.reserve_host_device()
 
 
 def plan(cfg: RunConfig, placement: Placement | None = None, *, on_devices: bool = True) -> RunPlan:
@@ -152,7 +143,6 @@ def plan(cfg: RunConfig, placement: Placement | None = None, *, on_devices: bool
     """
     if not isinstance(cfg, RunConfig):
         raise ConfigError("config", f"expected a RunConfig, got {type(cfg).__name__}")
-    reserve_devices(cfg)  # before config.resolve asks for JAX's default backend
     spec = algos.get(cfg.algo)
     given = frozenset(n for n in RUN_SIZES if getattr(cfg, n) is not None)  # the user's
     cfg = config.resolve(cfg, spec)
