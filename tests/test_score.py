@@ -171,6 +171,8 @@ def test_no_warm_runs_cold_only_and_a_failed_side_is_reported(fake_sides, tmp_pa
     md = (out / "score.md").read_text()
     assert "Failed runs:" in md
     assert "fake-b (own) on sac-Pendulum-v1: seed 0 cold: RuntimeError" in md
+    # the failed side's line still names the row's env and threshold
+    assert f"| {ROW} (gymnax/Pendulum-v1, thr. -200) | fake-b (own) | 0/0 | - |" in md
 
 
 def test_refusals_and_the_list(fake_sides, capsys):

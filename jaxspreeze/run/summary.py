@@ -105,7 +105,9 @@ def compiles(
 ) -> Record | None:
     """The summary's compile accounting: all of it, per program, and the time to start.
 
-    ``first_chunk_dispatched_s`` counts from the call of :func:`jaxspreeze.run.trainer.train`,
+    ``first_chunk_dispatched_s`` counts from the call of :func:`jaxspreeze.run.trainer.train`
+    to the first chunk's dispatch (a host env's chunk, which samples and learns in the call,
+    to its start: the training's start either way),
     ``command_to_first_chunk_s`` from the start of the process (the command: interpreter,
     imports and argument parsing included), ``command_to_train_s`` the difference;
     ``programs_loaded`` / ``programs_compiled`` name the programs the program cache gave

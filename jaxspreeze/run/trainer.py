@@ -330,10 +330,11 @@ def _chunks(
     # chunk c is queued.
     for chunk in range(started.first_chunk, started.first_chunk + n_chunks):
         last = chunk == started.first_chunk + n_chunks - 1
+        called = time.perf_counter()
         state, chunk_metrics = schedule.chunk(state)
         chunk_metrics = local(chunk_metrics)
-        if first_dispatch_s is None:
-            first_dispatch_s = time.perf_counter() - t_start
+        if first_dispatch_s is None:  # a host schedule's chunk runs in the call: its start
+            first_dispatch_s = (called if schedule.host else time.perf_counter()) - t_start
         steps_before, steps = steps, steps + k * spi
         evaluate = (
             evaluator is not None and not last and crossed(cfg.eval_every, steps_before, steps)

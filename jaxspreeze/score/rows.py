@@ -160,6 +160,11 @@ def summarise(runs: Sequence[Record]) -> list[Record]:
                 evaluation=first.get("evaluation"),
             )
         out.append(line)
+    rows_of = {line["task"]: line for line in out if "env" in line}
+    for line in out:  # a side whose every run failed: the row's env and threshold
+        if "env" not in line and line["task"] in rows_of:
+            known = rows_of[line["task"]]
+            line.update({k: known[k] for k in ("env", "algo", "threshold")})
     return out
 
 

@@ -596,6 +596,7 @@ def run_trainer(
         trainer="jaxspreeze.train",
         config={k: getattr(cfg, k) for k in (*RUN_SIZES, "eval_every", "eval_episodes", "seed")},
         notes="host env: jaxspreeze.train(), wall after compilation counted from the first chunk",
+        placement=s.get("placement"),  # where the learner and its evaluations ran
         settings=_preset_settings(task, cfg, planned),
         evaluation=score_settings.protocol(task, score_settings.HOST_EVALUATOR),
     )
