@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 
 import gymnasium as gym
 import jax
@@ -136,6 +137,27 @@ def test_trainer_runs_a_host_env_and_writes_its_summary(tmp_path, algo):
     assert last["env_steps"] == s["env_steps"]
     assert any(r["kind"] == "eval" for r in records(result.run_dir))
     assert worker_threads() == []  # the pool is closed when the run ends
+
+
+def test_a_host_runs_first_chunk_is_timed_at_its_start(tmp_path, monkeypatch):
+    # a host chunk samples and learns inside its call: the summary's first chunk time is
+    # the call's start (the training's), not its end (which counted the chunk as start-up)
+    calls: list[tuple[float, float]] = []
+    chunk = HostAsync.chunk
+
+    def timed(self, state):
+        entered = time.perf_counter()
+        out = chunk(self, state)
+        time.sleep(0.3)  # a chunk long enough that its end cannot pass for its start
+        calls.append((entered, time.perf_counter()))
+        return out
+
+    monkeypatch.setattr(HostAsync, "chunk", timed)
+    before = time.perf_counter()
+    result = train(small(tmp_path, run_name="first"), quiet=True)
+    (entered, left), *_ = calls
+    first = before + result.summary["first_chunk_dispatched_s"]
+    assert first <= entered + 0.05 < left  # at the start, from the call of train()
 
 
 def test_replay_ratio_is_held_within_its_bound(tmp_path):
